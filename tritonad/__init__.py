@@ -1,0 +1,31 @@
+"""tritonad: a small deep-learning framework whose every operator is a Triton kernel.
+
+    import tritonad as td
+    x = td.tensor([[1., 2.], [3., 4.]], requires_grad=True)
+    (x @ x).relu().sum().backward()
+    print(x.grad)
+"""
+from . import dtypes
+from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
+from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, ge, gt, le, log,
+                           lt, matmul, max, maximum, mean, min, minimum, mul, ne, neg, pow, relu,
+                           reshape, sigmoid, softmax, log_softmax, sqrt, sub, sum, tanh,
+                           transpose, var, where, clamp, permute, flatten, unsqueeze, squeeze)
+from .backend import (Backend, get_backend, matmul_precision, register_backend, set_backend,
+                      set_matmul_precision, use_backend)
+from .dtypes import (DType, bfloat16, float16, float32, float64, int32, int64, uint8)
+from .dtypes import bool_ as bool  # noqa: A001  (td.bool, as torch.bool)
+from .generator import get_rng_state, initial_seed, manual_seed, seed, set_rng_state
+from .tensor import (Tensor, arange, empty, empty_like, from_numpy, from_torch, full, full_like,
+                     is_tensor, normal, ones, ones_like, rand, rand_like, randn, randn_like,
+                     randperm, tensor, uniform, zeros, zeros_like)
+from . import reference  # noqa: F401,E402  (registers the numpy backend)
+from . import kernels  # noqa: F401,E402  (registers the triton backend)
+from . import nn  # noqa: F401,E402
+
+half = float16
+float = float32  # noqa: A001
+double = float64
+long = int64
+
+__version__ = "0.1.0"

@@ -1,0 +1,369 @@
+"""Function (forward and backward side by side), the graph it records, and the backward engine.
+
+A Function's forward runs on raw arrays (torch tensors used as memory) through backend
+primitives; its backward runs on Tensors through tritonad ops, so that with `create_graph=True`
+the backward is itself recorded and can be differentiated again. Fused ops whose backward is a
+dedicated kernel set `once_differentiable = True`.
+
+The graph: every output of a recorded call points to its Context (`tensor.grad_fn`); a Context
+points to the Contexts (or leaf Tensors) of its inputs. `backward()` walks it iteratively in
+reverse topological order, sums fan-in gradients, un-broadcasts each gradient to its input's
+shape (once, here, for every op), and frees saved tensors unless `retain_graph`.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .grad_mode import is_grad_enabled, no_grad, set_grad_enabled
+
+
+class Context:
+    """What one recorded call keeps for its backward; it is the `grad_fn` of the call's outputs."""
+
+    def __init__(self, function, args):
+        from ..tensor import Tensor
+
+        self.function = function
+        self.name = function.__name__ + "Backward"
+        self.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        # one edge per argument: (next Context or leaf Tensor, output index) or None
+        self.edges = []
+        self.input_meta = []
+        for a, needs in zip(args, self.needs_input_grad):
+            if needs:
+                target = a.grad_fn if a.grad_fn is not None else a
+                self.edges.append((target, a._output_index))
+                self.input_meta.append((a.shape, a.dtype))
+            else:
+                self.edges.append(None)
+                self.input_meta.append(None)
+        self._inputs = args
+        self._saved_raw = ()
+        self._saved_spec = []
+        self._outputs = ()          # (raw, version box) of each output
+        self._retained = {}         # output index -> Tensor that called retain_grad()
+        self.freed = False
+
+    # --- used inside forward --------------------------------------------------------------------
+    def save_for_backward(self, *values):
+        """Keep raw arrays (or Tensors) for backward; read them back as Tensors from `saved`."""
+        self._saved_raw = values
+
+    def mark_non_differentiable(self, *raws):
+        self._non_differentiable = {id(r) for r in raws}
+
+    # --- used inside backward -------------------------------------------------------------------
+    @property
+    def saved(self):
+        """The saved values as Tensors: inputs as the caller's Tensors, outputs as Tensors that
+        lead back to this Context (so that higher-order gradients flow through them)."""
+        from ..tensor import Tensor
+
+        if self.freed:
+            raise RuntimeError(
+                f"{self.name}: trying to backward through the graph a second time (or to read "
+                "saved tensors after they were freed). Pass retain_graph=True to the first "
+                "backward() if you need to backward through the graph twice.")
+        values = []
+        for kind, value, version in self._saved_spec:
+            if kind == "output":
+                raw, box = self._outputs[value]
+                value = Tensor._wrap(raw, requires_grad=True, grad_fn=self, output_index=value,
+                                     version_box=box)
+            if value is not None and value._version != version:
+                raise RuntimeError(
+                    f"{self.name}: a tensor saved for the backward pass (shape {value.shape}) "
+                    f"was modified by an in-place operation after it was saved (version "
+                    f"{value._version}, expected {version})")
+            values.append(value)
+        return tuple(values)
+
+    def __repr__(self):
+        return f"<{self.name}>"
+
+    # --- bookkeeping done by Function.apply -----------------------------------------------------
+    def _resolve_saved(self, raw_args, outputs):
+        """Record what forward saved as Tensors of the caller, outputs of this call (kept as raw
+        memory, so that no reference cycle forms), or constants."""
+        from ..tensor import Tensor
+
+        spec = []
+        for value in self._saved_raw:
+            if value is None:
+                spec.append(("tensor", None, 0))
+                continue
+            if not isinstance(value, Tensor):
+                inp = next((a for a, r in zip(self._inputs, raw_args)
+                            if isinstance(a, Tensor) and r is value), None)
+                out = next((i for i, o in enumerate(outputs)
+                            if o is not None and o._data is value), None)
+                if inp is None and out is not None:
+                    spec.append(("output", out, outputs[out]._version))
+                    continue
+                value = inp if inp is not None else Tensor._wrap(value)
+            spec.append(("tensor", value, value._version))
+        self._saved_raw = ()
+        self._saved_spec = spec
+
+
+class Function:
+    """Subclass with `forward(ctx, *args)` on raw arrays and `backward(ctx, *grads)` on Tensors.
+
+    Call with `MyFunction.apply(*args)`. backward returns one gradient (or None) per argument.
+    """
+
+    once_differentiable = False
+    runs_on_backend = True  # False for host <-> device transfers, which need no kernel
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        from ..backend import get_backend
+        from ..tensor import Tensor
+
+        devices = {a.device for a in args if isinstance(a, Tensor)}
+        if len(devices) > 1:
+            shapes = [(tuple(a.shape), str(a.device)) for a in args if isinstance(a, Tensor)]
+            raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got "
+                               f"(shape, device) = {shapes}")
+        if devices and cls.runs_on_backend:
+            get_backend().check_device(cls.__name__.lower(), next(iter(devices)))
+        raw_args = tuple(a._data if isinstance(a, Tensor) else a for a in args)
+        record = is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx = Context(cls, args) if record else _NoContext()
+        with no_grad():
+            result = cls.forward(ctx, *raw_args, **kwargs)
+        single = not isinstance(result, tuple)
+        raws = (result,) if single else result
+        if not record:
+            outputs = tuple(Tensor._wrap(r) if r is not None else None for r in raws)
+            return outputs[0] if single else outputs
+        skip = getattr(ctx, "_non_differentiable", set())
+        outputs = []
+        for i, r in enumerate(raws):
+            if r is None:
+                outputs.append(None)
+                continue
+            differentiable = id(r) not in skip and r.dtype.is_floating_point
+            outputs.append(Tensor._wrap(r, requires_grad=differentiable,
+                                        grad_fn=ctx if differentiable else None, output_index=i))
+        ctx._outputs = tuple((o._data, o._version_box) if o is not None else (None, None)
+                             for o in outputs)
+        ctx._output_meta = tuple((o.shape, o.dtype, o.device) if o is not None else None
+                                 for o in outputs)
+        ctx._resolve_saved(raw_args, outputs)
+        ctx._inputs = None  # only the edges are needed from here on
+        return outputs[0] if single else tuple(outputs)
+
+
+class _NoContext:
+    """Stands in for Context when nothing is recorded: saving is a no-op."""
+
+    needs_input_grad = ()
+
+    def save_for_backward(self, *values):
+        pass
+
+    def mark_non_differentiable(self, *raws):
+        pass
+
+
+class _NotTwiceDifferentiable(Function):
+    """Stands where a once-differentiable op's gradient would need its own backward."""
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"{ctx.op_name} is once-differentiable: its backward is a fused kernel, "
+                           "so higher-order gradients cannot flow through it")
+
+
+def _guard_once_differentiable(name, grad):
+    from ..tensor import Tensor
+
+    ctx = Context(_NotTwiceDifferentiable, ())
+    ctx.op_name = name
+    ctx._outputs = ((grad._data, grad._version_box),)
+    ctx._output_meta = ((grad.shape, grad.dtype, grad.device),)
+    return Tensor._wrap(grad._data, requires_grad=True, grad_fn=ctx, output_index=0,
+                        version_box=grad._version_box)
+
+
+# ---------------------------------------------------------------------------------- the engine
+
+
+def _graph_order(roots):
+    """Contexts reachable from `roots`, with the number of edges pointing at each (iterative)."""
+    dependencies = {}
+    seen = set()
+    stack = [ctx for ctx in roots]
+    for ctx in roots:
+        dependencies.setdefault(ctx, 0)
+    while stack:
+        ctx = stack.pop()
+        if id(ctx) in seen:
+            continue
+        seen.add(id(ctx))
+        for edge in ctx.edges:
+            if edge is None or not isinstance(edge[0], Context):
+                continue
+            nxt = edge[0]
+            dependencies[nxt] = dependencies.get(nxt, 0) + 1
+            stack.append(nxt)
+    return dependencies
+
+
+def _fit_gradient(grad, meta, name, position):
+    """Sum a gradient back to its input's shape (un-broadcast) and cast it to the input's dtype."""
+    from ..autodiff import ops
+
+    shape, dtype = meta
+    if grad.shape != shape:
+        if not _broadcasts_to(shape, grad.shape):
+            raise RuntimeError(f"{name} returned a gradient of shape {grad.shape} for input "
+                               f"{position}, whose shape {shape} does not broadcast to it")
+        grad = ops.sum_to(grad, shape)
+    if grad.dtype is not dtype:
+        grad = grad.to(dtype)
+    return grad
+
+
+def _broadcasts_to(shape, target):
+    if len(shape) > len(target):
+        return False
+    return all(s == t or s == 1 for s, t in zip(shape[::-1], target[::-1]))
+
+
+def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, inputs=None):
+    """Backpropagate from `tensors` seeded with `grad_tensors`.
+
+    With `inputs=None`, gradients accumulate into `.grad` of every leaf reached. Otherwise the
+    gradients with respect to `inputs` (leaves or not) are returned and no `.grad` is touched.
+    """
+    from ..tensor import Tensor
+
+    captures = {}
+    if inputs is not None:
+        for i, t in enumerate(inputs):
+            key = (t.grad_fn, t._output_index) if t.grad_fn is not None else id(t)
+            captures.setdefault(key, []).append(i)
+    results = [None] * (len(inputs) if inputs is not None else 0)
+
+    buffers = {}       # Context -> {output index: grad}
+    leaf_grads = {}    # id(leaf) -> (leaf, grad)
+
+    def deliver(target, index, grad):
+        if isinstance(target, Context):
+            slot = buffers.setdefault(target, {})
+            slot[index] = grad if index not in slot else slot[index] + grad
+        else:
+            _, prev = leaf_grads.get(id(target), (None, None))
+            leaf_grads[id(target)] = (target, grad if prev is None else prev + grad)
+
+    roots = []
+    for t, g in zip(tensors, grad_tensors):
+        if not t.requires_grad:
+            raise RuntimeError(f"backward: a tensor of shape {t.shape} does not require grad and "
+                               "has no grad_fn (did you compute it under no_grad, or forget "
+                               "requires_grad=True on the inputs?)")
+        if t.grad_fn is None:
+            deliver(t, 0, g)
+        else:
+            deliver(t.grad_fn, t._output_index, g)
+            roots.append(t.grad_fn)
+
+    dependencies = _graph_order(roots)
+    ready = deque(ctx for ctx in dependencies if dependencies[ctx] == 0)
+    with set_grad_enabled(create_graph):
+        while ready:
+            ctx = ready.popleft()
+            grads_in = buffers.pop(ctx, {})
+            for index, t in ctx._retained.items():
+                if index in grads_in:
+                    t.grad = grads_in[index] if create_graph else grads_in[index].detach()
+            for index in range(len(ctx._output_meta)):
+                for pos in captures.get((ctx, index), ()):
+                    results[pos] = grads_in.get(index)
+            grads = _call_backward(ctx, grads_in, create_graph)
+            if not retain_graph:
+                ctx.freed = True
+                ctx._saved_spec = []
+            for position, (edge, grad) in enumerate(zip(ctx.edges, grads)):
+                if edge is None:
+                    continue
+                if grad is not None:
+                    grad = _fit_gradient(grad, ctx.input_meta[position], ctx.name, position)
+                    deliver(edge[0], edge[1], grad)
+                if isinstance(edge[0], Context):
+                    dependencies[edge[0]] -= 1
+                    if dependencies[edge[0]] == 0:
+                        ready.append(edge[0])
+
+    handed_out = {_storage_key(g) for g in grad_tensors}
+    for leaf, grad in leaf_grads.values():
+        if inputs is not None:
+            for pos in captures.get(id(leaf), ()):
+                results[pos] = grad
+            continue
+        _accumulate_leaf(leaf, grad, create_graph, handed_out)
+    return results
+
+
+def _call_backward(ctx, grads_in, create_graph):
+    from ..autodiff import ops
+
+    grads_out = []
+    for index, meta in enumerate(ctx._output_meta):
+        if index in grads_in:
+            grads_out.append(grads_in[index])
+        elif meta is None:
+            grads_out.append(None)
+        else:
+            grads_out.append(ops.zeros(meta[0], dtype=meta[1], device=meta[2]))
+    once = ctx.function.once_differentiable
+    with set_grad_enabled(create_graph and not once):
+        grads = ctx.function.backward(ctx, *grads_out)
+    if not isinstance(grads, tuple):
+        grads = (grads,)
+    if len(grads) < len(ctx.edges):
+        grads = grads + (None,) * (len(ctx.edges) - len(grads))
+    if len(grads) != len(ctx.edges):
+        raise RuntimeError(f"{ctx.name} returned {len(grads)} gradients for {len(ctx.edges)} inputs")
+    if once and create_graph:
+        grads = tuple(_guard_once_differentiable(ctx.function.__name__, g) if g is not None else None
+                      for g in grads)
+    return grads
+
+
+def _storage_key(t):
+    raw = t._data
+    return raw.untyped_storage().data_ptr(), str(raw.device)
+
+
+def _accumulate_leaf(leaf, grad, create_graph, handed_out):
+    """leaf.grad += grad. A fresh gradient is adopted without a copy unless its memory was already
+    handed to another leaf (so later in-place updates of one .grad never change another)."""
+    from ..backend import get_backend
+    from ..tensor import Tensor
+
+    if create_graph:
+        leaf.grad = grad if leaf.grad is None else leaf.grad + grad
+        return
+    if leaf.grad is not None:
+        get_backend().add(leaf.grad._data, grad._data, out=leaf.grad._data)
+        return
+    if leaf._grad_buffer is not None:
+        leaf.grad = Tensor._wrap(get_backend().copy_(leaf._grad_buffer, grad._data))
+        return
+    key = _storage_key(grad)
+    if key in handed_out or grad.grad_fn is not None:
+        grad = Tensor._wrap(get_backend().contiguous(grad._data))
+        key = _storage_key(grad)
+    handed_out.add(key)
+    leaf.grad = grad if grad.grad_fn is None else grad.detach()

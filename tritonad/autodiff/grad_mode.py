@@ -1,0 +1,53 @@
+"""Whether operations record history: `no_grad`, `enable_grad`, `set_grad_enabled`."""
+from __future__ import annotations
+
+import functools
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+def _set_enabled(mode: bool) -> None:
+    _state.enabled = mode
+
+
+class set_grad_enabled:
+    """Turn recording on or off for a block (`with`) or a function (decorator)."""
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+        self._previous = []
+
+    def __enter__(self):
+        self._previous.append(is_grad_enabled())
+        _set_enabled(self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        _set_enabled(self._previous.pop())
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__(self.mode) if type(self) is set_grad_enabled else self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(set_grad_enabled):
+    """Ops inside record no history: `with td.no_grad(): ...` or `@td.no_grad()`."""
+
+    def __init__(self):
+        super().__init__(False)
+
+
+class enable_grad(set_grad_enabled):
+    """Re-enable recording inside a no_grad block."""
+
+    def __init__(self):
+        super().__init__(True)

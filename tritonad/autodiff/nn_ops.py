@@ -1,0 +1,479 @@
+"""Differentiable network ops: matmul and linear, softmax, losses, convolution, pooling, dropout.
+
+matmul, linear and softmax have backwards written in tritonad ops (differentiable again). The
+fused ops whose backward is a dedicated kernel (cross-entropy, convolution, pooling) are
+once-differentiable.
+"""
+from __future__ import annotations
+
+from .. import dtypes, generator
+from ..backend import get_backend
+from ..tensor import Tensor, arange
+from .function import Function
+from .grad_mode import is_grad_enabled
+from .shape_ops import expand, reshape, unsqueeze
+
+__all__ = ["matmul", "linear", "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss",
+           "conv2d", "max_pool2d", "avg_pool2d", "dropout", "unfold", "fold", "pair"]
+
+
+def _b():
+    return get_backend()
+
+
+def pair(v, name="argument"):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(i) for i in v)
+    if len(v) != 2:
+        raise ValueError(f"{name} must be an int or a pair of ints, got {v}")
+    return v
+
+
+def _same_float(op, *tensors):
+    """All floating point and of one dtype, or a clear error."""
+    names = [f"{tuple(t.shape)} {t.dtype.name}" for t in tensors if t is not None]
+    for t in tensors:
+        if t is not None and not t.dtype.is_floating_point:
+            raise TypeError(f"{op}: expected floating point tensors, got {', '.join(names)}")
+    if len({t.dtype for t in tensors if t is not None}) > 1:
+        raise TypeError(f"{op}: dtypes differ ({', '.join(names)}); cast with .to(dtype)")
+
+
+# ---------------------------------------------------------------------------------- matmul
+
+
+class Matmul(Function):
+    """y = a @ b over [*batch, M, K] @ [*batch, K, N]: da = dy @ b^T, db = a^T @ dy (strided
+    views, no copies); broadcast batch dims are summed back by the engine."""
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return _b().matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved
+        da = matmul(dy, b.transpose(-1, -2)) if ctx.needs_input_grad[0] else None
+        db = matmul(a.transpose(-1, -2), dy) if ctx.needs_input_grad[1] else None
+        return da, db
+
+
+def matmul(a, b):
+    """Matrix product with torch's rules for 1-d operands and batch broadcasting."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError("matmul: both operands must be tensors")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dimension, got shapes {a.shape} "
+                         f"and {b.shape}")
+    _same_float("matmul", a, b)
+    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else -1]:
+        raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    if a.ndim == 1:
+        return matmul(unsqueeze(a, 0), b).squeeze(-2)
+    if b.ndim == 1:
+        return matmul(a, unsqueeze(b, -1)).squeeze(-1)
+    from .ops import broadcast_shapes
+
+    batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    a = expand(a, batch + a.shape[-2:])
+    b = expand(b, batch + b.shape[-2:])
+    return Matmul.apply(a, b)
+
+
+class Linear(Function):
+    """y = act(x @ w^T + b) in one kernel; x: [M, K], w: [N, K], b: [N].
+
+    Backward (act = relu uses the saved output: y > 0 exactly where x @ w^T + b > 0):
+    dz = dy * act'(y); dx = dz @ w; dw = dz^T @ x; db = sum_rows(dz).
+    """
+    @staticmethod
+    def forward(ctx, x, w, b, activation):
+        y = _b().matmul(x, w.t(), bias=b, activation=activation)
+        ctx.activation = activation
+        ctx.save_for_backward(x, w, y if activation else None)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        from .ops import ReluBackward
+
+        x, w, y = ctx.saved
+        dz = ReluBackward.apply(dy, y) if ctx.activation == "relu" else dy
+        dx = matmul(dz, w) if ctx.needs_input_grad[0] else None
+        dw = matmul(dz.transpose(0, 1), x) if ctx.needs_input_grad[1] else None
+        db = dz.sum(0) if ctx.needs_input_grad[2] else None
+        return dx, dw, db, None
+
+
+def linear(x, weight, bias=None, activation=None):
+    """x @ weight.T + bias (then relu if activation="relu"). x: [*, in], weight: [out, in]."""
+    if weight.ndim != 2:
+        raise ValueError(f"linear: weight must be 2-d [out, in], got shape {weight.shape}")
+    if x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {x.shape} does not match weight of shape "
+                         f"{weight.shape} (expected last dim {weight.shape[1]})")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"linear: bias of shape {bias.shape} does not match weight of shape "
+                         f"{weight.shape}")
+    if activation not in (None, "relu"):
+        raise ValueError(f"linear: unknown activation {activation!r}")
+    _same_float("linear", x, weight, bias)
+    lead = x.shape[:-1]
+    y = Linear.apply(reshape(x, (-1, x.shape[-1])), weight, bias, activation)
+    return reshape(y, lead + (weight.shape[0],))
+
+
+# ---------------------------------------------------------------------------------- softmax
+
+
+def _dim(op, x, dim):
+    n = max(x.ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dimension {dim} is out of range for shape {x.shape}")
+    return dim % n
+
+
+class Softmax(Function):
+    """y = exp(x - max) / sum(exp(x - max)): dx = y * (dy - sum(dy * y))."""
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = _b().softmax(x, dim)
+        ctx.dim = dim
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved
+        if is_grad_enabled():  # create_graph: compose, so the gradient is differentiable
+            return y * (dy - (dy * y).sum(ctx.dim, keepdim=True)), None
+        return Tensor._wrap(_b().softmax_backward(dy._data, y._data, ctx.dim)), None
+
+
+class LogSoftmax(Function):
+    """y = x - logsumexp(x): dx = dy - exp(y) * sum(dy)."""
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = _b().log_softmax(x, dim)
+        ctx.dim = dim
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved
+        if is_grad_enabled():
+            return dy - y.exp() * dy.sum(ctx.dim, keepdim=True), None
+        return Tensor._wrap(_b().log_softmax_backward(dy._data, y._data, ctx.dim)), None
+
+
+def softmax(x, dim):
+    """exp(x) / sum(exp(x)) along dim, computed stably."""
+    _same_float("softmax", x)
+    if x.ndim == 0:
+        return reshape(Softmax.apply(reshape(x, (1,)), 0), ())
+    return Softmax.apply(x, _dim("softmax", x, dim))
+
+
+def log_softmax(x, dim):
+    """x - logsumexp(x) along dim."""
+    _same_float("log_softmax", x)
+    if x.ndim == 0:
+        return reshape(LogSoftmax.apply(reshape(x, (1,)), 0), ())
+    return LogSoftmax.apply(x, _dim("log_softmax", x, dim))
+
+
+# ---------------------------------------------------------------------------------- losses
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+class CrossEntropy(Function):
+    """Fused softmax cross-entropy. The forward kernel writes d(loss)/d(logits) in the same pass,
+    so the backward only scales it by the incoming gradient (and skips that when it is 1)."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, logits, target, reduction, ignore_index, label_smoothing):
+        loss, grad = _b().cross_entropy(logits, target, reduction, ignore_index, label_smoothing,
+                                        compute_grad=bool(ctx.needs_input_grad
+                                                          and ctx.needs_input_grad[0]))
+        ctx.reduction = reduction
+        ctx.save_for_backward(grad)
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        (grad,) = ctx.saved
+        if ctx.reduction == "none":
+            return grad * dloss.reshape((-1, 1)), None, None, None, None
+        if dloss._const == 1:
+            return grad, None, None, None, None
+        return grad * dloss, None, None, None, None
+
+
+def _check_target(op, logits, target):
+    if not isinstance(target, Tensor) or target.dtype not in (dtypes.int64, dtypes.int32):
+        got = target.dtype if isinstance(target, Tensor) else type(target).__name__
+        raise TypeError(f"{op}: target must be an int64 (or int32) tensor of class indices, "
+                        f"got {got}")
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"{op}: expected logits [N, C] and target [N], got logits {logits.shape} "
+                         f"and target {target.shape}")
+
+
+def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    """Softmax cross-entropy of logits [N, C] (or [C]) against class indices [N] (or [])."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    _same_float("cross_entropy", logits)
+    if logits.ndim == 1 and isinstance(target, Tensor) and target.ndim == 0:
+        out = cross_entropy(unsqueeze(logits, 0), unsqueeze(target, 0), reduction, ignore_index,
+                            label_smoothing)
+        return reshape(out, ()) if reduction == "none" else out
+    _check_target("cross_entropy", logits, target)
+    return CrossEntropy.apply(logits, target, reduction, ignore_index, float(label_smoothing))
+
+
+def nll_loss(log_probs, target, reduction="mean", ignore_index=-100):
+    """-log_probs[i, target[i]], reduced; rows with ignore_index count as absent."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"nll_loss: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    _check_target("nll_loss", log_probs, target)
+    from .ops import where
+    from .shape_ops import gather_rows
+
+    n, c = log_probs.shape
+    kept = target != ignore_index
+    bad = (kept * ((target < 0) + (target >= c))).sum().item()
+    if bad:
+        raise ValueError(f"nll_loss: target values must be in [0, {c}) or ignore_index")
+    flat_index = arange(n, device=log_probs.device) * c + where(kept, target, 0)
+    picked = gather_rows(reshape(log_probs, (-1,)), flat_index)
+    losses = -where(kept, picked, 0.0)
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    return losses.sum() / kept.sum().to(losses.dtype)
+
+
+def mse_loss(input, target, reduction="mean"):
+    """(input - target)^2, reduced."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"mse_loss: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss: input {input.shape} and target {target.shape} differ in shape")
+    sq = (input - target) ** 2
+    return sq if reduction == "none" else (sq.sum() if reduction == "sum" else sq.mean())
+
+
+# ---------------------------------------------------------------------------------- convolution
+
+
+class Conv2d(Function):
+    """Cross-correlation (NCHW); backward by dedicated kernels (input, weight and bias grads)."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, x, w, b, stride, padding, dilation, groups):
+        ctx.args = stride, padding, dilation, groups
+        ctx.save_for_backward(x, w)
+        return _b().conv2d(x, w, b, stride, padding, dilation, groups)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved
+        needs = ctx.needs_input_grad
+        dx, dw, db = _b().conv2d_backward(dy._data, x._data, w._data, *ctx.args,
+                                          input_grad=needs[0], weight_grad=needs[1],
+                                          bias_grad=needs[2])
+        wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
+        return wrap(dx), wrap(dw), wrap(db), None, None, None, None
+
+
+def _conv_geometry(op, x, kernel, stride, padding, dilation):
+    if x.ndim != 4:
+        raise ValueError(f"{op}: expected input [N, C, H, W], got shape {x.shape}")
+    for name, v, low in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1)):
+        if min(v) < low:
+            raise ValueError(f"{op}: {name} must be >= {low}, got {v}")
+    out = []
+    for size, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation):
+        span = size + 2 * p - d * (k - 1) - 1
+        if span < 0:
+            raise ValueError(f"{op}: kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger "
+                             f"than the padded input {tuple(x.shape[2:])} + 2 * {tuple(padding)}")
+        out.append(span // s + 1)
+    return tuple(out)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d convolution: x [N, C_in, H, W], weight [C_out, C_in / groups, kh, kw], bias [C_out]."""
+    stride, padding, dilation = pair(stride, "stride"), pair(padding, "padding"), \
+        pair(dilation, "dilation")
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: weight must be [C_out, C_in, kh, kw], got shape {weight.shape}")
+    if groups < 1 or weight.shape[0] % groups or x.ndim != 4 or \
+            x.shape[1] != weight.shape[1] * groups:
+        raise ValueError(f"conv2d: input of shape {x.shape} does not match weight of shape "
+                         f"{weight.shape} with groups={groups} (input channels must equal "
+                         f"weight.shape[1] * groups)")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"conv2d: bias of shape {bias.shape} does not match {weight.shape[0]} "
+                         "output channels")
+    _same_float("conv2d", x, weight, bias)
+    _conv_geometry("conv2d", x, weight.shape[2:], stride, padding, dilation)
+    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+
+
+class Unfold(Function):
+    """im2col: [N, C, H, W] -> [N, C*kh*kw, L]; its adjoint is fold (col2im)."""
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding, dilation):
+        ctx.args = kernel, stride, padding, dilation
+        ctx.size = tuple(x.shape[2:])
+        return _b().im2col(x, kernel, stride, padding, dilation)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return Fold.apply(dy, ctx.size, *ctx.args), None, None, None, None
+
+
+class Fold(Function):
+    """col2im: overlapping windows summed; its adjoint is unfold."""
+    @staticmethod
+    def forward(ctx, cols, size, kernel, stride, padding, dilation):
+        ctx.args = kernel, stride, padding, dilation
+        return _b().col2im(cols, size, kernel, stride, padding, dilation)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return Unfold.apply(dy, *ctx.args), None, None, None, None, None
+
+
+def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
+    """Sliding local blocks as columns (torch.nn.functional.unfold)."""
+    args = pair(kernel_size), pair(stride), pair(padding), pair(dilation)
+    _conv_geometry("unfold", x, args[0], args[1], args[2], args[3])
+    return Unfold.apply(x, *args)
+
+
+def fold(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """Sum sliding local blocks back into an image (torch.nn.functional.fold)."""
+    size = pair(output_size)
+    kernel, stride, padding, dilation = pair(kernel_size), pair(stride), pair(padding), \
+        pair(dilation)
+    hw = [(s + 2 * p - d * (k - 1) - 1) // st + 1
+          for s, k, st, p, d in zip(size, kernel, stride, padding, dilation)]
+    if cols.ndim != 3 or cols.shape[1] % (kernel[0] * kernel[1]) or cols.shape[2] != hw[0] * hw[1]:
+        raise ValueError(f"fold: columns of shape {cols.shape} do not match output_size {size} "
+                         f"with kernel {kernel}, stride {stride}, padding {padding}")
+    return Fold.apply(cols, size, kernel, stride, padding, dilation)
+
+
+# ---------------------------------------------------------------------------------- pooling
+
+
+def _pool_args(op, x, kernel_size, stride, padding, dilation):
+    kernel = pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None or stride == () else pair(stride, "stride")
+    padding, dilation = pair(padding, "padding"), pair(dilation, "dilation")
+    if min(kernel) < 1:
+        raise ValueError(f"{op}: kernel_size must be positive, got {kernel}")
+    for k, p, d in zip(kernel, padding, dilation):
+        if p > (d * (k - 1) + 1) // 2:
+            raise ValueError(f"{op}: padding {padding} must be at most half the kernel size "
+                             f"{kernel}")
+    _conv_geometry(op, x, kernel, stride, padding, dilation)
+    return kernel, stride, padding, dilation
+
+
+class MaxPool2d(Function):
+    """Window maxima; the argmax of each window is kept so the backward scatters dy there."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding, dilation, ceil_mode):
+        y, indices = _b().max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+        ctx.shape = tuple(x.shape)
+        ctx.save_for_backward(indices)
+        ctx.mark_non_differentiable(indices)
+        return y, indices
+
+    @staticmethod
+    def backward(ctx, dy, _):
+        (indices,) = ctx.saved
+        dx = _b().max_pool2d_backward(dy._data, indices._data, ctx.shape)
+        return Tensor._wrap(dx), None, None, None, None, None
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Max over windows; gradient to the first maximum of each window (as torch)."""
+    args = _pool_args("max_pool2d", x, kernel_size, stride, padding, dilation)
+    _same_float("max_pool2d", x)
+    y, indices = MaxPool2d.apply(x, *args, ceil_mode)
+    return (y, indices) if return_indices else y
+
+
+class AvgPool2d(Function):
+    """Window means with torch's padding rules; the backward spreads dy / divisor over windows."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+        ctx.shape = tuple(x.shape)
+        ctx.args = kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+        return _b().avg_pool2d(x, *ctx.args)
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx = _b().avg_pool2d_backward(dy._data, ctx.shape, *ctx.args)
+        return Tensor._wrap(dx), None, None, None, None, None, None
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    kernel, stride, padding, _ = _pool_args("avg_pool2d", x, kernel_size, stride, padding, 1)
+    _same_float("avg_pool2d", x)
+    if divisor_override is not None and divisor_override <= 0:
+        raise ValueError(f"avg_pool2d: divisor_override must be positive, got {divisor_override}")
+    return AvgPool2d.apply(x, kernel, stride, padding, ceil_mode, count_include_pad,
+                           divisor_override)
+
+
+# ---------------------------------------------------------------------------------- dropout
+
+
+class Dropout(Function):
+    """y = x * mask / (1 - p) with a counter-based random mask: dx = dy * mask / (1 - p)."""
+    @staticmethod
+    def forward(ctx, x, p):
+        seed, offset = generator.take(x.numel())
+        y, mask = _b().dropout(x, p, seed, offset)
+        ctx.p = p
+        ctx.save_for_backward(mask)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (mask,) = ctx.saved
+        from .ops import where
+
+        return where(mask, dy * (1.0 / (1.0 - ctx.p)), 0.0), None
+
+
+def dropout(x, p=0.5, training=True):
+    """Zero each element with probability p during training and scale the rest by 1 / (1 - p)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    _same_float("dropout", x)
+    return Dropout.apply(x, float(p))

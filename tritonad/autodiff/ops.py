@@ -1,0 +1,653 @@
+"""Differentiable elementwise ops and reductions: each a Function with forward and backward.
+
+Primitive backwards are written in tritonad ops, so they can be differentiated again; gradients
+are returned at the broadcast shape and the engine sums them back to each input's shape.
+The view/indexing ops live in shape_ops.py and the network ops (matmul, softmax, losses,
+convolution, pooling, dropout) in nn_ops.py; all are re-exported here.
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+from .. import dtypes
+from ..backend import get_backend
+from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F401  (re-exported)
+from .function import Function
+from .grad_mode import is_grad_enabled
+
+
+def backend():
+    return get_backend()
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def broadcast_shapes(op, *shapes):
+    """numpy broadcasting of shapes, with an error naming the op and the shapes."""
+    ndim = builtins.max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot "
+                             "be broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _operand(x, like):
+    """Tensors and Python numbers pass; sequences and arrays become tensors on like's device."""
+    if isinstance(x, (Tensor, numbers.Number)):
+        return x
+    return tensor(x, device=like.device)
+
+
+def _binary(fn, a, b):
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise TypeError(f"{fn.__name__.lower()}: expected at least one tensor")
+    a = _operand(a, b if isinstance(b, Tensor) else a)
+    b = _operand(b, a if isinstance(a, Tensor) else b)
+    broadcast_shapes(fn.__name__.lower(), *(t.shape for t in (a, b) if isinstance(t, Tensor)))
+    return fn.apply(a, b)
+
+
+def normalize_dims(op, dims, ndim):
+    """None, an int or a sequence of ints -> a sorted tuple of non-negative axes (or None)."""
+    if dims is None:
+        return None
+    if isinstance(dims, int):
+        dims = (dims,)
+    out = []
+    for d in dims:
+        n = builtins.max(ndim, 1)
+        if not -n <= d < n:
+            raise IndexError(f"{op}: dimension {d} is out of range for a tensor of {ndim} dims")
+        out.append(d % n)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: dimension repeated in {tuple(dims)}")
+    return tuple(sorted(out)) if ndim else None
+
+
+def _kept_shape(shape, dims):
+    """The shape of a keepdim=True reduction over dims (None: all)."""
+    return tuple(1 if dims is None or i in dims else n for i, n in enumerate(shape))
+
+
+def _expand_back(dy, shape, dims):
+    """A reduction's output gradient viewed at keepdim shape and broadcast to the input shape."""
+    return dy.reshape(_kept_shape(shape, dims)).expand(shape)
+
+
+def _require_float(op, x):
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{op}: expected a floating point tensor, got {x.dtype} of shape {x.shape}")
+
+
+# ---------------------------------------------------------------------------------- binary ops
+
+
+class Add(Function):
+    """y = a + b."""
+    @staticmethod
+    def forward(ctx, a, b):
+        return backend().add(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, dy
+
+
+class Sub(Function):
+    """y = a - b."""
+    @staticmethod
+    def forward(ctx, a, b):
+        return backend().sub(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, (-dy if ctx.needs_input_grad[1] else None)
+
+
+class Mul(Function):
+    """y = a * b: da = dy * b, db = dy * a."""
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return backend().mul(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved
+        return (dy * b if ctx.needs_input_grad[0] else None,
+                dy * a if ctx.needs_input_grad[1] else None)
+
+
+class Div(Function):
+    """y = a / b: da = dy / b, db = -dy * y / b."""
+    @staticmethod
+    def forward(ctx, a, b):
+        y = backend().div(a, b)
+        ctx.save_for_backward(b, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        b, y = ctx.saved
+        return (dy / b if ctx.needs_input_grad[0] else None,
+                -(dy * y) / b if ctx.needs_input_grad[1] else None)
+
+
+class Pow(Function):
+    """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a)."""
+    @staticmethod
+    def forward(ctx, a, b):
+        y = backend().pow(a, b)
+        ctx.save_for_backward(a, b, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b, y = ctx.saved
+        da = dy * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
+        # NOTE: d/db at a = 0 is taken as 0 (0 * log 0 would be NaN), as torch does
+        db = where(a == 0, 0.0, dy * y * log(a)) if ctx.needs_input_grad[1] else None
+        return da, db
+
+
+class PowScalar(Function):
+    """y = x ** p for a number p: dx = dy * p * x ** (p - 1)."""
+    @staticmethod
+    def forward(ctx, x, p):
+        ctx.save_for_backward(x)
+        ctx.p = p
+        return backend().pow_scalar(x, p)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved
+        if ctx.p == 0:
+            return dy * 0.0, None
+        return dy * ctx.p * (x ** (ctx.p - 1) if ctx.p != 2 else x), None
+
+
+class _MinMax(Function):
+    """Elementwise maximum/minimum; NOTE: at ties each side gets half the gradient (as torch)."""
+    pick = "maximum"
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return getattr(backend(), cls.pick)(a, b)
+
+    @classmethod
+    def backward(cls, ctx, dy):
+        a, b = ctx.saved
+        wins = (a > b) if cls.pick == "maximum" else (a < b)
+        share = where(wins, 1.0, where(a == b, 0.5, 0.0))
+        da = dy * share if ctx.needs_input_grad[0] else None
+        db = dy * (1.0 - share) if ctx.needs_input_grad[1] else None
+        return da, db
+
+
+class Maximum(_MinMax):
+    pick = "maximum"
+
+
+class Minimum(_MinMax):
+    pick = "minimum"
+
+
+class Where(Function):
+    """y = cond ? a : b; the gradient goes to the side that was picked."""
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.save_for_backward(cond)
+        return backend().where(cond, a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (cond,) = ctx.saved
+        return (None,
+                where(cond, dy, 0.0) if ctx.needs_input_grad[1] else None,
+                where(cond, 0.0, dy) if ctx.needs_input_grad[2] else None)
+
+
+class _Compare(Function):
+    """Comparisons give bool tensors and no gradient."""
+    op = "eq"
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        return getattr(backend(), cls.op)(a, b)
+
+
+def _comparison(name):
+    return type(name.capitalize(), (_Compare,), {"op": name})
+
+
+Eq, Ne, Lt, Le, Gt, Ge = (_comparison(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def add(a, b): return _binary(Add, a, b)
+def sub(a, b): return _binary(Sub, a, b)
+def mul(a, b): return _binary(Mul, a, b)
+def div(a, b): return _binary(Div, a, b)
+def maximum(a, b): return _binary(Maximum, a, b)
+def minimum(a, b): return _binary(Minimum, a, b)
+def eq(a, b): return _binary(Eq, a, b)
+def ne(a, b): return _binary(Ne, a, b)
+def lt(a, b): return _binary(Lt, a, b)
+def le(a, b): return _binary(Le, a, b)
+def gt(a, b): return _binary(Gt, a, b)
+def ge(a, b): return _binary(Ge, a, b)
+
+
+def pow(a, b):
+    """a ** b; a number exponent uses the one-operand kernel."""
+    if isinstance(a, Tensor) and isinstance(b, numbers.Number) and not isinstance(b, bool):
+        return PowScalar.apply(a, b)
+    return _binary(Pow, a, b)
+
+
+def where(cond, a, b):
+    """cond ? a : b elementwise (`td.where(x > 0, x, 0.0)`); a and b may be numbers."""
+    if not isinstance(cond, Tensor) or cond.dtype is not dtypes.bool_:
+        raise TypeError("where: the condition must be a bool tensor")
+    a, b = _operand(a, cond), _operand(b, cond)
+    broadcast_shapes("where", *(t.shape for t in (cond, a, b) if isinstance(t, Tensor)))
+    return Where.apply(cond, a, b)
+
+
+# ---------------------------------------------------------------------------------- unary ops
+
+
+class Neg(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return backend().neg(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return -dy
+
+
+class Exp(Function):
+    """y = exp(x). Saves y: dy/dx = y."""
+    @staticmethod
+    def forward(ctx, x):
+        y = backend().exp(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved
+        return dy * y
+
+
+class Log(Function):
+    """y = log(x): dx = dy / x."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return backend().log(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved
+        return dy / x
+
+
+class Sqrt(Function):
+    """y = sqrt(x): dx = dy / (2 y)."""
+    @staticmethod
+    def forward(ctx, x):
+        y = backend().sqrt(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved
+        return dy / (y * 2.0)
+
+
+class Abs(Function):
+    """y = |x|: dx = dy * sign(x).  NOTE: the subgradient at 0 is 0, as torch."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return backend().abs(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved
+        return dy * sign(x)
+
+
+class Sign(Function):
+    """Piecewise constant: zero gradient."""
+    @staticmethod
+    def forward(ctx, x):
+        return backend().sign(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy * 0.0
+
+
+class Relu(Function):
+    """y = max(x, 0): dx = dy * (x > 0), one fused pass.  NOTE: relu'(0) = 0."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return backend().relu(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved
+        return ReluBackward.apply(dy, x)
+
+
+class ReluBackward(Function):
+    """dx = dy * (x > 0) as its own op, so that relu's gradient is differentiable: d/d(dy) is
+    the same mask and d/dx is zero almost everywhere."""
+    @staticmethod
+    def forward(ctx, dy, x):
+        ctx.save_for_backward(x)
+        return backend().relu_backward(dy, x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved
+        return ReluBackward.apply(g, x), None
+
+
+class Sigmoid(Function):
+    """y = 1 / (1 + exp(-x)): dx = dy * y * (1 - y)."""
+    @staticmethod
+    def forward(ctx, x):
+        y = backend().sigmoid(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved
+        return SigmoidBackward.apply(dy, y)
+
+
+class SigmoidBackward(Function):
+    """dx = dy * y * (1 - y): d/d(dy) = y (1 - y), d/dy = dy (1 - 2 y)."""
+    @staticmethod
+    def forward(ctx, dy, y):
+        ctx.save_for_backward(dy, y)
+        return backend().sigmoid_backward(dy, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        dy, y = ctx.saved
+        return (SigmoidBackward.apply(g, y) if ctx.needs_input_grad[0] else None,
+                g * dy * (1.0 - 2.0 * y) if ctx.needs_input_grad[1] else None)
+
+
+class Tanh(Function):
+    """y = tanh(x): dx = dy * (1 - y^2)."""
+    @staticmethod
+    def forward(ctx, x):
+        y = backend().tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved
+        return TanhBackward.apply(dy, y)
+
+
+class TanhBackward(Function):
+    """dx = dy * (1 - y^2): d/d(dy) = 1 - y^2, d/dy = -2 dy y."""
+    @staticmethod
+    def forward(ctx, dy, y):
+        ctx.save_for_backward(dy, y)
+        return backend().tanh_backward(dy, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        dy, y = ctx.saved
+        return (TanhBackward.apply(g, y) if ctx.needs_input_grad[0] else None,
+                g * dy * y * -2.0 if ctx.needs_input_grad[1] else None)
+
+
+class Clamp(Function):
+    """y = min(max(x, lo), hi): the gradient passes where lo <= x <= hi (as torch)."""
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        ctx.save_for_backward(x)
+        ctx.bounds = lo, hi
+        return backend().clamp(x, lo, hi)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved
+        lo, hi = ctx.bounds
+        inside = None
+        if lo is not None:
+            inside = x >= lo
+        if hi is not None:
+            below = x <= hi
+            inside = below if inside is None else where(inside, below, False)
+        return where(inside, dy, 0.0), None, None
+
+
+def neg(x): return Neg.apply(x)
+def exp(x): return Exp.apply(x)
+def log(x): return Log.apply(x)
+def sqrt(x): return Sqrt.apply(x)
+def abs(x): return Abs.apply(x)
+def sign(x): return Sign.apply(x)
+def relu(x): return Relu.apply(x)
+def sigmoid(x): return Sigmoid.apply(x)
+def tanh(x): return Tanh.apply(x)
+
+
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        out = x if min is None else maximum(x, min)
+        return out if max is None else minimum(out, max)
+    return Clamp.apply(x, min, max)
+
+
+# ---------------------------------------------------------------------------------- reductions
+
+
+class Sum(Function):
+    """y = sum over dims: dx = dy broadcast back."""
+    @staticmethod
+    def forward(ctx, x, dims, keepdim, dtype):
+        ctx.shape, ctx.dims = tuple(x.shape), dims
+        return backend().sum(x, dims, keepdim, dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _expand_back(dy, ctx.shape, ctx.dims), None, None, None
+
+
+class Mean(Function):
+    """y = mean over dims: dx = dy / n broadcast back."""
+    @staticmethod
+    def forward(ctx, x, dims, keepdim):
+        ctx.shape, ctx.dims = tuple(x.shape), dims
+        ctx.count = _reduced_count(x.shape, dims)
+        return backend().mean(x, dims, keepdim)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _expand_back(dy / builtins.max(ctx.count, 1), ctx.shape, ctx.dims), None, None
+
+
+def _reduced_count(shape, dims):
+    """How many elements each output of a reduction over dims sums."""
+    n = 1
+    for i, s in enumerate(shape):
+        if dims is None or i in dims:
+            n *= s
+    return n
+
+
+class Amax(Function):
+    """Largest value over dims. NOTE: ties split the gradient evenly (as torch's max())."""
+    pick = "max"
+
+    @classmethod
+    def forward(cls, ctx, x, dims, keepdim):
+        ctx.shape, ctx.dims = tuple(x.shape), dims
+        y = getattr(backend(), cls.pick)(x, dims, keepdim)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @classmethod
+    def backward(cls, ctx, dy):
+        x, y = ctx.saved
+        hit = x == y.detach().reshape(_kept_shape(ctx.shape, ctx.dims))
+        count = hit.sum(ctx.dims, keepdim=True)
+        return where(hit, _expand_back(dy, ctx.shape, ctx.dims) / count, 0.0), None, None
+
+
+class Amin(Amax):
+    pick = "min"
+
+
+class MaxDim(Function):
+    """(values, indices) along one dim; the gradient goes to the first extreme (as torch)."""
+    pick = "max"
+
+    @classmethod
+    def forward(cls, ctx, x, dim, keepdim):
+        values = getattr(backend(), cls.pick)(x, (dim,), keepdim)
+        indices = getattr(backend(), "arg" + cls.pick)(x, dim, keepdim)
+        ctx.shape, ctx.dim, ctx.keepdim = tuple(x.shape), dim, keepdim
+        ctx.save_for_backward(indices)
+        ctx.mark_non_differentiable(indices)
+        return values, indices
+
+    @classmethod
+    def backward(cls, ctx, dy, _):
+        (indices,) = ctx.saved
+        kept = _kept_shape(ctx.shape, (ctx.dim,))
+        positions = arange(ctx.shape[ctx.dim], device=dy.device).reshape(
+            [-1 if i == ctx.dim else 1 for i in range(len(ctx.shape))])
+        hit = positions == indices.reshape(kept)
+        return where(hit, dy.reshape(kept), 0.0), None, None
+
+
+class MinDim(MaxDim):
+    pick = "min"
+
+
+class Var(Function):
+    """y = sum((x - mean)^2) / (n - correction): dx = dy * 2 (x - mean) / (n - correction)."""
+    @staticmethod
+    def forward(ctx, x, dims, correction, keepdim):
+        ctx.save_for_backward(x)
+        ctx.dims, ctx.correction = dims, correction
+        return backend().var(x, dims, correction, keepdim)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved
+        n = _reduced_count(x.shape, ctx.dims)
+        centred = x - x.mean(ctx.dims, keepdim=True)
+        return _expand_back(dy, x.shape, ctx.dims) * centred * (2.0 / (n - ctx.correction)), \
+            None, None, None
+
+
+class SumTo(Function):
+    """Sum a broadcast tensor back to `shape` (the engine's un-broadcasting); dx = dy expanded."""
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.shape = tuple(x.shape)
+        return backend().sum_to(x, shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.expand(ctx.shape), None
+
+
+def sum_to(x, shape):
+    return x if x.shape == tuple(shape) else SumTo.apply(x, tuple(shape))
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):
+    dims = normalize_dims("sum", dim, x.ndim)
+    return Sum.apply(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
+
+
+def mean(x, dim=None, keepdim=False):
+    _require_float("mean", x)
+    return Mean.apply(x, normalize_dims("mean", dim, x.ndim), keepdim)
+
+
+def var(x, dim=None, correction=1, keepdim=False):
+    _require_float("var", x)
+    return Var.apply(x, normalize_dims("var", dim, x.ndim), correction, keepdim)
+
+
+def _extreme(name, full_fn, dim_fn, x, dim, keepdim):
+    if isinstance(dim, Tensor):
+        return (maximum if name == "max" else minimum)(x, dim)
+    if x.numel() == 0:
+        raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape}")
+    if dim is None:
+        return full_fn.apply(x, None, False)
+    (d,) = normalize_dims(name, dim, x.ndim) or (0,)
+    return MaxResult(*dim_fn.apply(x, d, keepdim))
+
+
+def max(x, dim=None, keepdim=False):
+    """max() over everything, or (values, indices) along dim, or elementwise with a tensor."""
+    return _extreme("max", Amax, MaxDim, x, dim, keepdim)
+
+
+def min(x, dim=None, keepdim=False):
+    return _extreme("min", Amin, MinDim, x, dim, keepdim)
+
+
+def amax(x, dim=None, keepdim=False):
+    return Amax.apply(x, normalize_dims("amax", dim, x.ndim), keepdim)
+
+
+def amin(x, dim=None, keepdim=False):
+    return Amin.apply(x, normalize_dims("amin", dim, x.ndim), keepdim)
+
+
+class _ArgExtreme(Function):
+    """Index of the first extreme along a dim: int64, no gradient."""
+    @staticmethod
+    def forward(ctx, x, name, dim, keepdim):
+        return getattr(backend(), name)(x, dim, keepdim)
+
+
+def _arg_extreme(name, x, dim, keepdim):
+    if x.numel() == 0:
+        raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {x.shape}")
+    if dim is not None:
+        dims = normalize_dims(name, dim, x.ndim)
+        dim = dims[0] if dims else 0
+    return _ArgExtreme.apply(x, name, dim, keepdim)
+
+
+def argmax(x, dim=None, keepdim=False):
+    return _arg_extreme("argmax", x, dim, keepdim)
+
+
+def argmin(x, dim=None, keepdim=False):
+    return _arg_extreme("argmin", x, dim, keepdim)
+
+
+from .shape_ops import *  # noqa: E402,F401,F403
+from .nn_ops import *  # noqa: E402,F401,F403

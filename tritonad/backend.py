@@ -1,0 +1,376 @@
+"""The primitive set every backend implements, and backend selection.
+
+Autodiff, nn and optim call only these primitives. A primitive takes *raw arrays* (torch tensors
+used as strided memory: any strides, stride 0 for broadcast dimensions, any storage offset) and
+Python numbers, and returns new contiguous raw arrays unless it says otherwise. A primitive never
+records autodiff history; the Function that calls it does.
+
+Conventions shared by all primitives:
+- `dims` is a sorted tuple of non-negative axes (already normalised by the caller), or None for all.
+- Binary elementwise ops broadcast by numpy's rules; either operand may be a Python number;
+  the result has `dtypes.result_type(a, b)` (comparisons give bool).
+- `out=`, where offered, is an existing array of the result's shape and dtype to write into
+  (it may be one of the inputs: elementwise ops read each element before writing it).
+- Half-precision inputs are computed in float32 and rounded once on output.
+
+Two backends plug in: `numpy` (tritonad/reference.py, the executable spec) and `triton`
+(tritonad/kernels/, the product). `set_backend`, `get_backend` and `use_backend` choose between
+them; the default is `triton` where a CUDA GPU is present and `numpy` otherwise (override with
+the environment variable TRITONAD_BACKEND).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import torch
+
+from . import dtypes
+from .dtypes import DType
+
+
+class Backend:
+    """The primitives. Subclasses implement every method that raises NotImplementedError."""
+
+    name = "abstract"
+
+    @property
+    def default_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def check_device(self, op: str, device: torch.device) -> None:
+        """Raise a clear error if this backend cannot run `op` on `device`."""
+
+    # ---------------------------------------------------------------- memory, fills, casts
+    def empty(self, shape, dtype: DType, device) -> torch.Tensor:
+        """Uninitialised contiguous memory (allocation is the one thing torch does for us)."""
+        return torch.empty(tuple(shape), dtype=dtype.torch, device=device)
+
+    def full(self, shape, value, dtype: DType, device) -> torch.Tensor:
+        """A new array of `shape` filled with `value`."""
+        out = self.empty(shape, dtype, device)
+        self.fill_(out, value)
+        return out
+
+    def fill_(self, x, value) -> torch.Tensor:
+        """Write `value` into every element of `x` (any strides), in place; returns x."""
+        raise NotImplementedError
+
+    def copy_(self, dst, src) -> torch.Tensor:
+        """dst[...] = src, in place: src (array or number) broadcast to dst's shape and cast to
+        its dtype; dst may have any strides (not overlapping itself). Returns dst."""
+        raise NotImplementedError
+
+    def contiguous(self, x) -> torch.Tensor:
+        """A contiguous copy of x."""
+        out = self.empty(x.shape, dtypes.get_dtype(x.dtype), x.device)
+        return self.copy_(out, x)
+
+    def cast(self, x, dtype: DType) -> torch.Tensor:
+        """x converted to dtype (floats to ints truncate towards zero; nonzero -> True)."""
+        out = self.empty(x.shape, dtype, x.device)
+        return self.copy_(out, x)
+
+    def arange(self, start, end, step, dtype: DType, device) -> torch.Tensor:
+        """[start, start + step, ...) up to but excluding end, as numpy.arange."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- elementwise, unary
+    def neg(self, x, out=None): raise NotImplementedError
+    def exp(self, x, out=None): raise NotImplementedError
+    def log(self, x, out=None): raise NotImplementedError
+    def sqrt(self, x, out=None): raise NotImplementedError
+    def abs(self, x, out=None): raise NotImplementedError
+    def sign(self, x, out=None):
+        """-1, 0 or 1 (0 at 0), in x's dtype."""
+        raise NotImplementedError
+    def relu(self, x, out=None): raise NotImplementedError
+    def sigmoid(self, x, out=None):
+        """1 / (1 + exp(-x)), stable for large |x| (no overflow, exact 0 and 1 in the limits)."""
+        raise NotImplementedError
+    def tanh(self, x, out=None): raise NotImplementedError
+
+    def pow_scalar(self, x, exponent, out=None):
+        """x ** exponent for a Python number exponent (float result for float x)."""
+        raise NotImplementedError
+
+    def clamp(self, x, min=None, max=None, out=None):
+        """Elementwise min(max(x, min), max); either bound may be None."""
+        raise NotImplementedError
+
+    # fused backward helpers: one pass each instead of two or three
+    def relu_backward(self, dy, x, out=None):
+        """dx = dy * (x > 0).  NOTE: relu'(0) = 0, as torch."""
+        raise NotImplementedError
+
+    def sigmoid_backward(self, dy, y, out=None):
+        """dx = dy * y * (1 - y), y = sigmoid(x)."""
+        raise NotImplementedError
+
+    def tanh_backward(self, dy, y, out=None):
+        """dx = dy * (1 - y * y), y = tanh(x)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- elementwise, binary
+    def add(self, a, b, out=None): raise NotImplementedError
+    def sub(self, a, b, out=None): raise NotImplementedError
+    def mul(self, a, b, out=None): raise NotImplementedError
+    def div(self, a, b, out=None):
+        """True division: integer operands give float32."""
+        raise NotImplementedError
+    def pow(self, a, b, out=None): raise NotImplementedError
+    def maximum(self, a, b, out=None): raise NotImplementedError
+    def minimum(self, a, b, out=None): raise NotImplementedError
+    def eq(self, a, b, out=None): raise NotImplementedError
+    def ne(self, a, b, out=None): raise NotImplementedError
+    def lt(self, a, b, out=None): raise NotImplementedError
+    def le(self, a, b, out=None): raise NotImplementedError
+    def gt(self, a, b, out=None): raise NotImplementedError
+    def ge(self, a, b, out=None): raise NotImplementedError
+
+    def where(self, cond, a, b, out=None):
+        """cond ? a : b with cond bool; a, b arrays or numbers; all three broadcast."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- reductions
+    def sum(self, x, dims=None, keepdim=False, dtype: DType | None = None):
+        """Sum over dims. Bool and integer inputs sum to int64 (as torch) unless dtype is given;
+        floats keep their dtype, accumulating in float32 at least."""
+        raise NotImplementedError
+
+    def mean(self, x, dims=None, keepdim=False):
+        """Mean over dims (floating point x)."""
+        raise NotImplementedError
+
+    def max(self, x, dims=None, keepdim=False):
+        """Largest value over dims (NaN propagates)."""
+        raise NotImplementedError
+
+    def min(self, x, dims=None, keepdim=False):
+        raise NotImplementedError
+
+    def argmax(self, x, dim=None, keepdim=False):
+        """int64 index of the first largest value along dim (over the flattened x if None)."""
+        raise NotImplementedError
+
+    def argmin(self, x, dim=None, keepdim=False):
+        raise NotImplementedError
+
+    def var(self, x, dims=None, correction=1, keepdim=False):
+        """Variance over dims: sum((x - mean)^2) / (n - correction)."""
+        raise NotImplementedError
+
+    def sum_to(self, x, shape):
+        """Sum a broadcast gradient back to `shape` (the engine's un-broadcasting).
+
+        shape must broadcast to x.shape: leading extra dims and dims where shape has 1 are summed.
+        """
+        shape = tuple(shape)
+        if tuple(x.shape) == shape:
+            return x
+        lead = x.dim() - len(shape)
+        dims = tuple(range(lead)) + tuple(
+            lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+        out = self.sum(x, dims, keepdim=True) if dims else x
+        return out.reshape(shape) if lead or tuple(out.shape) != shape else out
+
+    # ---------------------------------------------------------------- matmul
+    def matmul(self, a, b, bias=None, activation=None):
+        """a @ b (+ bias) (then activation), one fused kernel where the backend can.
+
+        a: [*batch, M, K], b: [*batch, K, N] with identical batch shapes (broadcast batch dims
+        come as stride-0), bias: [N] or None, activation: None or "relu". Same floating dtype for
+        all; float32 accumulation; float32 inputs follow `matmul_precision()`. Out: [*batch, M, N].
+        """
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- softmax and loss
+    def softmax(self, x, dim):
+        raise NotImplementedError
+
+    def log_softmax(self, x, dim):
+        raise NotImplementedError
+
+    def softmax_backward(self, dy, y, dim):
+        """dx = y * (dy - sum(dy * y, dim)), y = softmax(x)."""
+        raise NotImplementedError
+
+    def log_softmax_backward(self, dy, y, dim):
+        """dx = dy - exp(y) * sum(dy, dim), y = log_softmax(x)."""
+        raise NotImplementedError
+
+    def cross_entropy(self, logits, target, reduction="mean", ignore_index=-100,
+                      label_smoothing=0.0, compute_grad=True):
+        """Fused softmax cross-entropy over classes: returns (loss, dlogits or None).
+
+        logits: [N, C] float; target: [N] int64/int32 class indices in [0, C) or ignore_index.
+        Per row with eps = label_smoothing, lse = logsumexp(x):
+            loss = lse - (1 - eps) * x[t] - eps / C * sum(x),  dlogits = softmax(x) - q,
+            q = (1 - eps) * onehot(t) + eps / C;  ignored rows give 0 and 0.
+        reduction "none": loss [N]; "sum": 0-d; "mean": 0-d divided by the count of rows not
+        ignored (dlogits divided likewise, so it is d(loss)/d(logits)). dlogits has logits' dtype;
+        loss has logits' dtype. A target outside [0, C) other than ignore_index raises ValueError.
+        """
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- convolution and pooling
+    def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+        """Cross-correlation as torch. x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co].
+        Out: [N, Co, Ho, Wo], Ho = (H + 2 ph - dh (kh - 1) - 1) // sh + 1."""
+        raise NotImplementedError
+
+    def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                        groups=1, input_grad=True, weight_grad=True, bias_grad=True):
+        """(dx, dw, db) of conv2d for dy: [N, Co, Ho, Wo]; an entry is None when not asked for."""
+        raise NotImplementedError
+
+    def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
+        """Sliding windows as columns (torch.nn.functional.unfold).
+        x: [N, C, H, W] -> [N, C * kh * kw, Ho * Wo], rows ordered (c, i, j)."""
+        raise NotImplementedError
+
+    def col2im(self, cols, output_size, kernel_size, stride=(1, 1), padding=(0, 0),
+               dilation=(1, 1)):
+        """The adjoint of im2col (torch's fold): overlapping windows are summed.
+        cols: [N, C * kh * kw, L] -> [N, C, H, W] with (H, W) = output_size."""
+        raise NotImplementedError
+
+    def max_pool2d(self, x, kernel_size, stride, padding=(0, 0), dilation=(1, 1),
+                   ceil_mode=False):
+        """(y, indices): y: [N, C, Ho, Wo]; indices int64, the flat index h * W + w in each
+        input plane of the first maximum in each window (padding counts as -inf)."""
+        raise NotImplementedError
+
+    def max_pool2d_backward(self, dy, indices, input_shape):
+        """dx: [N, C, H, W], dy summed into the positions `indices` name (overlaps add up)."""
+        raise NotImplementedError
+
+    def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,
+                   count_include_pad=True, divisor_override=None):
+        """Window means with torch's padding and divisor rules."""
+        raise NotImplementedError
+
+    def avg_pool2d_backward(self, dy, input_shape, kernel_size, stride, padding=(0, 0),
+                            ceil_mode=False, count_include_pad=True, divisor_override=None):
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- indexing
+    def gather_rows(self, x, index):
+        """x[index] along dim 0. x: [R, *rest], index: int64/int32 [*I] -> [*I, *rest].
+        An index outside [-R, R) raises IndexError; negative indices count from the end."""
+        raise NotImplementedError
+
+    def scatter_add_rows(self, src, index, num_rows):
+        """The adjoint of gather_rows: out [num_rows, *rest] zeros, out[index[i]] += src[i];
+        duplicate indices accumulate."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- random numbers
+    # Counter-based: element i of a draw uses Philox4x32-10 with key `seed` and counter
+    # `offset + i`; both backends compute the same stream, so the same seed gives the same
+    # numbers on either (up to float rounding of the transforms).
+    def uniform(self, shape, low, high, seed, offset, dtype: DType, device):
+        """U[low, high)."""
+        raise NotImplementedError
+
+    def normal(self, shape, mean, std, seed, offset, dtype: DType, device):
+        """N(mean, std^2) by Box-Muller."""
+        raise NotImplementedError
+
+    def dropout(self, x, p, seed, offset):
+        """(y, mask): mask bool, True with probability 1 - p; y = x * mask / (1 - p)."""
+        raise NotImplementedError
+
+    def randperm(self, n, seed, offset, device):
+        """A uniformly drawn permutation of range(n) as int64 [n], computed on the device."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- fused optimizer updates
+    # Each updates flat 1-d float32 arrays in place, in one pass. lr (and step for Adam) may be
+    # Python numbers or 1-element float32 device arrays (so that a captured step reads the
+    # current value at replay).
+    def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
+                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
+        """g = grad (+ weight_decay * param); with momentum: buf = momentum * buf +
+        (1 - dampening) * g (buf = g on the first step); g = g + momentum * buf if nesterov
+        else buf; param -= lr * g (+= if maximize)."""
+        raise NotImplementedError
+
+    def adam_step_(self, param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999,
+                   eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
+        """Adam (decoupled_weight_decay=False: L2 added to g) or AdamW (param *= 1 - lr * wd):
+        m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+        param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)."""
+        raise NotImplementedError
+
+
+# -------------------------------------------------------------------- settings shared by backends
+_MATMUL_PRECISIONS = ("highest", "high")
+_settings = {"matmul_precision": "highest"}
+
+
+def set_matmul_precision(precision: str) -> None:
+    """"highest" (default): float32 matmul in exact IEEE float32, matching torch's default;
+    "high": TF32 tensor cores for float32 inputs (about 1e-3 relative error, much faster)."""
+    if precision not in _MATMUL_PRECISIONS:
+        raise ValueError(f"matmul precision must be one of {_MATMUL_PRECISIONS}, got {precision!r}")
+    _settings["matmul_precision"] = precision
+
+
+def matmul_precision() -> str:
+    return _settings["matmul_precision"]
+
+
+# -------------------------------------------------------------------- registry and selection
+_registry: dict[str, object] = {}
+_instances: dict[str, Backend] = {}
+_state = threading.local()
+
+
+def register_backend(name: str, factory) -> None:
+    """Make `factory()` (a Backend subclass or a callable returning one) selectable as `name`."""
+    _registry[name] = factory
+
+
+def _instance(name: str) -> Backend:
+    if name not in _registry:
+        raise ValueError(f"unknown backend {name!r}; available: {sorted(_registry)}")
+    if name not in _instances:
+        _instances[name] = _registry[name]()
+    return _instances[name]
+
+
+def default_backend_name() -> str:
+    chosen = os.environ.get("TRITONAD_BACKEND")
+    if chosen:
+        return chosen
+    return "triton" if torch.cuda.is_available() else "numpy"
+
+
+def set_backend(name: str) -> None:
+    """Select the backend every op runs on from now on: "triton" or "numpy"."""
+    _instance(name)  # validates the name and builds the backend once
+    _state.name = name
+
+
+def get_backend() -> Backend:
+    """The backend ops run on now."""
+    name = getattr(_state, "name", None)
+    if name is None:
+        name = _state.name = default_backend_name()
+    return _instance(name)
+
+
+backend = get_backend
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Run a block on another backend: `with td.use_backend("numpy"): ...`."""
+    previous = get_backend()
+    set_backend(name)
+    try:
+        yield _instance(name)
+    finally:
+        _state.name = previous.name

@@ -1,0 +1,45 @@
+"""The global random-number state: a seed and a counter (Philox is counter-based).
+
+Each draw of n numbers takes the counters [offset, offset + n) and advances the offset, so the
+same seed gives the same numbers on every backend, and saving (seed, offset) saves the stream.
+"""
+from __future__ import annotations
+
+import time
+
+_state = {"seed": 0, "offset": 0}
+
+
+def manual_seed(seed: int) -> None:
+    """Seed every random draw that follows (`td.manual_seed(0)`)."""
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"manual_seed: expected a non-negative int, got {seed!r}")
+    _state["seed"] = seed & 0xFFFFFFFFFFFFFFFF
+    _state["offset"] = 0
+
+
+def seed() -> int:
+    """Seed from the clock and return the seed used."""
+    s = time.time_ns() & 0xFFFFFFFFFFFFFFFF
+    manual_seed(s)
+    return s
+
+
+def initial_seed() -> int:
+    return _state["seed"]
+
+
+def take(n: int) -> tuple[int, int]:
+    """(seed, offset) for a draw of n numbers; advances the counter past them."""
+    seed_, offset = _state["seed"], _state["offset"]
+    _state["offset"] = offset + max(int(n), 1)
+    return seed_, offset
+
+
+def get_rng_state() -> dict:
+    return dict(_state)
+
+
+def set_rng_state(state: dict) -> None:
+    _state["seed"] = int(state["seed"])
+    _state["offset"] = int(state["offset"])

@@ -1,0 +1,53 @@
+"""The triton backend: our @triton.jit kernels, compiled on a GPU, interpreted on a CPU.
+
+Each family module (elementwise.py, reduce.py, ...) holds its kernels and then their launchers,
+and lists in PRIMITIVES the backend primitives (backend.py) its launchers implement, under the
+same names and signatures. TritonBackend binds them all.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from . import launch  # sets TRITON_INTERPRET before triton is imported, where there is no GPU
+from ..backend import Backend, register_backend
+
+FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
+            "optim")
+
+
+class TritonBackend(Backend):
+    """Every primitive as our own Triton kernels."""
+
+    name = "triton"
+
+    @property
+    def default_device(self):
+        return torch.device("cpu") if launch.INTERPRET else torch.device("cuda",
+                                                                         torch.cuda.current_device())
+
+    def check_device(self, op, device):
+        device = torch.device(device)
+        if launch.INTERPRET and device.type != "cpu":
+            raise RuntimeError(f"{op}: Triton runs under its interpreter here (no GPU at import "
+                               f"time), which needs CPU tensors, but got one on {device}")
+        if not launch.INTERPRET and device.type != "cuda":
+            raise RuntimeError(f"{op}: the triton backend runs on the GPU but got a tensor on "
+                               f"{device}; move it with .cuda() or use the numpy backend")
+
+
+def _bind_families():
+    for family in FAMILIES:
+        try:
+            module = importlib.import_module(f".{family}", __name__)
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{family}":
+                raise
+            continue
+        for name in module.PRIMITIVES:
+            setattr(TritonBackend, name, staticmethod(getattr(module, name)))
+
+
+_bind_families()
+register_backend("triton", TritonBackend)

@@ -1,0 +1,687 @@
+"""The numpy reference backend: the executable specification of every primitive in backend.py.
+
+It is the CPU path (`td.set_backend("numpy")`) and the oracle every Triton kernel is tested
+against. Clarity wins over speed here, but whole MNIST epochs still have to run in seconds, so
+the heavy primitives (matmul, convolution through im2col) are vectorised.
+
+Raw arrays are torch CPU tensors; we compute on numpy views of them. numpy has no bfloat16, so
+bfloat16 arrays are widened to float32 on the way in and rounded (to nearest even) on the way out.
+Half-precision inputs are computed in float32 and rounded once on output, as the kernels do.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import dtypes
+from .backend import Backend, register_backend
+from .dtypes import DType
+
+# ------------------------------------------------------------------------ numpy <-> raw arrays
+
+
+def to_numpy(x) -> np.ndarray:
+    """A numpy view of raw array x (a float32 copy for bfloat16); numbers pass through."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.dtype == torch.bfloat16:
+        bits = x.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32)
+        return (bits << 16).view(np.float32)
+    return x.numpy()
+
+
+def _bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (int16), rounding to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
+    rounded = np.where(np.isnan(a), np.uint32(0x7FC0), rounded)
+    return rounded.astype(np.uint16).view(np.int16)
+
+
+def _as_dtype(a, dtype: DType) -> np.ndarray:
+    """numpy values converted as a cast to dtype would (float -> int truncates, NaN -> 0)."""
+    a = np.asarray(a)
+    if dtype is dtypes.bfloat16:
+        return a.astype(np.float32)
+    if dtype.category == 1 and a.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            return np.nan_to_num(np.trunc(a)).astype(dtype.numpy)
+    if dtype is dtypes.bool_:
+        return a != 0
+    return a.astype(dtype.numpy)
+
+
+def from_numpy(a, dtype: DType) -> torch.Tensor:
+    """A new contiguous raw array holding `a` converted to dtype."""
+    a = np.asarray(a)
+    if dtype is dtypes.bfloat16:
+        return torch.from_numpy(_bf16_bits(a.astype(np.float32)).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(_as_dtype(a, dtype), order="C", copy=True))
+
+
+def write(dst: torch.Tensor, values) -> torch.Tensor:
+    """dst[...] = values (broadcast, converted to dst's dtype), in place, any strides."""
+    dtype = dtypes.get_dtype(dst.dtype)
+    values = np.broadcast_to(np.asarray(values), tuple(dst.shape))
+    if dtype is dtypes.bfloat16:
+        dst.view(torch.int16).numpy()[...] = _bf16_bits(values.astype(np.float32))
+    else:
+        dst.numpy()[...] = _as_dtype(values, dtype)
+    return dst
+
+
+def compute_dtype(dtype: DType):
+    """numpy type to compute a floating dtype in: float64 stays, everything else float32."""
+    return np.float64 if dtype is dtypes.float64 else np.float32
+
+
+# ------------------------------------------------------------------------ Philox4x32-10
+
+
+PHILOX_ROUND_A, PHILOX_ROUND_B = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+PHILOX_KEY_A, PHILOX_KEY_B = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox(counter_lo, counter_hi, c2, c3, seed):
+    """Philox4x32 with 10 rounds (Salmon et al. 2011) on uint32 counters; key = 64-bit seed.
+
+    Returns the four uint32 output words. Kernels implement exactly this function.
+    """
+    c0, c1 = np.asarray(counter_lo, np.uint32), np.asarray(counter_hi, np.uint32)
+    c2, c3 = np.broadcast_to(np.uint32(c2), c0.shape), np.broadcast_to(np.uint32(c3), c0.shape)
+    k0, k1 = np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF)
+    with np.errstate(over="ignore"):
+        for _ in range(10):
+            prod_b = PHILOX_ROUND_B * c2.astype(np.uint64)
+            prod_a = PHILOX_ROUND_A * c0.astype(np.uint64)
+            c0, c1, c2, c3 = (
+                (prod_b >> np.uint64(32)).astype(np.uint32) ^ c1 ^ k0,
+                (prod_b & _MASK32).astype(np.uint32),
+                (prod_a >> np.uint64(32)).astype(np.uint32) ^ c3 ^ k1,
+                (prod_a & _MASK32).astype(np.uint32),
+            )
+            k0, k1 = k0 + PHILOX_KEY_A, k1 + PHILOX_KEY_B
+    return c0, c1, c2, c3
+
+
+def random_words(n, seed, offset):
+    """The first two Philox words for counters offset .. offset + n - 1 (64-bit counters)."""
+    counter = np.arange(n, dtype=np.uint64) + np.uint64(offset)
+    w0, w1, _, _ = philox((counter & _MASK32).astype(np.uint32),
+                          (counter >> np.uint64(32)).astype(np.uint32), 0, 0, seed)
+    return w0, w1
+
+
+def uniform01(word):
+    """[0, 1) with 24 random bits: exact in float32, never rounds up to 1."""
+    return (word >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def normal01(w0, w1):
+    """Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1] so that the log is finite."""
+    u1 = ((w0 >> np.uint32(8)).astype(np.float32) + np.float32(1.0)) * np.float32(2.0 ** -24)
+    u2 = uniform01(w1)
+    return np.sqrt(np.float32(-2.0) * np.log(u1)) * np.cos(np.float32(2 * math.pi) * u2)
+
+
+def feistel_bits(n):
+    """Bits of the Feistel domain for randperm(n): even, at least 2, 2**bits >= n."""
+    bits = max(2, (max(n, 1) - 1).bit_length())
+    return bits + (bits & 1)
+
+
+def randperm_numpy(n, seed, offset):
+    """A keyed permutation of range(n): a 4-round Feistel network on 2**bits values, each round
+    function the low bits of Philox(counter=(right half, round, offset lo, offset hi)),
+    with cycle walking (re-apply until the value falls below n). Kernels implement exactly this."""
+    bits = feistel_bits(n)
+    half = bits // 2
+    mask = np.uint32((1 << half) - 1)
+    off_lo, off_hi = offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF
+    x = np.arange(n, dtype=np.uint32)
+    todo = np.ones(n, dtype=bool)
+    while todo.any():
+        v = x[todo]
+        left, right = v >> np.uint32(half), v & mask
+        for r in range(4):
+            f, _, _, _ = philox(right, np.full_like(right, r), off_lo, off_hi, seed)
+            left, right = right, left ^ (f & mask)
+        v = (left << np.uint32(half)) | right
+        x[todo] = v
+        todo[todo] = v >= n
+    return x.astype(np.int64)
+
+
+# ------------------------------------------------------------------------ shape helpers
+
+
+def pool_output_size(size, kernel, stride, padding, dilation, ceil_mode):
+    """Output length of a pooling window sweep, with torch's ceil_mode rule (the last window
+    must start inside the input or the left padding)."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
+def _windows(xp, kernel, stride, dilation, out_hw):
+    """[N, C, Ho, Wo, kh, kw] strided view of the windows of a padded array."""
+    n, c = xp.shape[:2]
+    s = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp, (n, c, out_hw[0], out_hw[1], kernel[0], kernel[1]),
+        (s[0], s[1], s[2] * stride[0], s[3] * stride[1], s[2] * dilation[0], s[3] * dilation[1]),
+        writeable=False)
+
+
+def _pad(x, padding, fill, extra=(0, 0)):
+    return np.pad(x, ((0, 0), (0, 0), (padding[0], padding[0] + extra[0]),
+                      (padding[1], padding[1] + extra[1])), constant_values=fill)
+
+
+def _conv_out_hw(h, w, kernel, stride, padding, dilation):
+    return tuple(pool_output_size(size, k, s, p, d, False) for size, k, s, p, d in
+                 zip((h, w), kernel, stride, padding, dilation))
+
+
+def _accumulate_windows(target, cols, kernel, stride, dilation, out_hw):
+    """target[..., h, w] += cols[..., i, j, p, q] for each window position (the col2im sum)."""
+    ho, wo = out_hw
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            h0, w0 = i * dilation[0], j * dilation[1]
+            target[:, :, h0:h0 + stride[0] * (ho - 1) + 1:stride[0],
+                   w0:w0 + stride[1] * (wo - 1) + 1:stride[1]] += cols[:, :, i, j]
+
+
+# ------------------------------------------------------------------------ the backend
+
+
+class NumpyBackend(Backend):
+    """Every primitive in numpy, on CPU tensors."""
+
+    name = "numpy"
+
+    def check_device(self, op, device):
+        if torch.device(device).type != "cpu":
+            raise RuntimeError(f"{op}: the numpy backend runs on the CPU but got a tensor on "
+                               f"{device}; move it with .cpu() or select the triton backend")
+
+    # helpers -------------------------------------------------------------------------------
+    def _new(self, values, dtype: DType):
+        return from_numpy(values, dtype)
+
+    def _out(self, values, dtype: DType, out):
+        if out is None:
+            return self._new(values, dtype)
+        return write(out, values)
+
+    def _float_in(self, x, dtype: DType):
+        """x's values in the type a float result of `dtype` is computed in."""
+        return np.asarray(to_numpy(x)).astype(compute_dtype(dtype), copy=False)
+
+    def _unary_float(self, fn, x, out):
+        dtype = dtypes.get_dtype(x.dtype)
+        if not dtype.is_floating_point:
+            dtype = dtypes.default_float
+        with np.errstate(all="ignore"):
+            return self._out(fn(self._float_in(x, dtype)), dtype, out)
+
+    def _binary(self, fn, a, b, out, result=None, float_result=False):
+        dtype = dtypes.result_type(a, b)
+        if float_result and not dtype.is_floating_point:
+            dtype = dtypes.default_float
+        if dtype.is_floating_point:
+            va, vb = (np.asarray(to_numpy(v)).astype(compute_dtype(dtype), copy=False)
+                      for v in (a, b))
+        else:
+            va, vb = (np.asarray(to_numpy(v)).astype(dtype.numpy, copy=False) for v in (a, b))
+        with np.errstate(all="ignore"):
+            values = fn(va, vb)
+        return self._out(values, result or dtype, out)
+
+    # memory, fills, casts ------------------------------------------------------------------
+    def fill_(self, x, value):
+        return write(x, value)
+
+    def copy_(self, dst, src):
+        return write(dst, to_numpy(src))
+
+    def arange(self, start, end, step, dtype, device):
+        self.check_device("arange", device)
+        return self._new(np.arange(start, end, step), dtype)
+
+    # unary ------------------------------------------------------------------------------------
+    def neg(self, x, out=None):
+        return self._out(-to_numpy(x), dtypes.get_dtype(x.dtype), out)
+
+    def exp(self, x, out=None): return self._unary_float(np.exp, x, out)
+    def log(self, x, out=None): return self._unary_float(np.log, x, out)
+    def sqrt(self, x, out=None): return self._unary_float(np.sqrt, x, out)
+    def tanh(self, x, out=None): return self._unary_float(np.tanh, x, out)
+
+    def abs(self, x, out=None):
+        return self._out(np.abs(to_numpy(x)), dtypes.get_dtype(x.dtype), out)
+
+    def sign(self, x, out=None):
+        return self._out(np.sign(to_numpy(x)), dtypes.get_dtype(x.dtype), out)
+
+    def relu(self, x, out=None):
+        v = to_numpy(x)
+        # NOTE: NaN stays NaN (np.maximum propagates it), as torch.relu
+        return self._out(np.maximum(v, np.zeros((), v.dtype)), dtypes.get_dtype(x.dtype), out)
+
+    def sigmoid(self, x, out=None):
+        def stable(v):
+            # exp of a non-positive number only: no overflow for large |x|
+            e = np.exp(-np.abs(v))
+            return np.where(v >= 0, 1 / (1 + e), e / (1 + e))
+        return self._unary_float(stable, x, out)
+
+    def pow_scalar(self, x, exponent, out=None):
+        return self._binary(np.power, x, exponent, out)
+
+    def clamp(self, x, min=None, max=None, out=None):
+        dtype = dtypes.get_dtype(x.dtype)
+        v = to_numpy(x)
+        if min is not None:
+            v = np.where(v < min, np.asarray(min).astype(v.dtype), v)
+        if max is not None:
+            v = np.where(v > max, np.asarray(max).astype(v.dtype), v)
+        return self._out(v, dtype, out)
+
+    def relu_backward(self, dy, x, out=None):
+        return self._binary(lambda g, v: np.where(v > 0, g, np.zeros((), g.dtype)), dy, x, out,
+                            result=dtypes.get_dtype(dy.dtype))
+
+    def sigmoid_backward(self, dy, y, out=None):
+        return self._binary(lambda g, s: g * s * (1 - s), dy, y, out)
+
+    def tanh_backward(self, dy, y, out=None):
+        return self._binary(lambda g, t: g * (1 - t * t), dy, y, out)
+
+    # binary -----------------------------------------------------------------------------------
+    def add(self, a, b, out=None): return self._binary(np.add, a, b, out)
+    def sub(self, a, b, out=None): return self._binary(np.subtract, a, b, out)
+    def mul(self, a, b, out=None): return self._binary(np.multiply, a, b, out)
+    def div(self, a, b, out=None): return self._binary(np.divide, a, b, out, float_result=True)
+    def pow(self, a, b, out=None): return self._binary(np.power, a, b, out)
+    def maximum(self, a, b, out=None): return self._binary(np.maximum, a, b, out)
+    def minimum(self, a, b, out=None): return self._binary(np.minimum, a, b, out)
+    def eq(self, a, b, out=None): return self._binary(np.equal, a, b, out, dtypes.bool_)
+    def ne(self, a, b, out=None): return self._binary(np.not_equal, a, b, out, dtypes.bool_)
+    def lt(self, a, b, out=None): return self._binary(np.less, a, b, out, dtypes.bool_)
+    def le(self, a, b, out=None): return self._binary(np.less_equal, a, b, out, dtypes.bool_)
+    def gt(self, a, b, out=None): return self._binary(np.greater, a, b, out, dtypes.bool_)
+    def ge(self, a, b, out=None): return self._binary(np.greater_equal, a, b, out, dtypes.bool_)
+
+    def where(self, cond, a, b, out=None):
+        dtype = dtypes.result_type(a, b)
+        va, vb = (np.asarray(to_numpy(v)).astype(dtype.numpy, copy=False) for v in (a, b))
+        return self._out(np.where(to_numpy(cond), va, vb), dtype, out)
+
+    # reductions -------------------------------------------------------------------------------
+    def _reduce_in(self, x):
+        dtype = dtypes.get_dtype(x.dtype)
+        v = to_numpy(x)
+        if dtype in (dtypes.float16, dtypes.bfloat16):
+            v = v.astype(np.float32)
+        return dtype, v
+
+    def sum(self, x, dims=None, keepdim=False, dtype=None):
+        in_dtype, v = self._reduce_in(x)
+        if dtype is None:
+            dtype = in_dtype if in_dtype.is_floating_point else dtypes.int64
+        v = v.astype(compute_dtype(dtype) if dtype.is_floating_point else np.int64, copy=False)
+        return self._new(np.sum(v, axis=dims, keepdims=keepdim), dtype)
+
+    def mean(self, x, dims=None, keepdim=False):
+        dtype, v = self._reduce_in(x)
+        with np.errstate(all="ignore"):
+            return self._new(np.mean(v, axis=dims, keepdims=keepdim), dtype)
+
+    def max(self, x, dims=None, keepdim=False):
+        dtype, v = self._reduce_in(x)
+        if v.size == 0:
+            raise RuntimeError(f"max: cannot reduce an empty tensor of shape {tuple(x.shape)}")
+        return self._new(np.max(v, axis=dims, keepdims=keepdim), dtype)
+
+    def min(self, x, dims=None, keepdim=False):
+        dtype, v = self._reduce_in(x)
+        if v.size == 0:
+            raise RuntimeError(f"min: cannot reduce an empty tensor of shape {tuple(x.shape)}")
+        return self._new(np.min(v, axis=dims, keepdims=keepdim), dtype)
+
+    def _arg(self, fn, name, x, dim, keepdim):
+        _, v = self._reduce_in(x)
+        if v.size == 0:
+            raise RuntimeError(f"{name}: cannot reduce an empty tensor of shape {tuple(x.shape)}")
+        if dim is None:
+            idx = fn(v.reshape(-1))  # numpy returns the first extreme (and the first NaN)
+            return self._new(np.reshape(idx, (1,) * v.ndim) if keepdim else idx, dtypes.int64)
+        return self._new(fn(v, axis=dim, keepdims=keepdim), dtypes.int64)
+
+    def argmax(self, x, dim=None, keepdim=False): return self._arg(np.argmax, "argmax", x, dim, keepdim)
+    def argmin(self, x, dim=None, keepdim=False): return self._arg(np.argmin, "argmin", x, dim, keepdim)
+
+    def var(self, x, dims=None, correction=1, keepdim=False):
+        dtype, v = self._reduce_in(x)
+        with np.errstate(all="ignore"):
+            return self._new(np.var(v, axis=dims, ddof=correction, keepdims=keepdim), dtype)
+
+    # matmul -------------------------------------------------------------------------------------
+    def matmul(self, a, b, bias=None, activation=None):
+        dtype = dtypes.get_dtype(a.dtype)
+        ct = compute_dtype(dtype)
+        y = np.matmul(to_numpy(a).astype(ct, copy=False), to_numpy(b).astype(ct, copy=False))
+        if bias is not None:
+            y = y + to_numpy(bias).astype(ct, copy=False)
+        if activation == "relu":
+            y = np.maximum(y, 0)
+        elif activation is not None:
+            raise ValueError(f"matmul: unknown activation {activation!r}")
+        return self._new(y, dtype)
+
+    # softmax and cross-entropy ------------------------------------------------------------------
+    def _softmax_parts(self, x, dim):
+        dtype = dtypes.get_dtype(x.dtype)
+        v = self._float_in(x, dtype)
+        m = np.max(v, axis=dim, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)  # rows of -inf: exp(-inf - 0) = 0, not NaN from inf-inf
+        with np.errstate(all="ignore"):
+            z = v - m
+            s = np.sum(np.exp(z), axis=dim, keepdims=True)
+        return dtype, z, s
+
+    def softmax(self, x, dim):
+        dtype, z, s = self._softmax_parts(x, dim)
+        with np.errstate(all="ignore"):
+            return self._new(np.exp(z) / s, dtype)
+
+    def log_softmax(self, x, dim):
+        dtype, z, s = self._softmax_parts(x, dim)
+        with np.errstate(all="ignore"):
+            return self._new(z - np.log(s), dtype)
+
+    def softmax_backward(self, dy, y, dim):
+        dtype = dtypes.get_dtype(y.dtype)
+        g, s = self._float_in(dy, dtype), self._float_in(y, dtype)
+        return self._new(s * (g - np.sum(g * s, axis=dim, keepdims=True)), dtype)
+
+    def log_softmax_backward(self, dy, y, dim):
+        dtype = dtypes.get_dtype(y.dtype)
+        g, ls = self._float_in(dy, dtype), self._float_in(y, dtype)
+        return self._new(g - np.exp(ls) * np.sum(g, axis=dim, keepdims=True), dtype)
+
+    def cross_entropy(self, logits, target, reduction="mean", ignore_index=-100,
+                      label_smoothing=0.0, compute_grad=True):
+        dtype = dtypes.get_dtype(logits.dtype)
+        x = self._float_in(logits, dtype)
+        t = to_numpy(target).astype(np.int64)
+        n, c = x.shape
+        kept = t != ignore_index
+        bad = kept & ((t < 0) | (t >= c))
+        if bad.any():
+            raise ValueError(f"cross_entropy: target {int(t[bad][0])} is outside [0, {c}) "
+                             f"(ignore_index={ignore_index}); logits shape {tuple(x.shape)}")
+        safe_t = np.where(kept, t, 0)
+        m = np.max(x, axis=1, keepdims=True) if c else np.zeros((n, 1), x.dtype)
+        m = np.where(np.isfinite(m), m, 0)
+        with np.errstate(all="ignore"):
+            e = np.exp(x - m)
+            s = e.sum(axis=1, keepdims=True)
+            lse = (m + np.log(s))[:, 0]
+            eps = label_smoothing
+            x_t = x[np.arange(n), safe_t]
+            smooth = x.sum(axis=1) * (eps / c) if eps else 0.0
+            loss = np.where(kept, lse - (1 - eps) * x_t - smooth, 0).astype(x.dtype)
+        count = kept.sum()
+        scale = {"none": 1.0, "sum": 1.0, "mean": None}[reduction]
+        with np.errstate(all="ignore"):
+            if reduction == "none":
+                out_loss = loss
+            else:
+                out_loss = loss.sum()
+                if reduction == "mean":
+                    out_loss = out_loss / x.dtype.type(count)  # NOTE: 0/0 = nan when all ignored
+                    scale = 1.0 / count if count else 0.0
+        grad = None
+        if compute_grad:
+            q = np.zeros_like(x)
+            q[np.arange(n), safe_t] = 1 - eps
+            q += eps / c
+            with np.errstate(all="ignore"):
+                grad = (e / s - q) * kept[:, None] * x.dtype.type(scale)
+            grad = self._new(grad, dtype)
+        return self._new(out_loss, dtype), grad
+
+    # convolution ------------------------------------------------------------------------------
+    def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
+        dtype = dtypes.get_dtype(x.dtype)
+        v = to_numpy(x)
+        n, c, h, w = v.shape
+        out_hw = _conv_out_hw(h, w, kernel_size, stride, padding, dilation)
+        win = _windows(_pad(v, padding, 0), kernel_size, stride, dilation, out_hw)
+        cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * kernel_size[0] * kernel_size[1], -1)
+        return self._new(cols, dtype)
+
+    def col2im(self, cols, output_size, kernel_size, stride=(1, 1), padding=(0, 0),
+               dilation=(1, 1)):
+        dtype = dtypes.get_dtype(cols.dtype)
+        v = self._float_in(cols, dtype)
+        h, w = output_size
+        kh, kw = kernel_size
+        n = v.shape[0]
+        c = v.shape[1] // (kh * kw)
+        out_hw = _conv_out_hw(h, w, kernel_size, stride, padding, dilation)
+        target = np.zeros((n, c, h + 2 * padding[0], w + 2 * padding[1]), v.dtype)
+        _accumulate_windows(target, v.reshape(n, c, kh, kw, *out_hw), kernel_size, stride,
+                            dilation, out_hw)
+        return self._new(target[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w], dtype)
+
+    def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+        dtype = dtypes.get_dtype(x.dtype)
+        v, k = self._float_in(x, dtype), self._float_in(w, dtype)
+        n, c, h, wd = v.shape
+        co, cg, kh, kw = k.shape
+        out_hw = _conv_out_hw(h, wd, (kh, kw), stride, padding, dilation)
+        win = _windows(_pad(v, padding, 0), (kh, kw), stride, dilation, out_hw)
+        win = win.reshape(n, groups, cg, *out_hw, kh, kw)
+        k = k.reshape(groups, co // groups, cg, kh, kw)
+        y = np.einsum("ngcpqij,gocij->ngopq", win, k, optimize=True).reshape(n, co, *out_hw)
+        if bias is not None:
+            y = y + self._float_in(bias, dtype)[None, :, None, None]
+        return self._new(y, dtype)
+
+    def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                        groups=1, input_grad=True, weight_grad=True, bias_grad=True):
+        dtype = dtypes.get_dtype(x.dtype)
+        g, v, k = (self._float_in(a, dtype) for a in (dy, x, w))
+        n, c, h, wd = v.shape
+        co, cg, kh, kw = k.shape
+        out_hw = g.shape[2:]
+        gg = g.reshape(n, groups, co // groups, *out_hw)
+        kk = k.reshape(groups, co // groups, cg, kh, kw)
+        dx = dw = db = None
+        if input_grad:
+            cols = np.einsum("ngopq,gocij->ngcijpq", gg, kk, optimize=True)
+            target = np.zeros((n, c, h + 2 * padding[0], wd + 2 * padding[1]), v.dtype)
+            _accumulate_windows(target, cols.reshape(n, c, kh, kw, *out_hw), (kh, kw), stride,
+                                dilation, out_hw)
+            dx = self._new(target[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd],
+                           dtype)
+        if weight_grad:
+            win = _windows(_pad(v, padding, 0), (kh, kw), stride, dilation, out_hw)
+            win = win.reshape(n, groups, cg, *out_hw, kh, kw)
+            dw = self._new(np.einsum("ngopq,ngcpqij->gocij", gg, win, optimize=True)
+                           .reshape(co, cg, kh, kw), dtype)
+        if bias_grad:
+            db = self._new(g.sum(axis=(0, 2, 3)), dtype)
+        return dx, dw, db
+
+    # pooling ------------------------------------------------------------------------------------
+    def _pool_geometry(self, shape, kernel, stride, padding, dilation, ceil_mode):
+        h, w = shape[2:]
+        out_hw = tuple(pool_output_size(size, k, s, p, d, ceil_mode) for size, k, s, p, d in
+                       zip((h, w), kernel, stride, padding, dilation))
+        # ceil_mode windows may run past the right padding: pad that far as well
+        extra = tuple(max(0, (o - 1) * s + d * (k - 1) + 1 - (size + 2 * p)) for o, s, d, k, size, p
+                      in zip(out_hw, stride, dilation, kernel, (h, w), padding))
+        return out_hw, extra
+
+    def max_pool2d(self, x, kernel_size, stride, padding=(0, 0), dilation=(1, 1),
+                   ceil_mode=False):
+        dtype = dtypes.get_dtype(x.dtype)
+        v = self._float_in(x, dtype)
+        n, c, h, w = v.shape
+        out_hw, extra = self._pool_geometry(v.shape, kernel_size, stride, padding, dilation,
+                                            ceil_mode)
+        win = _windows(_pad(v, padding, -np.inf, extra), kernel_size, stride, dilation, out_hw)
+        flat = win.reshape(n, c, *out_hw, -1)
+        arg = np.argmax(flat, axis=-1)  # the first maximum (and the first NaN) in each window
+        y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+        i, j = np.divmod(arg, kernel_size[1])
+        rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0] + i * dilation[0]
+        cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1] + j * dilation[1]
+        return self._new(y, dtype), self._new(rows * w + cols, dtypes.int64)
+
+    def max_pool2d_backward(self, dy, indices, input_shape):
+        dtype = dtypes.get_dtype(dy.dtype)
+        g = self._float_in(dy, dtype)
+        n, c, h, w = input_shape
+        dx = np.zeros((n * c, h * w), g.dtype)
+        planes = np.repeat(np.arange(n * c), g[0, 0].size)
+        np.add.at(dx, (planes, to_numpy(indices).reshape(-1)), g.reshape(-1))
+        return self._new(dx.reshape(input_shape), dtype)
+
+    def _avg_divisor(self, shape, kernel, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, out_hw):
+        if divisor_override:
+            return np.float64(divisor_override)
+        sizes = []
+        for axis in range(2):
+            size, k, s, p = shape[2 + axis], kernel[axis], stride[axis], padding[axis]
+            start = np.arange(out_hw[axis]) * s - p
+            end = np.minimum(start + k, size + p)
+            full = end - start  # window clipped to the padded input (torch's pool_size)
+            inside = np.minimum(end, size) - np.maximum(start, 0)
+            sizes.append(full if count_include_pad else inside)
+        return sizes[0][:, None] * sizes[1][None, :]
+
+    def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,
+                   count_include_pad=True, divisor_override=None):
+        dtype = dtypes.get_dtype(x.dtype)
+        v = self._float_in(x, dtype)
+        out_hw, extra = self._pool_geometry(v.shape, kernel_size, stride, padding, (1, 1),
+                                            ceil_mode)
+        win = _windows(_pad(v, padding, 0, extra), kernel_size, stride, (1, 1), out_hw)
+        div = self._avg_divisor(v.shape, kernel_size, stride, padding, ceil_mode,
+                                count_include_pad, divisor_override, out_hw)
+        return self._new(win.sum(axis=(-2, -1)) / div.astype(v.dtype), dtype)
+
+    def avg_pool2d_backward(self, dy, input_shape, kernel_size, stride, padding=(0, 0),
+                            ceil_mode=False, count_include_pad=True, divisor_override=None):
+        dtype = dtypes.get_dtype(dy.dtype)
+        g = self._float_in(dy, dtype)
+        n, c, h, w = input_shape
+        out_hw, extra = self._pool_geometry(input_shape, kernel_size, stride, padding, (1, 1),
+                                            ceil_mode)
+        div = self._avg_divisor(input_shape, kernel_size, stride, padding, ceil_mode,
+                                count_include_pad, divisor_override, out_hw)
+        share = (g / div.astype(g.dtype))[:, :, None, None]  # [N, C, 1, 1, Ho, Wo]
+        cols = np.broadcast_to(share, (n, c, *kernel_size, *out_hw))
+        target = np.zeros((n, c, h + 2 * padding[0] + extra[0], w + 2 * padding[1] + extra[1]),
+                          g.dtype)
+        _accumulate_windows(target, cols, kernel_size, stride, (1, 1), out_hw)
+        return self._new(target[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w], dtype)
+
+    # indexing ---------------------------------------------------------------------------------
+    def _check_index(self, op, idx, rows):
+        if idx.size and (idx.min() < -rows or idx.max() >= rows):
+            bad = idx[(idx < -rows) | (idx >= rows)][0]
+            raise IndexError(f"{op}: index {int(bad)} is out of bounds for dimension 0 "
+                             f"with size {rows}")
+        return np.where(idx < 0, idx + rows, idx)
+
+    def gather_rows(self, x, index):
+        v = to_numpy(x)
+        idx = self._check_index("gather_rows", to_numpy(index).astype(np.int64), v.shape[0])
+        return self._new(v[idx], dtypes.get_dtype(x.dtype))
+
+    def scatter_add_rows(self, src, index, num_rows):
+        dtype = dtypes.get_dtype(src.dtype)
+        v = self._float_in(src, dtype) if dtype.is_floating_point else to_numpy(src)
+        idx = self._check_index("scatter_add_rows", to_numpy(index).astype(np.int64), num_rows)
+        out = np.zeros((num_rows,) + v.shape[idx.ndim:], v.dtype)
+        np.add.at(out, idx.reshape(-1), v.reshape((-1,) + v.shape[idx.ndim:]))
+        return self._new(out, dtype)
+
+    # random -----------------------------------------------------------------------------------
+    def uniform(self, shape, low, high, seed, offset, dtype, device):
+        self.check_device("uniform", device)
+        w0, _ = random_words(math.prod(shape), seed, offset)
+        u = uniform01(w0)
+        return self._new((low + (high - low) * u).reshape(shape), dtype)
+
+    def normal(self, shape, mean, std, seed, offset, dtype, device):
+        self.check_device("normal", device)
+        w0, w1 = random_words(math.prod(shape), seed, offset)
+        return self._new((mean + std * normal01(w0, w1)).reshape(shape), dtype)
+
+    def dropout(self, x, p, seed, offset):
+        dtype = dtypes.get_dtype(x.dtype)
+        w0, _ = random_words(x.numel(), seed, offset)
+        keep = (uniform01(w0) >= np.float32(p)).reshape(tuple(x.shape))
+        scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+        y = self._float_in(x, dtype) * keep * np.float32(scale)
+        return self._new(y, dtype), self._new(keep, dtypes.bool_)
+
+    def randperm(self, n, seed, offset, device):
+        self.check_device("randperm", device)
+        return self._new(randperm_numpy(n, seed, offset), dtypes.int64)
+
+    # optimizers -------------------------------------------------------------------------------
+    @staticmethod
+    def _number(v):
+        return float(to_numpy(v).reshape(-1)[0]) if isinstance(v, torch.Tensor) else float(v)
+
+    def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
+                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
+        p, g = to_numpy(param), to_numpy(grad).astype(np.float32)
+        lr = np.float32(self._number(lr))
+        if maximize:
+            g = -g
+        if weight_decay:
+            g = g + np.float32(weight_decay) * p
+        if momentum:
+            buf = to_numpy(momentum_buf)
+            buf[...] = g if first_step else momentum * buf + (1 - dampening) * g
+            g = g + np.float32(momentum) * buf if nesterov else buf
+        p -= lr * g
+        return param
+
+    def adam_step_(self, param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999,
+                   eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
+        p, g = to_numpy(param), to_numpy(grad).astype(np.float32)
+        m, v = to_numpy(exp_avg), to_numpy(exp_avg_sq)
+        lr, step = np.float32(self._number(lr)), self._number(step)
+        if maximize:
+            g = -g
+        if weight_decay:
+            if decoupled_weight_decay:
+                p *= np.float32(1 - lr * weight_decay)
+            else:
+                g = g + np.float32(weight_decay) * p
+        m[...] = beta1 * m + (1 - beta1) * g
+        v[...] = beta2 * v + (1 - beta2) * g * g
+        bias1 = np.float32(1 - beta1 ** step)
+        bias2 = np.float32(1 - beta2 ** step)
+        p -= lr * (m / bias1) / (np.sqrt(v / bias2) + np.float32(eps))
+        return param
+
+
+register_backend("numpy", NumpyBackend)

@@ -1,0 +1,684 @@
+"""Tensor: torch storage used as memory, plus shape/strides/dtype/device and autodiff state.
+
+`Tensor._data` is a torch tensor (usually a strided view of some storage). torch only allocates
+it, views it and moves it between devices; every computation on it is a backend primitive.
+Operators and methods are thin wrappers over the differentiable ops in `tritonad.autodiff.ops`.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections import namedtuple
+
+import numpy as np
+import torch
+
+from . import dtypes, generator
+from .backend import get_backend
+from .dtypes import DType
+
+MaxResult = namedtuple("MaxResult", ["values", "indices"])
+
+
+def _device(device) -> torch.device:
+    """A torch.device from a string, a device or None (the backend's default device)."""
+    if device is None:
+        return get_backend().default_device
+    if isinstance(device, Tensor):
+        return device.device
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {str(device)!r} was asked for, but CUDA is not available "
+                               "on this machine; use device='cpu'")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise RuntimeError(f"unsupported device {str(device)!r}; tritonad runs on 'cpu' and 'cuda'")
+    return device
+
+
+def _shape(args) -> tuple:
+    """Accept f(2, 3) and f((2, 3)) alike."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        args = tuple(args[0])
+    shape = tuple(int(s) for s in args)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return shape
+
+
+class Tensor:
+    """An n-dimensional array on the CPU or a GPU that can record its history for autodiff.
+
+    Build one with `td.tensor([[1., 2.], [3., 4.]], requires_grad=True)`.
+    """
+
+    __slots__ = ("_data", "_requires_grad", "grad", "grad_fn", "_output_index", "_version_box",
+                 "_grad_buffer", "_const", "__weakref__")
+    __array_priority__ = 1000  # numpy defers to our reflected operators
+
+    def __init__(self, data, dtype=None, device=None, requires_grad=False):
+        other = tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        self._init(other._data, requires_grad=other.requires_grad)
+
+    def _init(self, raw, requires_grad=False, grad_fn=None, output_index=0, version_box=None):
+        self._data = raw
+        self._requires_grad = requires_grad
+        self.grad = None
+        self.grad_fn = grad_fn
+        self._output_index = output_index
+        self._version_box = version_box if version_box is not None else [0]
+        self._grad_buffer = None
+        self._const = None
+
+    @classmethod
+    def _wrap(cls, raw, requires_grad=False, grad_fn=None, output_index=0, version_box=None):
+        """A Tensor around a raw torch array, without copying or validation."""
+        t = cls.__new__(cls)
+        t._init(raw, requires_grad, grad_fn, output_index, version_box)
+        return t
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._data.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return self._data.dim()
+
+    def dim(self) -> int:
+        return self._data.dim()
+
+    def numel(self) -> int:
+        return self._data.numel()
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def stride(self, dim=None):
+        """Strides in elements (0 for broadcast dimensions)."""
+        return self._data.stride() if dim is None else self._data.stride(dim)
+
+    def is_contiguous(self) -> bool:
+        return self._data.is_contiguous()
+
+    @property
+    def dtype(self) -> DType:
+        return dtypes.get_dtype(self._data.dtype)
+
+    @property
+    def device(self) -> torch.device:
+        return self._data.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._data.is_cuda
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def data_ptr(self) -> int:
+        return self._data.data_ptr()
+
+    @property
+    def _version(self) -> int:
+        return self._version_box[0]
+
+    def _bump_version(self):
+        self._version_box[0] += 1
+        self._const = None
+
+    # ------------------------------------------------------------------ autodiff state
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        if flag and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only floating point tensors can require gradients; this tensor "
+                               f"has dtype {self.dtype} and shape {self.shape}")
+        if not flag and self.grad_fn is not None:
+            raise RuntimeError("requires_grad can only be turned off on leaf tensors; "
+                               "use .detach() for a copy without history")
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, flag=True) -> "Tensor":
+        self.requires_grad = flag
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def detach(self) -> "Tensor":
+        """The same memory without history."""
+        return Tensor._wrap(self._data, version_box=self._version_box)
+
+    def detach_(self) -> "Tensor":
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    @property
+    def data(self) -> "Tensor":
+        return self.detach()
+
+    @data.setter
+    def data(self, value):
+        value = value._data if isinstance(value, Tensor) else value
+        if tuple(value.shape) != self.shape or value.dtype != self._data.dtype:
+            raise RuntimeError(f"cannot set .data of a tensor of shape {self.shape} and dtype "
+                               f"{self.dtype} to one of shape {tuple(value.shape)} and dtype "
+                               f"{dtypes.get_dtype(value.dtype)}")
+        self._data = value
+        self._bump_version()
+
+    def retain_grad(self) -> None:
+        """Keep .grad of this non-leaf tensor after backward."""
+        if self.grad_fn is not None:
+            self.grad_fn._retained[self._output_index] = self
+
+    def backward(self, gradient=None, retain_graph=False, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into each leaf's .grad.
+
+        Calling it twice on one graph needs retain_graph=True the first time, as in torch;
+        gradients accumulate across calls until zeroed.
+        """
+        from .autodiff.function import run_backward
+
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(f"backward: a gradient can be created implicitly only for a "
+                                   f"scalar output, but this tensor has shape {self.shape}; pass "
+                                   "gradient=<tensor of that shape>")
+            gradient = full(self.shape, 1.0, dtype=self.dtype, device=self.device)
+        elif not isinstance(gradient, Tensor):
+            gradient = tensor(gradient, dtype=self.dtype, device=self.device)
+        if gradient.shape != self.shape:
+            raise RuntimeError(f"backward: gradient has shape {gradient.shape} but the tensor has "
+                               f"shape {self.shape}")
+        if inputs is not None:
+            grads = run_backward([self], [gradient], retain_graph or create_graph, create_graph,
+                                 inputs=list(inputs))
+            for t, g in zip(inputs, grads):
+                if g is not None:
+                    t.grad = g if t.grad is None else t.grad + g
+            return
+        run_backward([self], [gradient], retain_graph or create_graph, create_graph)
+
+    # ------------------------------------------------------------------ conversion
+    def numpy(self) -> np.ndarray:
+        """The values as a numpy array (bfloat16 as float32). A CPU tensor shares its memory."""
+        from .reference import to_numpy
+
+        return to_numpy(self._data.detach().cpu())
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"item(): a tensor with {self.numel()} elements (shape {self.shape}) "
+                               "cannot be converted to a Python number")
+        return self.numpy().reshape(-1)[0].item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __float__(self): return float(self.item())
+    def __int__(self): return int(self.item())
+
+    def __index__(self):
+        if self.dtype.category == 2:
+            raise TypeError("only integer tensors can be used as an index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is "
+                               "ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def torch(self) -> torch.Tensor:
+        """The underlying torch memory (shared, not copied)."""
+        return self._data
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """.to(device), .to(dtype), .to(device, dtype) or .to(other_tensor)."""
+        from .autodiff import ops
+
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        if kwargs:
+            raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, (DType, torch.dtype)) or a in (float, int, bool):
+                dtype = a
+            else:
+                device = a
+        out = self
+        if dtype is not None and dtypes.get_dtype(dtype) is not self.dtype:
+            out = ops.cast(out, dtypes.get_dtype(dtype))
+        if device is not None and _device(device) != self.device:
+            out = ops.to_device(out, _device(device))
+        return out
+
+    def float(self): return self.to(dtypes.float32)
+    def double(self): return self.to(dtypes.float64)
+    def half(self): return self.to(dtypes.float16)
+    def bfloat16(self): return self.to(dtypes.bfloat16)
+    def long(self): return self.to(dtypes.int64)
+    def int(self): return self.to(dtypes.int32)
+    def bool(self): return self.to(dtypes.bool_)
+    def cuda(self): return self.to("cuda")
+    def cpu(self): return self.to("cpu")
+    def type_as(self, other): return self.to(other.dtype)
+
+    # ------------------------------------------------------------------ printing
+    def __repr__(self):
+        values = self.numpy()
+        if self.dtype is dtypes.bfloat16 or self.dtype is dtypes.float16:
+            values = values.astype(np.float32)
+        body = np.array2string(values, separator=", ", prefix="tensor(", threshold=1000,
+                               edgeitems=3, precision=4, floatmode="maxprec_equal")
+        extras = []
+        if self.device.type != "cpu":
+            extras.append(f"device='{self.device}'")
+        if self.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool_):
+            extras.append(f"dtype={self.dtype}")
+        if self.numel() == 0:
+            extras.append(f"size={self.shape}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn={self.grad_fn!r}")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body] + extras) + ")"
+
+    __str__ = __repr__
+    __hash__ = object.__hash__
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, o): return _ops().add(self, o)
+    def __radd__(self, o): return _ops().add(o, self)
+    def __sub__(self, o): return _ops().sub(self, o)
+    def __rsub__(self, o): return _ops().sub(o, self)
+    def __mul__(self, o): return _ops().mul(self, o)
+    def __rmul__(self, o): return _ops().mul(o, self)
+    def __truediv__(self, o): return _ops().div(self, o)
+    def __rtruediv__(self, o): return _ops().div(o, self)
+    def __pow__(self, o): return _ops().pow(self, o)
+    def __rpow__(self, o): return _ops().pow(o, self)
+    def __matmul__(self, o): return _ops().matmul(self, o)
+    def __rmatmul__(self, o): return _ops().matmul(o, self)
+    def __neg__(self): return _ops().neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return _ops().abs(self)
+    def __invert__(self):
+        if self.dtype is not dtypes.bool_:
+            raise TypeError(f"~ is defined for bool tensors only, got {self.dtype}")
+        return _ops().eq(self, False)
+    def __eq__(self, o): return _ops().eq(self, o)
+    def __ne__(self, o): return _ops().ne(self, o)
+    def __lt__(self, o): return _ops().lt(self, o)
+    def __le__(self, o): return _ops().le(self, o)
+    def __gt__(self, o): return _ops().gt(self, o)
+    def __ge__(self, o): return _ops().ge(self, o)
+
+    # in place (no history: not allowed on tensors that take part in autodiff)
+    def __iadd__(self, o): return self.add_(o)
+    def __isub__(self, o): return self.sub_(o)
+    def __imul__(self, o): return self.mul_(o)
+    def __itruediv__(self, o): return self.div_(o)
+
+    def add_(self, o, alpha=1):
+        return self._inplace("add_", "add", o if alpha == 1 else o * alpha)
+
+    def sub_(self, o, alpha=1):
+        return self._inplace("sub_", "sub", o if alpha == 1 else o * alpha)
+
+    def mul_(self, o): return self._inplace("mul_", "mul", o)
+    def div_(self, o): return self._inplace("div_", "div", o)
+
+    def clamp_(self, min=None, max=None):
+        self._check_inplace("clamp_")
+        get_backend().clamp(self._data, min, max, out=self._data)
+        self._bump_version()
+        return self
+
+    def zero_(self): return self.fill_(0)
+
+    def fill_(self, value):
+        self._check_inplace("fill_")
+        if isinstance(value, Tensor):
+            get_backend().copy_(self._data, value._data)
+        else:
+            get_backend().fill_(self._data, value)
+        self._bump_version()
+        if not isinstance(value, Tensor):
+            self._const = value
+        return self
+
+    def copy_(self, src):
+        """Copy src (broadcast, converted to this dtype) into this tensor's memory."""
+        self._check_inplace("copy_")
+        if isinstance(src, Tensor):
+            if src.device != self.device:
+                src = src.to(self.device)
+            get_backend().copy_(self._data, src._data)
+        else:
+            get_backend().copy_(self._data, tensor(src, dtype=self.dtype)._data)
+        self._bump_version()
+        return self
+
+    def _check_inplace(self, op):
+        from .autodiff.grad_mode import is_grad_enabled
+
+        if self.requires_grad and is_grad_enabled():
+            kind = "a leaf tensor that requires grad" if self.is_leaf else "a tensor with history"
+            raise RuntimeError(f"{op}: in-place update of {kind} (shape {self.shape}) would corrupt "
+                               "autodiff; wrap it in td.no_grad() or use the out-of-place form")
+
+    def _inplace(self, name, op, other):
+        self._check_inplace(name)
+        raw = other._data if isinstance(other, Tensor) else other
+        if isinstance(other, Tensor) and other.device != self.device:
+            raise RuntimeError(f"{name}: tensors on different devices ({self.device} and "
+                               f"{other.device})")
+        result = dtypes.result_type(self._data, raw)
+        if result.category > self.dtype.category:
+            raise RuntimeError(f"{name}: the result type {result} cannot be stored in a tensor of "
+                               f"dtype {self.dtype}")
+        if isinstance(other, Tensor) and \
+                _ops().broadcast_shapes(name, self.shape, other.shape) != self.shape:
+            raise RuntimeError(f"{name}: the operand of shape {other.shape} does not broadcast to "
+                               f"this tensor's shape {self.shape}")
+        getattr(get_backend(), op)(self._data, raw, out=self._data)
+        self._bump_version()
+        return self
+
+    def __setitem__(self, key, value):
+        self._check_inplace("__setitem__")
+        view = self._data[_ops().basic_index(self, key)]
+        if isinstance(value, Tensor):
+            get_backend().copy_(view, value.to(self.device)._data)
+        else:
+            get_backend().fill_(view, value) if isinstance(value, numbers.Number) else \
+                get_backend().copy_(view, tensor(value, dtype=self.dtype, device=self.device)._data)
+        self._bump_version()
+
+    def __getitem__(self, key):
+        return _ops().getitem(self, key)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    # ------------------------------------------------------------------ methods (see autodiff.ops)
+    def exp(self): return _ops().exp(self)
+    def log(self): return _ops().log(self)
+    def sqrt(self): return _ops().sqrt(self)
+    def abs(self): return _ops().abs(self)
+    def neg(self): return _ops().neg(self)
+    def sign(self): return _ops().sign(self)
+    def relu(self): return _ops().relu(self)
+    def sigmoid(self): return _ops().sigmoid(self)
+    def tanh(self): return _ops().tanh(self)
+    def square(self): return _ops().pow(self, 2)
+    def pow(self, exponent): return _ops().pow(self, exponent)
+    def clamp(self, min=None, max=None): return _ops().clamp(self, min, max)
+    clip = clamp
+    def maximum(self, other): return _ops().maximum(self, other)
+    def minimum(self, other): return _ops().minimum(self, other)
+    def where(self, condition, other): return _ops().where(condition, self, other)
+    def eq(self, o): return _ops().eq(self, o)
+    def ne(self, o): return _ops().ne(self, o)
+    def lt(self, o): return _ops().lt(self, o)
+    def le(self, o): return _ops().le(self, o)
+    def gt(self, o): return _ops().gt(self, o)
+    def ge(self, o): return _ops().ge(self, o)
+    def add(self, o): return _ops().add(self, o)
+    def sub(self, o): return _ops().sub(self, o)
+    def mul(self, o): return _ops().mul(self, o)
+    def div(self, o): return _ops().div(self, o)
+    def matmul(self, o): return _ops().matmul(self, o)
+
+    def sum(self, dim=None, keepdim=False, dtype=None): return _ops().sum(self, dim, keepdim, dtype)
+    def mean(self, dim=None, keepdim=False): return _ops().mean(self, dim, keepdim)
+    def var(self, dim=None, correction=1, keepdim=False, unbiased=None):
+        return _ops().var(self, dim, correction if unbiased is None else int(unbiased), keepdim)
+    def std(self, dim=None, correction=1, keepdim=False, unbiased=None):
+        return self.var(dim, correction, keepdim, unbiased).sqrt()
+    def max(self, dim=None, keepdim=False): return _ops().max(self, dim, keepdim)
+    def min(self, dim=None, keepdim=False): return _ops().min(self, dim, keepdim)
+    def amax(self, dim=None, keepdim=False): return _ops().amax(self, dim, keepdim)
+    def amin(self, dim=None, keepdim=False): return _ops().amin(self, dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return _ops().argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return _ops().argmin(self, dim, keepdim)
+    def any(self): return _ops().ne(self, 0).sum() > 0
+    def all(self): return _ops().eq(self, 0).sum() == 0
+    def softmax(self, dim): return _ops().softmax(self, dim)
+    def log_softmax(self, dim): return _ops().log_softmax(self, dim)
+
+    def reshape(self, *shape): return _ops().reshape(self, _shape_arg(shape))
+    def view(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (DType, torch.dtype)):
+            raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
+        return _ops().view(self, _shape_arg(shape))
+    def view_as(self, other): return self.view(other.shape)
+    def reshape_as(self, other): return self.reshape(other.shape)
+    def flatten(self, start_dim=0, end_dim=-1): return _ops().flatten(self, start_dim, end_dim)
+    def transpose(self, dim0, dim1): return _ops().transpose(self, dim0, dim1)
+    def permute(self, *dims): return _ops().permute(self, _shape_arg(dims, allow_negative=True))
+    def unsqueeze(self, dim): return _ops().unsqueeze(self, dim)
+    def squeeze(self, dim=None): return _ops().squeeze(self, dim)
+    def expand(self, *shape): return _ops().expand(self, _shape_arg(shape, allow_negative=True))
+    def expand_as(self, other): return self.expand(other.shape)
+    def broadcast_to(self, shape): return self.expand(*shape)
+    def contiguous(self): return _ops().contiguous(self)
+    def clone(self): return _ops().clone(self)
+
+    @property
+    def T(self):
+        return self.permute(*range(self.ndim - 1, -1, -1))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+
+def _shape_arg(args, allow_negative=False):
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        args = tuple(args[0])
+    out = tuple(int(a) for a in args)
+    if not allow_negative and any(a < -1 for a in out):
+        raise ValueError(f"invalid shape {out}")
+    return out
+
+
+def _ops():
+    from .autodiff import ops
+
+    return ops
+
+
+# ---------------------------------------------------------------------- creation functions
+
+
+def _infer_dtype(values: np.ndarray) -> DType:
+    if values.dtype == np.bool_:
+        return dtypes.bool_
+    if values.dtype.kind in "iu":
+        return dtypes.default_int if values.dtype != np.uint8 else dtypes.uint8
+    if values.dtype.kind == "f":
+        return dtypes.default_float if values.dtype != np.float16 else dtypes.float16
+    raise TypeError(f"tensor(): cannot make a tensor from values of numpy dtype {values.dtype}")
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A new tensor holding a copy of `data` (nested lists, numbers, numpy arrays or tensors).
+
+    Floats default to float32, integers to int64: `td.tensor([[1., 2.], [3., 4.]])`.
+    """
+    from .reference import from_numpy as raw_from_numpy
+
+    if isinstance(data, Tensor):
+        out = data.detach().to(device=device or data.device, dtype=dtype or data.dtype)
+        if out is data or out._data is data._data:
+            out = out.clone()
+        return out.requires_grad_(requires_grad) if requires_grad else out
+    if isinstance(data, torch.Tensor):
+        dtype = dtype or data.dtype
+        data = Tensor._wrap(data.detach().cpu()).numpy()
+    try:
+        values = np.asarray(data)
+    except ValueError as err:
+        raise ValueError(f"tensor(): the nested sequences are ragged ({err})") from None
+    if values.dtype == object:
+        raise TypeError(f"tensor(): cannot make a tensor from {type(data).__name__} values")
+    if dtype is None:
+        # a numpy array keeps its dtype; Python floats become float32, ints int64 (as torch)
+        dtype = values.dtype if isinstance(data, np.ndarray) else _infer_dtype(values)
+    dtype = dtypes.get_dtype(dtype)
+    raw = raw_from_numpy(values, dtype).to(_device(device))
+    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+
+
+def from_numpy(array: np.ndarray, device=None) -> Tensor:
+    """A tensor with the values and dtype of a numpy array (copied to the device)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy array, got {type(array).__name__}")
+    return tensor(array, dtype=dtypes.get_dtype(array.dtype), device=device)
+
+
+def from_torch(t: torch.Tensor) -> Tensor:
+    """A tensor sharing the memory of a torch tensor (no copy)."""
+    dtypes.get_dtype(t.dtype)
+    return Tensor._wrap(t.detach())
+
+
+def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dtype = dtypes.get_dtype(dtype or dtypes.default_float)
+    raw = get_backend().empty(_shape(shape), dtype, _device(device))
+    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+
+
+def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A tensor of `shape` filled with `fill_value` (dtype from the value if not given)."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    dtype = dtypes.get_dtype(dtype or dtypes.scalar_dtype(fill_value))
+    device = _device(device)
+    get_backend().check_device("full", device)
+    t = Tensor._wrap(get_backend().full(_shape((shape,)), fill_value, dtype, device))
+    t._const = fill_value
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(_shape(shape), 0, dtype or dtypes.default_float, device, requires_grad)
+
+
+def ones(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(_shape(shape), 1, dtype or dtypes.default_float, device, requires_grad)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device,
+                 requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device,
+                requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device,
+                requires_grad=requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device,
+                 requires_grad=requires_grad)
+
+
+def rand(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform on [0, 1), from the global seed (`td.manual_seed`)."""
+    return uniform(_shape(shape), 0.0, 1.0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def uniform(shape, low=0.0, high=1.0, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform on [low, high)."""
+    shape = _shape((shape,))
+    dtype = dtypes.get_dtype(dtype or dtypes.default_float)
+    if not dtype.is_floating_point:
+        raise TypeError(f"uniform: expected a floating point dtype, got {dtype}")
+    device = _device(device)
+    get_backend().check_device("uniform", device)
+    seed, offset = generator.take(math.prod(shape))
+    raw = get_backend().uniform(shape, float(low), float(high), seed, offset, dtype, device)
+    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+
+
+def randn(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Standard normal samples, from the global seed."""
+    return normal(_shape(shape), 0.0, 1.0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def normal(shape, mean=0.0, std=1.0, dtype=None, device=None, requires_grad=False) -> Tensor:
+    shape = _shape((shape,))
+    dtype = dtypes.get_dtype(dtype or dtypes.default_float)
+    if not dtype.is_floating_point:
+        raise TypeError(f"normal: expected a floating point dtype, got {dtype}")
+    device = _device(device)
+    get_backend().check_device("normal", device)
+    seed, offset = generator.take(math.prod(shape))
+    raw = get_backend().normal(shape, float(mean), float(std), seed, offset, dtype, device)
+    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+
+
+def rand_like(t, dtype=None, device=None) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def randn_like(t, dtype=None, device=None) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def randperm(n, device=None) -> Tensor:
+    """A random permutation of range(n) (int64), drawn on the device."""
+    device = _device(device)
+    get_backend().check_device("randperm", device)
+    seed, offset = generator.take(n)
+    return Tensor._wrap(get_backend().randperm(int(n), seed, offset, device))
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Values from start (0 if only one bound is given) up to end, excluding it."""
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if dtype is None:
+        floats = any(isinstance(v, float) for v in (start, end, step))
+        dtype = dtypes.default_float if floats else dtypes.default_int
+    dtype = dtypes.get_dtype(dtype)
+    device = _device(device)
+    get_backend().check_device("arange", device)
+    raw = get_backend().arange(start, end, step, dtype, device)
+    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
