@@ -432,13 +432,15 @@ class NumpyBackend(Backend):
         m = np.max(x, axis=1, keepdims=True) if c else np.zeros((n, 1), x.dtype)
         m = np.where(np.isfinite(m), m, 0)
         with np.errstate(all="ignore"):
-            e = np.exp(x - m)
+            # NOTE: everything relative to the row max m, so that logits like 1e4 lose no digits:
+            # loss = log(sum(exp(z))) - (1 - eps) z_t - eps / C sum(z),  z = x - m
+            z = x - m
+            e = np.exp(z)
             s = e.sum(axis=1, keepdims=True)
-            lse = (m + np.log(s))[:, 0]
             eps = label_smoothing
-            x_t = x[np.arange(n), safe_t]
-            smooth = x.sum(axis=1) * (eps / c) if eps else 0.0
-            loss = np.where(kept, lse - (1 - eps) * x_t - smooth, 0).astype(x.dtype)
+            z_t = z[np.arange(n), safe_t]
+            smooth = z.sum(axis=1) * (eps / c) if eps else 0.0
+            loss = np.where(kept, np.log(s[:, 0]) - (1 - eps) * z_t - smooth, 0).astype(x.dtype)
         count = kept.sum()
         scale = {"none": 1.0, "sum": 1.0, "mean": None}[reduction]
         with np.errstate(all="ignore"):

@@ -256,21 +256,12 @@ class Tensor:
         """.to(device), .to(dtype), .to(device, dtype) or .to(other_tensor)."""
         from .autodiff import ops
 
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        if kwargs:
-            raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif isinstance(a, (DType, torch.dtype)) or a in (float, int, bool):
-                dtype = a
-            else:
-                device = a
+        device, dtype = parse_to_args(args, kwargs)
         out = self
-        if dtype is not None and dtypes.get_dtype(dtype) is not self.dtype:
-            out = ops.cast(out, dtypes.get_dtype(dtype))
-        if device is not None and _device(device) != self.device:
-            out = ops.to_device(out, _device(device))
+        if dtype is not None and dtype is not self.dtype:
+            out = ops.cast(out, dtype)
+        if device is not None and device != self.device:
+            out = ops.to_device(out, device)
         return out
 
     def float(self): return self.to(dtypes.float32)
@@ -495,6 +486,24 @@ class Tensor:
     @property
     def mT(self):
         return self.transpose(-2, -1)
+
+
+def parse_to_args(args, kwargs):
+    """(device or None, DType or None) from the arguments of .to()."""
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    if kwargs:
+        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, (DType, torch.dtype)) or a in (float, int, bool):
+            dtype = a
+        elif isinstance(a, str) and a in dtypes._BY_NAME:
+            dtype = a
+        else:
+            device = a
+    return (None if device is None else _device(device),
+            None if dtype is None else dtypes.get_dtype(dtype))
 
 
 def _shape_arg(args, allow_negative=False):

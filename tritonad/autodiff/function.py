@@ -66,11 +66,14 @@ class Context:
                 "backward() if you need to backward through the graph twice.")
         values = []
         for kind, value, version in self._saved_spec:
+            if kind == "value":
+                values.append(value)
+                continue
             if kind == "output":
                 raw, box = self._outputs[value]
                 value = Tensor._wrap(raw, requires_grad=True, grad_fn=self, output_index=value,
                                      version_box=box)
-            if value is not None and value._version != version:
+            if value._version != version:
                 raise RuntimeError(
                     f"{self.name}: a tensor saved for the backward pass (shape {value.shape}) "
                     f"was modified by an in-place operation after it was saved (version "
@@ -87,10 +90,12 @@ class Context:
         memory, so that no reference cycle forms), or constants."""
         from ..tensor import Tensor
 
+        import torch
+
         spec = []
         for value in self._saved_raw:
-            if value is None:
-                spec.append(("tensor", None, 0))
+            if not isinstance(value, (Tensor, torch.Tensor)):  # None or a Python number
+                spec.append(("value", value, None))
                 continue
             if not isinstance(value, Tensor):
                 inp = next((a for a, r in zip(self._inputs, raw_args)

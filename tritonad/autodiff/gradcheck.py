@@ -12,7 +12,7 @@ import numpy as np
 from .. import dtypes
 from ..tensor import Tensor, tensor
 from .function import run_backward
-from .grad_mode import no_grad
+from .grad_mode import enable_grad, no_grad
 
 
 class GradcheckError(AssertionError):
@@ -102,8 +102,14 @@ def gradgradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=1):
         outputs = _as_tuple(fn(*inputs))
     cotangents = [rng.standard_normal(o.shape) for o in outputs]
 
+    differentiable = [isinstance(x, Tensor) and x.requires_grad for x in inputs]
+
     def first_grads(*args):
-        grads, wanted = vjp(fn, args, cotangents, create_graph=True)
-        return tuple(g if g is not None else (w * 0.0) for g, w in zip(grads, wanted))
+        # finite differences call this under no_grad with plain tensors: rebuild the leaves
+        with enable_grad():
+            args = [a.detach().requires_grad_() if d and not a.requires_grad else a
+                    for a, d in zip(args, differentiable)]
+            grads, wanted = vjp(fn, args, cotangents, create_graph=True)
+            return tuple(g if g is not None else (w * 0.0) for g, w in zip(grads, wanted))
 
     return gradcheck(first_grads, inputs, eps, atol, rtol, seed)

@@ -8,6 +8,7 @@ convolution, pooling, dropout) in nn_ops.py; all are re-exported here.
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 
 from .. import dtypes
@@ -151,8 +152,13 @@ class Pow(Function):
     def backward(ctx, dy):
         a, b, y = ctx.saved
         da = dy * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
-        # NOTE: d/db at a = 0 is taken as 0 (0 * log 0 would be NaN), as torch does
-        db = where(a == 0, 0.0, dy * y * log(a)) if ctx.needs_input_grad[1] else None
+        db = None
+        if ctx.needs_input_grad[1]:
+            if isinstance(a, Tensor):
+                # NOTE: d/db at a = 0 is taken as 0 (0 * log 0 would be NaN), as torch does
+                db = where(a == 0, 0.0, dy * y * log(a))
+            else:
+                db = dy * y * (math.log(a) if a > 0 else (0.0 if a == 0 else math.nan))
         return da, db
 
 

@@ -1,0 +1,126 @@
+"""The torch rule (DESIGN §2), enforced by reading the source of tritonad/.
+
+Inside tritonad/ (except the numpy reference backend) torch may allocate, make metadata views,
+move memory between host and device, and name dtypes, devices, streams and graphs. Everything
+that computes is one of our kernels. The scan flags:
+- any `torch.<name>` outside the allowed set (torch.exp, torch.zeros, torch.nn, ...);
+- compute methods called on raw arrays: on `<expr>._data`, on the raw arguments of a Function's
+  forward, and on anything at all inside tritonad/kernels/ (where every array is raw).
+"""
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "tritonad"
+EXEMPT = {"reference.py"}
+
+ALLOWED_TORCH = {
+    # allocation
+    "empty", "empty_like", "empty_strided",
+    # metadata views and transfers
+    "as_strided", "from_numpy", "device", "Size", "Tensor", "is_tensor",
+    # dtypes
+    "dtype", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+    "uint8", "bool", "long", "half", "float", "double", "finfo", "iinfo",
+    # devices, streams, events, graphs, memory statistics
+    "cuda", "Stream", "Event", "version", "__version__", "backends", "profiler",
+    "distributed",
+}
+ALLOWED_CUDA = {
+    "is_available", "current_device", "device_count", "set_device", "synchronize", "Stream",
+    "Event", "stream", "current_stream", "default_stream", "CUDAGraph", "graph",
+    "graph_pool_handle", "is_current_stream_capturing", "get_device_name",
+    "get_device_properties", "get_device_capability", "memory_allocated",
+    "max_memory_allocated", "reset_peak_memory_stats", "memory_reserved", "mem_get_info",
+    "empty_cache", "device", "make_graphed_callables",
+}
+COMPUTE_METHODS = {
+    "abs", "add", "add_", "addmm", "all", "any", "argmax", "argmin", "bmm", "cat", "clamp",
+    "clamp_", "clip", "clone", "contiguous", "copy_", "cos", "cumsum", "div", "div_", "double",
+    "exp", "fill_", "float", "gather", "half", "index_add_", "index_select", "log",
+    "masked_fill", "matmul", "max", "mean", "min", "mm", "mul", "mul_", "neg", "norm", "pow",
+    "relu", "scatter_add_", "sigmoid", "sin", "softmax", "sort", "sqrt", "square", "sub", "sub_",
+    "sum", "tanh", "topk", "var", "where", "zero_", "long", "int", "bfloat16", "type",
+    "masked_scatter", "normal_", "uniform_", "random_", "bernoulli_", "nonzero", "unique",
+}
+
+
+def _sources():
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.name not in EXEMPT:
+            yield path
+
+
+def _torch_attribute_chain(node):
+    """For torch.a.b -> ["a", "b"]; None when the root is not the name torch."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id == "torch":
+        return list(reversed(chain))
+    return None
+
+
+def _violations(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    in_kernels = "kernels" in path.parts
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    forward_args = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "forward":
+            names = {a.arg for a in node.args.args[1:]}  # the raw arrays (after ctx)
+            for inner in ast.walk(node):
+                forward_args[id(inner)] = names
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(parents.get(id(node)), ast.Attribute):
+            chain = _torch_attribute_chain(node)
+            if chain and (chain[0] not in ALLOWED_TORCH or
+                          (chain[0] == "cuda" and len(chain) > 1 and chain[1] not in ALLOWED_CUDA)):
+                found.append((node.lineno, "torch." + ".".join(chain)))
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            if any(n.startswith("torch.nn") for n in names):
+                found.append((node.lineno, "import of torch.nn"))
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        method, target = node.func.attr, node.func.value
+        if method not in COMPUTE_METHODS or _torch_attribute_chain(target) is not None:
+            continue
+        on_raw = isinstance(target, ast.Attribute) and target.attr == "_data"
+        on_forward_arg = isinstance(target, ast.Name) and target.id in forward_args.get(id(node), ())
+        # in kernels/ every array is raw; tl.*, math.* and numpy calls are not torch
+        in_kernel_code = in_kernels and not (isinstance(target, ast.Name) and
+                                             target.id in ("tl", "triton", "math", "np"))
+        if on_raw or on_forward_arg or in_kernel_code:
+            found.append((node.lineno, f".{method}() on raw memory"))
+    return found
+
+
+@pytest.mark.parametrize("path", list(_sources()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_torch_computation_inside_tritonad(path):
+    bad = _violations(path)
+    assert not bad, f"{path.relative_to(ROOT.parent)}: torch computes here:\n" + "\n".join(
+        f"  line {line}: {what}" for line, what in bad)
+
+
+def test_the_scan_catches_violations(tmp_path):
+    """The checker itself: each forbidden pattern is found, allowed ones are not."""
+    sample = tmp_path / "kernels" / "sample.py"
+    sample.parent.mkdir()
+    sample.write_text(
+        "import torch\n"
+        "a = torch.empty(3)\n"            # allowed
+        "b = torch.zeros(3)\n"            # computes
+        "c = a.contiguous()\n"            # computes (in kernels/)
+        "d = torch.nn.functional.relu(a)\n"
+        "e = torch.cuda.synchronize()\n"  # allowed
+        "f = torch.cuda.amp.autocast()\n"  # not in the allowed cuda set
+        "class F:\n"
+        "    def forward(ctx, x):\n"
+        "        return x.sum()\n"        # computes on a raw forward argument
+    )
+    lines = sorted(line for line, _ in _violations(sample))
+    assert lines == [3, 4, 5, 7, 10]
