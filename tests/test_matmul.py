@@ -1,0 +1,526 @@
+"""matmul: the tiled Triton kernel (tritonad/kernels/matmul.py) against the numpy reference.
+
+Every result is compared with the reference backend computed in float64. The error allowed
+scales with |a| @ |b| + |bias| (the size of the terms summed, the standard bound for a dot
+product), so near-zero results from cancellation do not need a loose absolute tolerance:
+    |got - ref| <= rtol(dtype) * (|a| @ |b| + |bias|) + tiny
+CPU runs use Triton's interpreter with one 64x64x64 plan; tests force the other paths (every
+tuning candidate, small tiles with grouped ordering, split-K, K-major staging) through
+`matmul.FORCE_PLAN`. The GPU tier (`pytest -m gpu`) adds large and odd shapes, the MNIST
+shapes, CUDA graph capture and the on-disk autotune cache.
+"""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tritonad as td
+import tritonad.nn.functional as F
+from helpers import as_numpy, assert_close, check_op, random_array, reference_inputs
+from tritonad.kernels import matmul as mm
+from tritonad.reference import NumpyBackend
+
+# allowed error relative to |a| @ |b| + |bias| (not to the result): TF32 input rounding
+# (2^-10 per factor: Triton may truncate), one rounding of half outputs (the interpreter rounds
+# bfloat16 towards zero: up to 2^-7), plus the accumulation bound K * u (see rtol())
+RTOL = {"float64": 1e-12, "float32": 1e-6, "tf32": 2e-3, "float16": 1e-3, "bfloat16": 1e-2}
+
+
+def rtol(kind, k):
+    """RTOL plus gamma_K = K * u, the worst-case rounding of a K-term sum in the accumulator."""
+    return RTOL[kind] + k * (2.0**-53 if kind == "float64" else 2.0**-24)
+
+
+DTYPES = [td.float32, td.float16, td.bfloat16, td.float64]
+
+
+# ---------------------------------------------------------------------------- reference
+
+
+def reference(a, b, bias=None, activation=None):
+    """The numpy backend's matmul on float64 copies of the inputs, as a numpy array."""
+    args = reference_inputs([a, b] + ([bias] if bias is not None else []))
+    out = NumpyBackend().matmul(args[0], args[1], args[2] if bias is not None else None,
+                                activation)
+    return as_numpy(out)
+
+
+def term_scale(a, b, bias=None):
+    """|a| @ |b| + |bias| in float64: the magnitude of the terms each output sums."""
+    scale = np.matmul(np.abs(as_numpy(a)), np.abs(as_numpy(b)))
+    return scale + (np.abs(as_numpy(bias)) if bias is not None else 0.0)
+
+
+def check(got, a, b, bias=None, activation=None, kind=None):
+    """got == act(a @ b + bias) within the dtype's error bound; dtype and layout as documented."""
+    kind = kind or td.dtypes.get_dtype(a.dtype).name
+    expected = reference(a, b, bias, activation)
+    assert got.dtype == a.dtype, f"output dtype {got.dtype} != input dtype {a.dtype}"
+    assert tuple(got.shape) == expected.shape, f"shape {tuple(got.shape)} != {expected.shape}"
+    assert got.is_contiguous(), "output must be contiguous"
+    error = (as_numpy(got) - expected) / (term_scale(a, b, bias) + 1e-30)
+    assert_close(error, np.zeros_like(error), rtol=0, atol=rtol(kind, a.shape[-1]),
+                 name="scaled error")
+    if activation == "relu":
+        assert (as_numpy(got) >= 0).all(), "relu output has negative values"
+
+
+def operand(shape, dtype, layout="contiguous", seed=0):
+    """A raw array of `shape` stored as `layout`: contiguous, transposed (the last two dims
+    swapped in memory, as w.t()), or strided (every other element of a larger array, with a
+    storage offset)."""
+    if layout == "contiguous":
+        return random_array(shape, dtype, seed=seed)
+    if layout == "transposed":
+        return random_array(shape[:-2] + shape[::-1][:2], dtype, seed=seed).transpose(-1, -2)
+    big = random_array(shape[:-2] + (2 * shape[-2] + 1, 2 * shape[-1] + 3), dtype, seed=seed)
+    return big[..., 1::2, 3::2][..., :shape[-2], :shape[-1]]
+
+
+@pytest.fixture(autouse=True)
+def triton_backend(monkeypatch):
+    """Run on the triton backend with the best-guess plan (no timing: GPU tests stay quick;
+    test_gpu_autotune_cache turns tuning back on)."""
+    monkeypatch.setattr(mm, "AUTOTUNE", False)
+    monkeypatch.setattr(mm, "FORCE_PLAN", None)
+    with td.use_backend("triton"):
+        yield
+
+
+def run(a, b, bias=None, activation=None):
+    return td.get_backend().matmul(a, b, bias=bias, activation=activation)
+
+
+# ---------------------------------------------------------------------------- shapes and dtypes
+
+SIZES = [1, 2, 7, 16, 33, 64, 65, 100, 129]
+
+
+@given(m=st.sampled_from(SIZES), n=st.sampled_from(SIZES), k=st.sampled_from(SIZES),
+       dtype=st.sampled_from(DTYPES),
+       layout_a=st.sampled_from(["contiguous", "transposed", "strided"]),
+       layout_b=st.sampled_from(["contiguous", "transposed", "strided"]),
+       has_bias=st.booleans(), activation=st.sampled_from([None, "relu"]))
+def test_matmul_property(m, n, k, dtype, layout_a, layout_b, has_bias, activation):
+    a = operand((m, k), dtype, layout_a, seed=1)
+    b = operand((k, n), dtype, layout_b, seed=2)
+    bias = random_array((n,), dtype, seed=3) if has_bias else None
+    check(run(a, b, bias, activation), a, b, bias, activation)
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (1, 300, 1), (300, 1, 1), (1, 1, 300),
+                                     (45, 65, 17), (1, 257, 33), (257, 129, 300)])
+def test_odd_shapes(m, k, n):
+    a, b = random_array((m, k), seed=4), random_array((k, n), seed=5)
+    check(run(a, b), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("has_bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_every_epilogue(dtype, has_bias, activation):
+    a, b = random_array((70, 40), dtype, seed=6), random_array((40, 50), dtype, seed=7)
+    bias = random_array((50,), dtype, seed=8) if has_bias else None
+    check(run(a, b, bias, activation), a, b, bias, activation)
+
+
+def test_relu_edge_values():
+    """Exact zeros stay zero, negatives clip, NaN propagates (as torch.relu)."""
+    device = td.get_backend().default_device
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [float("nan"), 0.0]], device=device)
+    b = torch.tensor([[2.0, -3.0, 0.0], [0.0, 0.0, 0.0]], device=device)
+    got = as_numpy(run(a, b, activation="relu"))
+    expected = np.array([[2, 0, 0], [0, 0, 0], [0, 3, 0], [np.nan] * 3])
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_linear_layout():
+    """x @ w.T + b, the linear layer's forward: w.t() is read in place."""
+    x, w, bias = random_array((37, 50), seed=9), random_array((23, 50), seed=10), \
+        random_array((23,), seed=11)
+    check(run(x, w.t(), bias, "relu"), x, w.t(), bias, "relu")
+
+
+def test_backward_layouts():
+    """dX = dY @ W and dW = dY^T @ X of a linear layer, through strides."""
+    dy, w, x = random_array((37, 23), seed=12), random_array((23, 50), seed=13), \
+        random_array((37, 50), seed=14)
+    check(run(dy, w), dy, w)
+    check(run(dy.transpose(0, 1), x), dy.transpose(0, 1), x)
+
+
+def test_inputs_are_not_modified():
+    a, b = random_array((20, 30), seed=15), random_array((30, 10), seed=16)
+    a0, b0 = as_numpy(a).copy(), as_numpy(b).copy()
+    run(a, b, random_array((10,), seed=17), "relu")
+    np.testing.assert_array_equal(as_numpy(a), a0)
+    np.testing.assert_array_equal(as_numpy(b), b0)
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+def test_batched():
+    a, b = random_array((3, 20, 30), seed=18), random_array((3, 30, 25), seed=19)
+    bias = random_array((25,), seed=20)
+    check(run(a, b, bias, "relu"), a, b, bias, "relu")
+
+
+def test_batch_broadcast_stride_zero():
+    """A weight shared by the batch arrives as a stride-0 batch dim (the conv's im2col path)."""
+    w = random_array((20, 30), seed=21)
+    a = w.unsqueeze(0).unsqueeze(0).expand(2, 3, 20, 30)
+    b = random_array((2, 3, 30, 9), seed=22)
+    assert a.stride()[:2] == (0, 0)
+    check(run(a, b), a, b)
+
+
+def test_batch_dims_broadcast_like_numpy():
+    a, b = random_array((2, 1, 20, 30), seed=23), random_array((3, 30, 9), seed=24)
+    got = run(a, b)
+    assert tuple(got.shape) == (2, 3, 20, 9)
+    check(got, a.expand(2, 3, 20, 30), b.expand(2, 3, 30, 9))
+
+
+@given(batch=st.sampled_from([(2,), (2, 3), (2, 1, 3)]), data=st.data(),
+       m=st.sampled_from([1, 5, 40]), n=st.sampled_from([1, 9, 70]),
+       k=st.sampled_from([1, 17, 65]), dtype=st.sampled_from(DTYPES))
+def test_batched_property(batch, data, m, n, k, dtype):
+    """Batch dims broadcast by numpy's rules (left to the primitive, or expanded by the caller
+    into stride-0 dims), operands transposed or not."""
+    def draw_operand(rows, cols, seed):
+        ones = data.draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch)))
+        shape = tuple(1 if one else size for one, size in zip(ones, batch))
+        layout = data.draw(st.sampled_from(["contiguous", "transposed"]))
+        x = operand(shape + (rows, cols), dtype, layout, seed=seed)
+        return x.expand(batch + (rows, cols)) if data.draw(st.booleans()) else x
+
+    a, b = draw_operand(m, k, 41), draw_operand(k, n, 42)
+    check(run(a, b), a, b)
+
+
+def test_batch_dims_that_cannot_merge():
+    """Three batch dims with permuted strides: two go to the kernel, the first is looped."""
+    base = random_array((3, 2, 4, 20, 30), seed=25)
+    a = base.permute(1, 0, 2, 3, 4)[:, :, ::2]          # [2, 3, 2, 20, 30], strides mixed
+    b = random_array((30, 2, 3, 2, 9), seed=26).permute(1, 2, 3, 0, 4)
+    check(run(a, b), a, b)
+
+
+def test_batch_dims_of_size_one_and_transposed_batches():
+    a = random_array((1, 4, 1, 30, 20), seed=27).transpose(-1, -2)
+    b = random_array((1, 4, 1, 30, 9), seed=28)
+    check(run(a, b), a, b)
+
+
+# ---------------------------------------------------------------------------- empty and K = 0
+
+
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_k_zero_gives_bias(has_bias):
+    a, b = random_array((5, 0)), random_array((0, 4))
+    bias = random_array((4,), seed=29) if has_bias else None
+    got = as_numpy(run(a, b, bias, "relu"))
+    expected = np.maximum(np.broadcast_to(as_numpy(bias), (5, 4)), 0) if has_bias else 0
+    np.testing.assert_array_equal(got, np.zeros((5, 4)) + expected)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, out_shape", [
+    ((0, 3), (3, 4), (0, 4)), ((3, 3), (3, 0), (3, 0)), ((0, 3, 3), (0, 3, 2), (0, 3, 2)),
+    ((2, 0, 5), (2, 5, 3), (2, 0, 3))])
+def test_empty_outputs(a_shape, b_shape, out_shape):
+    got = run(random_array(a_shape), random_array(b_shape))
+    assert tuple(got.shape) == out_shape
+
+
+# ---------------------------------------------------------------------------- forced plans
+
+
+def test_small_tiles_and_grouped_ordering(monkeypatch):
+    """16x16 tiles in groups of 2 row-tiles: a 7 x 5 grid of programs in swizzled order."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", dict(BM=16, BN=16, BK=16, GM=2))
+    a, b, bias = random_array((100, 40), seed=30), random_array((40, 70), seed=31), \
+        random_array((70,), seed=32)
+    check(run(a, b, bias, "relu"), a, b, bias, "relu")
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.bfloat16, td.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("split", [2, 3, 100])
+def test_split_k(monkeypatch, dtype, split):
+    """K in slices summed by the reduction kernel, then bias and relu; K not a multiple of the
+    block, more slices asked than K tiles (clamped), batched."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=split, BK=16))
+    a, b = random_array((2, 30, 100), dtype, seed=33), random_array((2, 100, 20), dtype, seed=34)
+    bias = random_array((20,), dtype, seed=35)
+    check(run(a, b, bias, "relu"), a, b, bias, "relu")
+    check(run(a, b), a, b)
+
+
+def test_split_k_is_deterministic(monkeypatch):
+    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=4, BK=16))
+    a, b = random_array((30, 130), seed=36), random_array((130, 20), seed=37)
+    first, second = as_numpy(run(a, b)), as_numpy(run(a, b))
+    np.testing.assert_array_equal(first, second)
+
+
+def test_tf32_setting_and_k_major_staging(monkeypatch):
+    """TF32 ("high"): runs and is close (the interpreter computes it in fp32). Staging copies
+    transposed operands K-major first; a stride-0 batch dim stays broadcast."""
+    try:
+        td.set_matmul_precision("high")
+        assert mm._kind(torch.float32) == "tf32"
+        a, b = operand((40, 30), td.float32, "transposed"), operand((30, 20), td.float32)
+        check(run(a, b), a, b, kind="tf32")
+        monkeypatch.setattr(mm, "FORCE_PLAN", dict(stage_a=True, stage_b=True))
+        check(run(a, b, random_array((20,)), "relu"), a, b, random_array((20,)), "relu",
+              kind="tf32")
+        w = random_array((30, 20), seed=38).transpose(0, 1).unsqueeze(0).expand(3, 20, 30)
+        x = operand((3, 30, 10), td.float32, "transposed", seed=39)
+        check(run(w, x), w, x, kind="tf32")
+    finally:
+        td.set_matmul_precision("highest")
+    assert mm._kind(torch.float32) == "ieee"
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: (random_array((2, 3)), random_array((4, 5))), ValueError,
+     r"matmul: inner dimensions differ: a \(2, 3\) @ b \(4, 5\)"),
+    (lambda: (random_array((2, 3)), random_array((3, 5), td.float16)), TypeError,
+     r"matmul: dtypes differ: a \(2, 3\) float32, b \(3, 5\) float16"),
+    (lambda: (random_array((2, 3), td.int64), random_array((3, 5), td.int64)), TypeError,
+     r"matmul: expected floating point operands"),
+    (lambda: (random_array((3,)), random_array((3, 5))), ValueError,
+     r"matmul: operands need at least 2 dims"),
+    (lambda: (random_array(()), random_array((3, 5))), ValueError,
+     r"matmul: operands need at least 2 dims"),
+    (lambda: (random_array((2, 4, 3)), random_array((3, 3, 5))), ValueError,
+     r"matmul: batch dims do not broadcast: a \(2, 4, 3\) @ b \(3, 3, 5\)"),
+], ids=["inner", "mixed-dtypes", "integers", "1-d", "0-d", "batch"])
+def test_bad_operands(make, error, match):
+    a, b = make()
+    with pytest.raises(error, match=match):
+        run(a, b)
+
+
+def test_bad_epilogue():
+    a, b = random_array((2, 3)), random_array((3, 5))
+    with pytest.raises(ValueError, match=r"matmul: bias must have shape \(5,\)"):
+        run(a, b, random_array((4,)))
+    with pytest.raises(TypeError, match="matmul: bias dtype float16 differs"):
+        run(a, b, random_array((5,), td.float16))
+    with pytest.raises(ValueError, match="matmul: unknown activation 'gelu'"):
+        run(a, b, activation="gelu")
+
+
+# ---------------------------------------------------------------------------- plans and tuner
+
+MNIST = {  # name: (M, N, K) of the forward and both backward products
+    "mlp1": (128, 256, 784), "mlp1.dx": (128, 784, 256), "mlp1.dw": (256, 784, 128),
+    "mlp2": (128, 100, 256), "mlp2.dx": (128, 256, 100), "mlp2.dw": (100, 256, 128),
+    "mlp3": (128, 10, 100), "mlp3.dx": (128, 100, 10), "mlp3.dw": (10, 100, 128),
+    "cnn1": (100, 512, 3136), "cnn1.dx": (100, 3136, 512), "cnn1.dw": (512, 3136, 100),
+    "cnn2": (100, 10, 512), "cnn2.dx": (100, 512, 10), "cnn2.dw": (10, 512, 100),
+}
+
+
+def test_split_k_heuristic():
+    # a skinny long-K product gets slices that fill the SMs once; a big square gets none
+    assert mm.split_k_heuristic(1, 100, 512, 3136, 64, 64, 64, 132) == 8
+    assert mm.split_k_heuristic(1, 4096, 4096, 4096, 128, 128, 64, 132) == 1
+    assert mm.split_k_heuristic(1, 128, 128, 16, 64, 64, 64, 132) == 1   # K too short
+
+
+@pytest.mark.parametrize("kind", ["half", "tf32", "ieee", "fp64"])
+@pytest.mark.parametrize("shape", list(MNIST.values()) + [(4096, 4096, 4096), (1, 1, 1)],
+                         ids=list(MNIST) + ["4096", "1"])
+def test_candidate_plans(kind, shape):
+    m, n, k = shape
+    plans = mm.candidate_plans(1, m, n, k, kind, True, False, 132)
+    assert plans and len(plans) <= 16
+    assert len({tuple(sorted(p.items())) for p in plans}) == len(plans), "duplicate plans"
+    for p in plans:
+        assert set(p) == set(mm.INTERPRET_PLAN)
+        assert p["BM"] >= 16 and p["BN"] >= 16 and p["split"] >= 1
+        assert p["BK"] >= (16 if kind != "fp64" else 8)
+    if kind == "tf32":
+        assert any(p["stage_b"] for p in plans), "TF32 with an N-major b should try staging"
+    if shape == MNIST["cnn1"] and kind != "fp64":
+        assert any(p["split"] > 1 for p in plans), "skinny long-K products should try split-K"
+
+
+def test_autotuner_caches_on_disk(tmp_path, monkeypatch):
+    """The first choice is measured and saved; a new process (a new tuner) reads it back
+    without measuring; a saved plan that is no longer a candidate is measured again."""
+    path = str(tmp_path / "matmul-test.json")
+    monkeypatch.setattr(mm.Autotuner, "path", lambda self: path)
+    monkeypatch.setattr(mm, "AUTOTUNE", True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    plans = [mm._plan(64, 64, 32, 4, 3), mm._plan(128, 128, 32, 8, 3)]
+    measured = []
+
+    def measure(self, key, candidates, run):
+        measured.append(len(candidates))
+        return candidates[-1]
+
+    monkeypatch.setattr(mm.Autotuner, "_measure", measure)
+    first = mm.Autotuner("matmul-test")
+    assert first.choose("k1", lambda: plans, None) == plans[1]
+    assert first.choose("k1", lambda: plans, None) == plans[1]
+    assert (first.tuned, measured, first.last) == (1, [2], ("k1", plans[1]))
+    assert mm.describe(plans[1]) == "128x128x32 w8 s3"
+    assert mm.describe({**plans[0], "split": 4, "stage_b": True}) == \
+        "64x64x32 w4 s3, split 4, stage b"
+    second = mm.Autotuner("matmul-test")
+    assert second.choose("k1", lambda: plans, None) == plans[1]
+    assert (second.tuned, second.hits, measured) == (0, 1, [2])
+    third = mm.Autotuner("matmul-test")
+    assert third.choose("k1", lambda: plans[:1], None) == plans[0]
+    assert third.tuned == 1
+
+
+@pytest.mark.parametrize("dtype, precision", [(td.float32, "highest"), (td.float32, "high"),
+                                              (td.bfloat16, "highest")],
+                         ids=["fp32", "tf32", "bf16"])
+def test_every_candidate_plan(dtype, precision, monkeypatch):
+    """Every plan the tuner may pick (large and small menus) computes the right thing; on a GPU
+    this compiles each of them (fp16 compiles the same plans as bf16)."""
+    shape = (300, 1000, 260) if torch.cuda.is_available() else (70, 100, 50)
+    try:
+        td.set_matmul_precision(precision)
+        kind = mm._kind(dtype.torch)
+        plans = mm.candidate_plans(1, 8192, 8192, 512, kind, True, False, 132)
+        plans += mm.candidate_plans(1, 100, 512, 3136, kind, True, False, 132)
+        m, k, n = shape
+        a, b = random_array((m, k), dtype, seed=43), random_array((k, n), dtype, seed=44)
+        bias = random_array((n,), dtype, seed=45)
+        for plan in plans:
+            monkeypatch.setattr(mm, "FORCE_PLAN", plan)
+            check(run(a, b, bias, "relu"), a, b, bias, "relu",
+                  kind="tf32" if precision == "high" else dtype.name)
+    finally:
+        td.set_matmul_precision("highest")
+
+
+# ---------------------------------------------------------------------------- autodiff level
+
+
+def test_autodiff_matmul_and_linear():
+    rng = np.random.default_rng(40)
+    check_op(lambda a, b: a @ b, rng.uniform(-2, 2, (2, 5, 7)), rng.uniform(-2, 2, (7, 3)))
+    x, w, bias = rng.uniform(-2, 2, (6, 7)), rng.uniform(-2, 2, (4, 7)), rng.uniform(-2, 2, 4)
+    check_op(lambda x, w, b: F.linear(x, w, b, activation="relu"), x, w, bias)
+    check_op(lambda x, w: F.linear(x, w), x, w)
+
+
+# ---------------------------------------------------------------------------- GPU tier
+
+KINDS = [("float32", "highest"), ("tf32", "high"), ("bfloat16", "highest"),
+         ("float16", "highest")]
+
+
+def _gpu_inputs(shape_a, shape_b, kind, layout_b="contiguous", seed=0):
+    dtype = td.float32 if kind in ("float32", "tf32") else td.dtypes.get_dtype(kind)
+    return operand(shape_a, dtype, seed=seed), operand(shape_b, dtype, layout_b, seed=seed + 1)
+
+
+def _gpu_check(got, a, b, bias=None, activation=None, kind="float32"):
+    """check() with the reference computed by torch in float64 on the GPU (numpy is slow)."""
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    if bias is not None:
+        ref, scale = ref + bias.double(), scale + bias.double().abs()
+    if activation == "relu":
+        ref = ref.clamp_min(0)
+    assert got.dtype == a.dtype and got.shape == ref.shape and got.is_contiguous()
+    error = ((got.double() - ref) / (scale + 1e-30)).abs()
+    worst, allowed = (error.max().item() if error.numel() else 0.0), rtol(kind, a.shape[-1])
+    assert worst <= allowed, f"{kind}: worst scaled error {worst:.3g} > {allowed:.3g}"
+
+
+@pytest.fixture
+def precision():
+    def use(value):
+        td.set_matmul_precision(value)
+    yield use
+    td.set_matmul_precision("highest")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, prec", KINDS, ids=[k for k, _ in KINDS])
+@pytest.mark.parametrize("layout_b", ["contiguous", "transposed"])
+def test_gpu_large_odd_shape(kind, prec, layout_b, precision):
+    precision(prec)
+    a, b = _gpu_inputs((1823, 1023), (1023, 781), kind, layout_b)
+    bias = random_array((781,), a.dtype, seed=7)
+    _gpu_check(run(a, b, bias, "relu"), a, b, bias, "relu", kind)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["bfloat16", "float16"])
+def test_gpu_4096_half(kind):
+    a, b = _gpu_inputs((4096, 4096), (4096, 4096), kind)
+    _gpu_check(run(a, b), a, b, kind=kind)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, prec", KINDS, ids=[k for k, _ in KINDS])
+def test_gpu_mnist_shapes(kind, prec, precision):
+    """Forward (with bias + relu), dX = dY @ W and dW = dY^T @ X of both MNIST models, in the
+    layouts the autodiff passes (w.t(), dy.transpose)."""
+    precision(prec)
+    dtype = td.float32 if kind in ("float32", "tf32") else td.dtypes.get_dtype(kind)
+    for batch, n_in, n_out in [(128, 784, 256), (128, 256, 100), (128, 100, 10),
+                               (100, 3136, 512), (100, 512, 10)]:
+        x, w = random_array((batch, n_in), dtype, seed=1), random_array((n_out, n_in), dtype,
+                                                                         seed=2)
+        bias, dy = random_array((n_out,), dtype, seed=3), random_array((batch, n_out), dtype,
+                                                                        seed=4)
+        _gpu_check(run(x, w.t(), bias, "relu"), x, w.t(), bias, "relu", kind)
+        _gpu_check(run(dy, w), dy, w, kind=kind)
+        _gpu_check(run(dy.t(), x), dy.t(), x, kind=kind)
+
+
+@pytest.mark.gpu
+def test_gpu_forced_split_and_staging(precision, monkeypatch):
+    precision("high")
+    dy, x = random_array((100, 512), seed=1), random_array((100, 3136), seed=2)
+    for plan in (dict(split=6), dict(stage_a=True, stage_b=True),
+                 dict(split=4, stage_a=True, stage_b=True)):
+        monkeypatch.setattr(mm, "FORCE_PLAN", plan)
+        _gpu_check(run(dy.t(), x), dy.t(), x, kind="tf32")
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_capture():
+    """A warmed-up matmul (split-K path included) replays correctly from a CUDA graph."""
+    a, b = random_array((100, 3136), seed=1), random_array((3136, 512), seed=2)
+    bias = random_array((512,), seed=3)
+    run(a, b, bias, "relu")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(a, b, bias, "relu")
+    a.copy_(random_array((100, 3136), seed=4))
+    graph.replay()
+    torch.cuda.synchronize()
+    _gpu_check(out, a, b, bias, "relu", "float32")
+
+
+@pytest.mark.gpu
+def test_gpu_autotune_cache(tmp_path, monkeypatch):
+    """Tuning measures once, saves to disk, and a fresh tuner (a new run) reuses the choice."""
+    monkeypatch.setenv("TRITONAD_AUTOTUNE_DIR", str(tmp_path))
+    monkeypatch.setattr(mm, "AUTOTUNE", True)
+    monkeypatch.setattr(mm, "tuner", mm.Autotuner("matmul"))
+    a, b = random_array((100, 3136), td.bfloat16, seed=1), random_array((3136, 512),
+                                                                        td.bfloat16, seed=2)
+    _gpu_check(run(a, b), a, b, kind="bfloat16")
+    assert mm.tuner.tuned == 1 and mm.tuner.seconds > 0
+    assert len(list(tmp_path.glob("matmul-*.json"))) == 1
+    monkeypatch.setattr(mm, "tuner", mm.Autotuner("matmul"))
+    _gpu_check(run(a, b), a, b, kind="bfloat16")
+    assert (mm.tuner.tuned, mm.tuner.hits) == (0, 1)

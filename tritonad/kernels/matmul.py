@@ -1,0 +1,604 @@
+"""Matrix multiplication: one tiled Triton kernel with a fused epilogue, split-K for skinny
+problems, and an autotuner whose choices persist across runs.
+
+    out[i] = act(a[i] @ b[i] + bias)     a: [*batch, M, K], b: [*batch, K, N], bias: [N]
+
+Design (the numbers are for Hopper, H100/H200):
+- Tiles. One program computes a BLOCK_M x BLOCK_N tile of one matrix of the batch, walking K in
+  BLOCK_K steps with `tl.dot` (tensor cores for fp16/bf16/TF32, FMA for exact fp32) into a
+  float32 accumulator. Programs are numbered batch-major and, inside a matrix, in groups of
+  GROUP_M row-tiles, so neighbouring programs share rows of a and columns of b in L2.
+- Strides. Operands are read in place through their strides: the transposes of the backward
+  pass (w.t(), dy.transpose(-1, -2)) and stride-0 broadcast batch dims cost no copy. Batch dims
+  are merged where the strides of a, b and out allow; two remain at most per launch.
+- Epilogue. bias row, relu and the cast to the output dtype happen on the accumulator in
+  registers: `act(x @ w.T + b)` reads x and w once and writes y once (addmm + relu writes and
+  re-reads the [M, N] product).
+- Split-K. Tall-skinny products with a long K (100x3136 @ 3136x512, 784x128 @ 128x256, ...)
+  have too few output tiles to fill the GPU. Each of SPLIT programs then sums a slice of K into
+  a float32 workspace [SPLIT, batch, M, N]; a second small kernel adds the slices in a fixed
+  order (deterministic, no atomics) and applies bias, relu and the cast.
+- TF32 operand staging. Hopper's wgmma reads 32-bit operands only K-major from shared memory;
+  an operand whose K stride is not 1 (b of a row-major a @ b, both operands of dW = dY^T @ X)
+  makes Triton fall back to a slow path. A plan may therefore first copy such an operand into a
+  K-major workspace (one memory-bound pass) when the tuner measures that this pays off.
+- Autotuning. The launcher keys each problem on (batch, M, N, K, dtype/precision, operand
+  layouts), builds candidate plans (tile, warps, stages, split, staging) with a function, times
+  every candidate end to end with triton.testing.do_bench and keeps the fastest. Choices
+  persist in ~/.cache/tritonad/autotune/ (one JSON file per GPU name and Triton version,
+  stamped with a hash of this file), so a second run does not tune again. Under the
+  interpreter there is one small plan and no tuning.
+  NOTE: a small tuner of our own rather than @triton.autotune: a plan is up to three kernels
+  (staging, the matmul, the split-K reduction) and must be timed as a whole, and Triton's
+  on-disk autotune cache (cache_results) differs between Triton versions.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+
+import torch
+import triton
+import triton.language as tl
+
+from ..backend import matmul_precision
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2
+
+PRIMITIVES = ("matmul",)
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_INT32_LIMIT = 2**31 - 1
+
+
+# ============================================================================== kernels
+
+
+@triton.jit
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,
+                   M, N, K, batch_inner, tiles_per_split,
+                   stride_a0, stride_a1, stride_am, stride_ak,
+                   stride_b0, stride_b1, stride_bk, stride_bn,
+                   stride_c0, stride_c1, stride_cm, stride_cn, stride_csplit,
+                   stride_bias,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr, SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr,
+                   FP64: tl.constexpr, UPCAST: tl.constexpr, INT64: tl.constexpr):
+    # program (pid, split): the BLOCK_M x BLOCK_N tile `pid` of the batch (batch-major order),
+    # over all of K, or over the K tiles of `split` when SPLIT (then c is the fp32 workspace)
+    pid = tl.program_id(0)
+    if INT64:  # NOTE: also under the interpreter, where int32 arithmetic is overflow-checked
+        pid = pid.to(tl.int64)
+        M = tl.cast(M, tl.int64)  # tl.cast: a size of 1 arrives as a constexpr
+        N = tl.cast(N, tl.int64)
+        K = tl.cast(K, tl.int64)
+    # NOTE: (x + B - 1) // B rather than tl.cdiv: a jit helper costs ~10 ms per call interpreted
+    grid_m = (M + BLOCK_M - 1) // BLOCK_M
+    grid_n = (N + BLOCK_N - 1) // BLOCK_N
+    tiles = grid_m * grid_n
+    batch = pid // tiles
+    tile = pid % tiles
+    # grouped ordering: GROUP_M consecutive row-tiles sweep the columns together (L2 reuse)
+    group_width = GROUP_M * grid_n
+    first_m = (tile // group_width) * GROUP_M
+    group_m = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % group_width) % group_m
+    pid_n = (tile % group_width) // group_m
+
+    # batch offsets in int64: batch * stride passes 2**31 on large batches
+    outer = (batch // batch_inner).to(tl.int64)
+    inner = (batch % batch_inner).to(tl.int64)
+    a_ptr += outer * stride_a0 + inner * stride_a1
+    b_ptr += outer * stride_b0 + inner * stride_b1
+    c_ptr += outer * stride_c0 + inner * stride_c1
+
+    # rows and columns past the edge wrap around (modulo) instead of being masked: their loads
+    # stay in bounds and their results are never stored
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    if INT64:
+        offs_k = offs_k.to(tl.int64)
+    k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+    first_tile = 0
+    last_tile = k_tiles
+    if SPLIT:
+        first_tile = tl.program_id(1) * tiles_per_split
+        last_tile = tl.minimum(first_tile + tiles_per_split, k_tiles)
+    if SPLIT:
+        offs_k += first_tile * BLOCK_K
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    a_step = BLOCK_K * stride_ak
+    b_step = BLOCK_K * stride_bk
+
+    if FP64:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(first_tile, last_tile):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K, other=0.0)
+            offs_k += BLOCK_K
+        if UPCAST:  # the interpreter computes half types wrongly: widen them first
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if FP64:  # a broadcast product summed over k (tl.dot has no float64 path everywhere)
+            acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+        else:
+            # NOTE: PRECISION "ieee" is exact fp32 (FMA), "tf32" uses tensor cores with 10-bit
+            # mantissas; fp16/bf16 products are exact and accumulate in fp32 either way
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += a_step
+        b_ptrs += b_step
+
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    if SPLIT:
+        c_ptr += tl.program_id(1).to(tl.int64) * stride_csplit
+    else:
+        # fused epilogue on the accumulator: bias row, relu, then one rounding to c's dtype
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + offs_cn * stride_bias, mask=offs_cn < N, other=0.0)
+            acc += bias.to(acc.dtype)[None, :]
+        if RELU:
+            acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
+    c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, n_elements, N, split, stride_bias,
+                          HAS_BIAS: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+    # one program: BLOCK consecutive outputs, each the sum of its `split` partial products in
+    # split order (the same order every run: deterministic), then bias, relu and the cast
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    ws_ptrs = ws_ptr + offs
+    acc = tl.load(ws_ptrs, mask=mask, other=0.0)
+    for _ in range(1, split):
+        ws_ptrs += n_elements
+        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + (offs % N) * stride_bias, mask=mask, other=0.0).to(acc.dtype)
+    if RELU:
+        acc = tl.where(acc < 0, 0.0, acc)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _stage_kernel(src_ptr, dst_ptr, R, C, batch_inner,
+                  stride_s0, stride_s1, stride_sr, stride_sc,
+                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # one program: a BLOCK_R x BLOCK_C tile of matrix `batch` of src [B0, B1, R, C] (any
+    # strides) copied into the contiguous dst [B0, B1, R, C]; Triton transposes through shared
+    # memory so that both the reads and the writes are coalesced
+    pid = tl.program_id(0)
+    tiles_c = (C + BLOCK_C - 1) // BLOCK_C
+    tiles = (R + BLOCK_R - 1) // BLOCK_R * tiles_c
+    batch = pid // tiles
+    tile = pid % tiles
+    offs_r = ((tile // tiles_c) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    offs_c = ((tile % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
+    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
+    src = (src_ptr + (batch // batch_inner).to(tl.int64) * stride_s0
+           + (batch % batch_inner).to(tl.int64) * stride_s1)
+    x = tl.load(src + offs_r[:, None] * stride_sr + offs_c[None, :] * stride_sc, mask=mask)
+    dst = dst_ptr + batch.to(tl.int64) * R * C
+    tl.store(dst + offs_r[:, None] * C + offs_c[None, :], x, mask=mask)
+
+
+# ============================================================================== plans
+# A plan says how to compute one problem: the tile (BM, BN, BK), GROUP_M, num_warps, num_stages,
+# the number of K splits, and whether to stage a or b K-major first (TF32 only).
+
+INTERPRET_PLAN = dict(BM=64, BN=64, BK=64, GM=8, warps=4, stages=1, split=1,
+                      stage_a=False, stage_b=False)
+
+# Tests set FORCE_PLAN = {"split": 3, "BK": 16, ...} to force a path on any device.
+FORCE_PLAN: dict | None = None
+# TRITONAD_AUTOTUNE=0 skips timing: the first (best-guess) candidate is used.
+AUTOTUNE = os.environ.get("TRITONAD_AUTOTUNE", "1") not in ("0", "")
+
+# Large problems: (BM, BN, BK, warps, stages), best guess first. 16-bit and TF32 tiles need
+# 128x128 or more to feed wgmma; the fp32 FMA path is register-bound and likes 64-128 wide tiles.
+_LARGE_TILES = {
+    "half": [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4),
+             (128, 128, 64, 4, 4), (128, 128, 32, 4, 4), (128, 64, 64, 4, 4),
+             (64, 128, 64, 4, 4)],
+    "tf32": [(128, 256, 32, 8, 3), (128, 128, 32, 8, 4), (256, 128, 32, 8, 3),
+             (128, 128, 32, 4, 4), (128, 128, 64, 8, 3), (128, 64, 32, 4, 4),
+             (64, 128, 32, 4, 4)],
+    "ieee": [(128, 128, 32, 4, 4), (64, 256, 32, 4, 4), (128, 128, 32, 8, 3),
+             (128, 256, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
+             (128, 128, 16, 8, 4)],
+    "fp64": [(32, 32, 8, 4, 2), (64, 32, 8, 4, 2)],
+}
+_SMALL_BK = {"half": 64, "tf32": 32, "ieee": 32, "fp64": 8}
+
+
+def _kind(dtype) -> str:
+    """The compute path of a dtype: half (fp16/bf16), tf32, ieee (exact fp32) or fp64."""
+    if dtype == torch.float32:
+        return "tf32" if matmul_precision() == "high" else "ieee"
+    return "fp64" if dtype == torch.float64 else "half"
+
+
+def _plan(BM, BN, BK, warps, stages, split=1, stage_a=False, stage_b=False):
+    return dict(BM=BM, BN=BN, BK=BK, GM=8, warps=warps, stages=stages, split=split,
+                stage_a=stage_a, stage_b=stage_b)
+
+
+def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
+    """How many K slices to give each output tile: enough programs to fill `sms` SMs once,
+    each slice at least two BLOCK_K steps long, at most 16 slices (the reduction reads them
+    all). 1 when the output tiles alone fill the GPU or K is short."""
+    tiles = batch * cdiv(M, BM) * cdiv(N, BN)
+    k_tiles = cdiv(K, BK)
+    if tiles * 2 > sms or k_tiles < 4:
+        return 1
+    return max(1, min(sms // tiles, k_tiles // 2, 16))
+
+
+def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
+    """The plans the tuner times for one problem, best guess first.
+
+    Large problems (the 128x128 tiles fill the SMs) try the large-tile menu of their kind.
+    Smaller ones try tiles no larger than the matrix, each without and with split-K (the split
+    from split_k_heuristic and half of it). TF32 adds K-major staged variants of the first
+    plans when an operand's K stride is not 1.
+    """
+    if kind == "fp64":
+        return [_plan(*t) for t in _LARGE_TILES["fp64"]]
+    large = batch * cdiv(M, 128) * cdiv(N, 128) >= sms
+    plans = []
+    if large:
+        plans = [_plan(*t) for t in _LARGE_TILES[kind]]
+    else:
+        bk = min(_SMALL_BK[kind], max(16, next_power_of_2(K)))
+        bms = [v for v in (16, 32, 64, 128) if v <= max(16, next_power_of_2(M))][-2:]
+        bns = [v for v in (32, 64, 128) if v <= max(32, next_power_of_2(N))][-2:]
+        tiles = sorted({(bm, bn) for bm in bms for bn in bns},
+                       key=lambda t: (-min(t[0], 64) * min(t[1], 64), t))
+        for bm, bn in tiles:
+            warps = 4 if bm * bn >= 64 * 64 else 2
+            base = _plan(bm, bn, bk, warps, 3)
+            split = split_k_heuristic(batch, M, N, K, bm, bn, bk, sms)
+            for s in dict.fromkeys((split, max(1, split // 2), 1)):
+                plans.append({**base, "split": s})
+    if kind == "tf32" and not (a_kmajor and b_kmajor):
+        plans += [{**p, "stage_a": not a_kmajor, "stage_b": not b_kmajor} for p in plans[:3]]
+    return plans
+
+
+# ============================================================================== autotuning
+
+
+class Autotuner:
+    """Picks the fastest candidate plan per problem key, once per GPU + Triton version.
+
+    Choices live in memory and in a JSON file, ~/.cache/tritonad/autotune/matmul-<gpu>-triton
+    <version>.json (the folder can be moved with TRITONAD_AUTOTUNE_DIR); the file also records
+    a hash of this source file and is ignored when the kernels change. `seconds`, `tuned` and
+    `hits` say how much tuning this process did.
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.memory: dict[str, dict] = {}
+        self.disk: dict[str, dict] | None = None
+        self.seconds = 0.0
+        self.tuned = 0
+        self.hits = 0
+        self.last = None   # (key, plan) of the latest choice
+        self.timings: dict[str, dict[str, float | str]] = {}  # key -> {plan: ms or error}
+
+    def path(self):
+        folder = os.environ.get("TRITONAD_AUTOTUNE_DIR") or os.path.join(
+            os.path.expanduser("~"), ".cache", "tritonad", "autotune")
+        gpu = "".join(c if c.isalnum() else "-" for c in torch.cuda.get_device_name())
+        return os.path.join(folder, f"{self.name}-{gpu}-triton{triton.__version__}.json")
+
+    def _read(self):
+        try:
+            with open(self.path()) as f:
+                payload = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return payload.get("plans", {}) if payload.get("source") == _SOURCE_HASH else {}
+
+    def _write(self, key, plan):
+        path = self.path()
+        plans = {**self._read(), key: plan}
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"source": _SOURCE_HASH, "plans": plans}, f, indent=0, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as err:  # a read-only home only costs re-tuning next run
+            warnings.warn(f"matmul autotuner: cannot save {path}: {err}")
+
+    def choose(self, key, make_candidates, run):
+        """The best plan for `key`: cached, or measured now by timing run(plan) for each plan
+        of make_candidates()."""
+        plan = self.memory.get(key)
+        if plan is None:
+            plan = self._choose(key, make_candidates(), run)
+        self.last = (key, plan)
+        return plan
+
+    def _choose(self, key, candidates, run):
+        if self.disk is None:
+            self.disk = self._read()
+        plan = self.disk.get(key)
+        if plan is not None and plan in candidates:
+            self.hits += 1
+            self.memory[key] = plan
+            return plan
+        if not AUTOTUNE or torch.cuda.is_current_stream_capturing():
+            return candidates[0]  # no timing inside a CUDA graph capture: best guess
+        start = time.perf_counter()
+        plan = self._measure(key, candidates, run)
+        self.seconds += time.perf_counter() - start
+        self.tuned += 1
+        self.memory[key] = self.disk[key] = plan
+        self._write(key, plan)
+        return plan
+
+    def _measure(self, key, candidates, run):
+        import triton.testing
+
+        best, best_ms, first_error = None, float("inf"), None
+        timings = self.timings.setdefault(key, {})
+        for plan in candidates:
+            try:
+                ms = triton.testing.do_bench(lambda plan=plan: run(plan), warmup=5, rep=20,
+                                             return_mode="median")
+            except Exception as err:  # e.g. out of shared memory for this tile on this GPU
+                first_error = first_error or err
+                timings[describe(plan)] = type(err).__name__
+                continue
+            timings[describe(plan)] = ms
+            if ms < best_ms:
+                best, best_ms = plan, ms
+        if best is None:
+            raise RuntimeError("matmul: no candidate plan compiled and ran") from first_error
+        return best
+
+
+def describe(plan) -> str:
+    """A plan in a few words: '128x256x64 w8 s3', then 'split 4', 'stage a', 'stage b'."""
+    words = [f"{plan['BM']}x{plan['BN']}x{plan['BK']} w{plan['warps']} s{plan['stages']}"]
+    if plan["split"] > 1:
+        words.append(f"split {plan['split']}")
+    words += [f"stage {x}" for x in "ab" if plan[f"stage_{x}"]]
+    return ", ".join(words)
+
+
+def _source_hash():
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+_SOURCE_HASH = _source_hash()
+tuner = Autotuner("matmul")
+_sm_counts: dict[int, int] = {}
+
+
+def _sm_count(device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+# ============================================================================== launchers
+
+
+def _layout(x, k_dim):
+    """'k' if the K axis (k_dim of the last two) is contiguous, 'mn' if the other one is, else
+    's' (general strides): the part of an operand's layout that changes the best plan."""
+    if x.stride(k_dim) == 1 or x.shape[k_dim] <= 1:
+        return "k"
+    other = -1 if k_dim == -2 else -2
+    return "mn" if x.stride(other) == 1 else "s"
+
+
+class _Operand:
+    """One operand of a launch: a tensor whose data_ptr is the first matrix, two batch dims
+    (sizes B0, B1 with strides s0, s1) and the matrix dims (rows, cols, their strides)."""
+
+    __slots__ = ("t", "s0", "s1", "rows", "cols", "sr", "sc")
+
+    def __init__(self, t, s0, s1, rows, cols, sr, sc):
+        self.t, self.s0, self.s1 = t, s0, s1
+        self.rows, self.cols, self.sr, self.sc = rows, cols, sr, sc
+
+    @classmethod
+    def of(cls, x, s0, s1, offset=0):
+        if offset:  # a view of the first matrix of this group (data_ptr is what counts)
+            x = x.as_strided(x.shape[-2:], x.stride()[-2:], x.storage_offset() + offset)
+        return cls(x, s0, s1, x.shape[-2], x.shape[-1], x.stride(-2), x.stride(-1))
+
+    def strides(self):
+        return self.s0, self.s1, self.sr, self.sc
+
+    def span(self):
+        """Largest element offset inside one matrix."""
+        return (self.rows - 1) * abs(self.sr) + (self.cols - 1) * abs(self.sc)
+
+    def transposed(self):
+        return _Operand(self.t, self.s0, self.s1, self.cols, self.rows, self.sc, self.sr)
+
+
+def _batch_groups(a, b, out):
+    """(B0, B1, a, b, out) per launch: batch dims of size 1 dropped, neighbours merged where the
+    strides of a, b and out all allow, dims beyond the last two merged ones looped over here
+    (no copies)."""
+    dims = []  # (size, stride in a, in b, in out) of the batch dims, outermost first
+    for i in range(out.dim() - 2):
+        d = (out.shape[i], a.stride(i), b.stride(i), out.stride(i))
+        if d[0] == 1:
+            continue
+        if dims and all(dims[-1][j] == d[j] * d[0] for j in (1, 2, 3)):
+            dims[-1] = (dims[-1][0] * d[0], d[1], d[2], d[3])
+        else:
+            dims.append(d)
+    dims = [(1, 0, 0, 0)] * max(0, 2 - len(dims)) + dims
+    lead, (d0, d1) = dims[:-2], dims[-2:]
+    count = 1
+    for d in lead:
+        count *= d[0]
+    groups = []
+    for index in range(count):
+        offsets = [0, 0, 0]
+        for d in reversed(lead):
+            index, i = divmod(index, d[0])
+            offsets = [o + i * s for o, s in zip(offsets, d[1:])]
+        groups.append((d0[0], d1[0]) + tuple(
+            _Operand.of(x, d0[1 + j], d1[1 + j], offsets[j]) for j, x in enumerate((a, b, out))))
+    return groups
+
+
+def _stage(x: _Operand, B0, B1) -> _Operand:
+    """A copy of x with contiguous rows (cols stride 1). Batch dims of stride 0 stay
+    broadcast, so a weight shared by the batch is copied once."""
+    keep0, keep1 = (B0 if x.s0 else 1), (B1 if x.s1 else 1)
+    dst = empty((keep0, keep1, x.rows, x.cols), x.t.dtype, x.t.device)
+    BLOCK = 32 if INTERPRET else 64
+    grid = (keep0 * keep1 * cdiv(x.rows, BLOCK) * cdiv(x.cols, BLOCK),)
+    _stage_kernel[grid](x.t, dst, x.rows, x.cols, keep1, *x.strides(),
+                        BLOCK_R=BLOCK, BLOCK_C=BLOCK)
+    s0, s1 = dst.stride(0) if keep0 > 1 else 0, dst.stride(1) if keep1 > 1 else 0
+    return _Operand(dst, s0, s1, x.rows, x.cols, x.cols, 1)
+
+
+def _launch(plan, B0, B1, a, b, out, bias, relu, kind):
+    """Run `plan` on one batch group: a [B0, B1, M, K] @ b [B0, B1, K, N] -> out."""
+    M, K, N = a.rows, a.cols, b.cols
+    if plan["stage_a"] and a.sc != 1 and K > 1:
+        a = _stage(a, B0, B1)
+    if plan["stage_b"] and b.sr != 1 and K > 1:
+        b = _stage(b.transposed(), B0, B1).transposed()
+    BM, BN, BK = plan["BM"], plan["BN"], plan["BK"]
+    k_tiles = cdiv(K, BK)
+    split = max(1, min(plan["split"], k_tiles))
+    tiles_per_split = cdiv(k_tiles, split) if k_tiles else 0
+    split = cdiv(k_tiles, tiles_per_split) if k_tiles else 1  # no empty slices
+    batch = B0 * B1
+    if split > 1:
+        acc_dtype = torch.float64 if kind == "fp64" else torch.float32
+        target = empty((split, batch, M, N), acc_dtype, out.t.device)
+        c_strides = (B1 * M * N, M * N, N, 1, target.stride(0))
+    else:
+        target = out.t
+        c_strides = out.strides() + (0,)
+    bias_arg = bias if bias is not None else out.t
+    bias_stride = bias.stride(0) if bias is not None else 0
+    grid = (batch * cdiv(M, BM) * cdiv(N, BN), split)
+    _matmul_kernel[grid](
+        a.t, b.t, target, bias_arg, M, N, K, B1, tiles_per_split,
+        *a.strides(), *b.strides(), *c_strides, bias_stride,
+        BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=plan["GM"], SPLIT=split > 1,
+        EVEN_K=K % BK == 0, HAS_BIAS=bias is not None and split == 1,
+        RELU=relu and split == 1, PRECISION="ieee" if kind == "ieee" else "tf32",
+        FP64=kind == "fp64", UPCAST=INTERPRET and kind == "half",
+        INT64=INTERPRET or max(a.span(), b.span(), M * N) > _INT32_LIMIT,
+        num_warps=plan["warps"], num_stages=plan["stages"])
+    if split > 1:
+        # out of one group is one contiguous block [B0, B1, M, N] (out is contiguous)
+        n = batch * M * N
+        BLOCK = 1024
+        _splitk_reduce_kernel[(cdiv(n, BLOCK),)](
+            target, out.t, bias_arg, n, N, split, bias_stride,
+            HAS_BIAS=bias is not None, RELU=relu, BLOCK=BLOCK, num_warps=4)
+
+
+def _check(a, b, bias, activation):
+    """Validate the operands; returns a, b with equal (broadcast) batch dims."""
+    def spell(x):
+        return f"{tuple(x.shape)} {dtype_of(x).name}"
+
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"matmul: {name} must be an array, got {type(x).__name__}")
+        if x.dim() < 2:
+            raise ValueError(f"matmul: operands need at least 2 dims (vectors go through "
+                             f"td.matmul), got a {tuple(a.shape)} @ b {tuple(b.shape)}")
+    if a.dtype not in _FLOATS or b.dtype not in _FLOATS:
+        raise TypeError(f"matmul: expected floating point operands, got a {spell(a)}, "
+                        f"b {spell(b)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"matmul: dtypes differ: a {spell(a)}, b {spell(b)}; cast one")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: inner dimensions differ: a {tuple(a.shape)} @ "
+                         f"b {tuple(b.shape)} ({a.shape[-1]} != {b.shape[-2]})")
+    if a.device != b.device:
+        raise ValueError(f"matmul: operands on different devices: {a.device} and {b.device}")
+    if bias is not None:
+        if tuple(bias.shape) != (b.shape[-1],):
+            raise ValueError(f"matmul: bias must have shape ({b.shape[-1]},) for a "
+                             f"{tuple(a.shape)} @ b {tuple(b.shape)}, got {tuple(bias.shape)}")
+        if bias.dtype != a.dtype:
+            raise TypeError(f"matmul: bias dtype {dtype_of(bias).name} differs from the "
+                            f"operands' {dtype_of(a).name}")
+        if bias.device != a.device:
+            raise ValueError(f"matmul: bias on {bias.device}, operands on {a.device}")
+    if activation not in (None, "relu"):
+        raise ValueError(f"matmul: unknown activation {activation!r} (None or 'relu')")
+    if a.shape[:-2] != b.shape[:-2]:  # numpy's rules: align right, 1 stretches
+        nb = max(a.dim(), b.dim()) - 2
+        sa = (1,) * (nb + 2 - a.dim()) + tuple(a.shape[:-2])
+        sb = (1,) * (nb + 2 - b.dim()) + tuple(b.shape[:-2])
+        if any(x != y and 1 not in (x, y) for x, y in zip(sa, sb)):
+            raise ValueError(f"matmul: batch dims do not broadcast: a {tuple(a.shape)} @ "
+                             f"b {tuple(b.shape)}")
+        batch = tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(sa, sb))
+        a = a.expand(batch + tuple(a.shape[-2:]))
+        b = b.expand(batch + tuple(b.shape[-2:]))
+    return a, b
+
+
+def matmul(a, b, bias=None, activation=None):
+    """act(a @ b + bias) in one kernel (two with split-K).
+
+    a: [*batch, M, K], b: [*batch, K, N] (any strides; broadcast batch dims as stride 0),
+    bias: [N] or None, activation: None or "relu"; one floating dtype for all. float32 inputs
+    follow td.set_matmul_precision ("highest": exact IEEE fp32, "high": TF32); fp16/bf16
+    multiply on tensor cores; everything accumulates in float32 (float64 in float64).
+    Returns a new contiguous [*batch, M, N] array of the inputs' dtype.
+    """
+    a, b = _check(a, b, bias, activation)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    out = empty(tuple(a.shape[:-2]) + (M, N), a.dtype, a.device)
+    if out.numel() == 0:
+        return out
+    kind = _kind(a.dtype)
+    relu = activation == "relu"
+    groups = _batch_groups(a, b, out)
+
+    def run(plan):
+        for B0, B1, a_g, b_g, out_g in groups:
+            _launch(plan, B0, B1, a_g, b_g, out_g, bias, relu, kind)
+
+    if INTERPRET:
+        plan = INTERPRET_PLAN
+    else:
+        batch = out.numel() // (M * N)
+        a_layout, b_layout = _layout(a, -1), _layout(b, -2)
+        key = f"{batch}x{M}x{N}x{K}:{dtype_of(a).name}:{kind}:{a_layout}{b_layout}"
+        plan = tuner.choose(key, lambda: candidate_plans(
+            batch, M, N, K, kind, a_layout == "k", b_layout == "k", _sm_count(a.device)), run)
+    if FORCE_PLAN:
+        plan = {**plan, **FORCE_PLAN}
+    run(plan)
+    return out
