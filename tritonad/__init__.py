@@ -22,7 +22,7 @@ from .tensor import (Tensor, arange, empty, empty_like, from_numpy, from_torch, 
 from . import reference  # noqa: F401,E402  (registers the numpy backend)
 from . import kernels  # noqa: F401,E402  (registers the triton backend)
 from . import nn  # noqa: F401,E402
-from . import data  # noqa: F401,E402
+from . import data, optim  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 
 half = float16

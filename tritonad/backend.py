@@ -294,7 +294,8 @@ class Backend:
                   weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
         """g = grad (+ weight_decay * param); with momentum: buf = momentum * buf +
         (1 - dampening) * g (buf = g on the first step); g = g + momentum * buf if nesterov
-        else buf; param -= lr * g (+= if maximize)."""
+        else buf; param -= lr * g (+= if maximize). momentum may also be a 1-element device
+        array (OneCycleLR cycles it)."""
         raise NotImplementedError
 
     def adam_step_(self, param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999,
@@ -302,6 +303,17 @@ class Backend:
         """Adam (decoupled_weight_decay=False: L2 added to g) or AdamW (param *= 1 - lr * wd):
         m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
         param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)."""
+        raise NotImplementedError
+
+    def total_norm(self, arrays, norm_type=2.0):
+        """L_p norm of all elements of all arrays together -> 0-d float32 array. arrays: a
+        non-empty sequence of contiguous float arrays on one device; p = 2, 1, inf (max |x|, NaN
+        propagates) or any finite p > 0. Deterministic, no host sync."""
+        raise NotImplementedError
+
+    def clip_scale_(self, arrays, total_norm, max_norm, eps=1e-6):
+        """x *= min(1, max_norm / (total_norm + eps)) in place for each array; total_norm is a
+        1-element float32 array read on the device. Returns arrays."""
         raise NotImplementedError
 
 

@@ -1,5 +1,5 @@
 """Neural-network building blocks: `from tritonad import nn`."""
-from . import functional, init  # noqa: F401
+from . import functional, init, utils  # noqa: F401
 from .layers import (AvgPool2d, Conv2d, Dropout, Flatten, Identity, Linear, LogSoftmax,
                      MaxPool2d, ReLU, Sequential, Sigmoid, Softmax, Tanh)
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss

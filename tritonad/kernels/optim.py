@@ -1,0 +1,364 @@
+"""Fused optimizer updates and the gradient-norm clip: one pass over flat parameter memory.
+
+An optimizer keeps all parameters of a group in one flat float32 buffer (and the gradients and
+the state in buffers of the same layout), so one launch of these kernels updates every
+parameter. Per element, SGD with momentum reads param, grad, buf and writes param, buf (20
+bytes); Adam reads param, grad, m, v and writes param, m, v (28 bytes). Unfused, the same update
+is 5-10 elementwise kernels, each reading and writing whole arrays again.
+
+Hyperparameters that change between steps (the learning rate, SGD's momentum that OneCycleLR
+cycles, Adam's step count) may be 1-element float32 device arrays: the kernel then loads them
+itself, so a step captured in a CUDA graph reads the current value at every replay.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .launch import INTERPRET, cdiv, empty, num_warps_for, tl, triton
+
+PRIMITIVES = ("sgd_step_", "adam_step_", "total_norm", "clip_scale_")
+
+# one program updates BLOCK elements; under the interpreter few big programs run faster
+BLOCK = 4096 if INTERPRET else 1024
+# the norm: at most MAX_PROGRAMS programs per array, each summing a contiguous chunk
+NORM_BLOCK = 4096 if INTERPRET else 1024
+MAX_PROGRAMS = 2 if INTERPRET else 2048
+NORM_KINDS = {2.0: 0, 1.0: 1, math.inf: 2}  # other finite p > 0: kind 3 (|x|^p via exp2/log2)
+
+
+@triton.jit
+def _hyper(ptr, value, ON_DEVICE: tl.constexpr):
+    """A hyperparameter: loaded from device memory (read at replay), or the number passed."""
+    if ON_DEVICE:
+        value = tl.load(ptr).to(tl.float32)
+    return value
+
+
+@triton.jit
+def _max_propagating_nan(a, b):
+    # NOTE: max as torch's inf-norm: NaN wins (the GPU's max instruction would drop it)
+    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
+
+
+@triton.jit
+def _reduce(acc, NORM: tl.constexpr):
+    """Sum a block of partial terms, or take their max (NaN-propagating) for the inf-norm."""
+    if NORM == 2:
+        # adding the sum of the NaN lanes (0 when there are none) carries a NaN through
+        total = tl.max(acc, axis=0) + tl.sum(tl.where(acc != acc, acc, 0.0), axis=0)
+    else:
+        total = tl.sum(acc, axis=0)
+    return total
+
+
+@triton.jit
+def _one_minus_exp(y):
+    # 1 - exp(y) for y <= 0, accurate near y = 0 where 1 - exp(y) cancels: the Taylor series of
+    # -expm1(y) up to y^8 for |y| < 0.5 (truncation error below 1e-8 relative), 1 - exp(y) beyond.
+    # NOTE: Adam's bias correction 1 - beta2^t has y = t * log(0.999) = -0.001 t; 1 - exp(y) in
+    # float32 would lose 4 digits there.
+    series = 1.0 + y / 8.0
+    series = 1.0 + y / 7.0 * series
+    series = 1.0 + y / 6.0 * series
+    series = 1.0 + y / 5.0 * series
+    series = 1.0 + y / 4.0 * series
+    series = 1.0 + y / 3.0 * series
+    series = 1.0 + y / 2.0 * series
+    return tl.where(y > -0.5, -y * series, 1.0 - tl.exp(y))
+
+
+@triton.jit
+def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
+                lr, momentum, dampening, weight_decay,
+                LR_ON_DEVICE: tl.constexpr, MOMENTUM_ON_DEVICE: tl.constexpr,
+                HAS_MOMENTUM: tl.constexpr, NESTEROV: tl.constexpr, MAXIMIZE: tl.constexpr,
+                FIRST_STEP: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr, BLOCK: tl.constexpr):
+    # one program updates BLOCK consecutive elements:
+    #   g = (-grad if maximize else grad) + weight_decay * p
+    #   buf = g on the first step, else momentum * buf + (1 - dampening) * g
+    #   g = g + momentum * buf (nesterov) or buf;   p = p - lr * g
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
+    p = tl.load(param_ptr + offs, mask=mask)
+    g = tl.load(grad_ptr + offs, mask=mask)
+    if MAXIMIZE:
+        g = -g
+    if HAS_WEIGHT_DECAY:
+        g = g + weight_decay * p
+    if HAS_MOMENTUM:
+        momentum = _hyper(momentum_ptr, momentum, MOMENTUM_ON_DEVICE)
+        if FIRST_STEP:
+            buf = g
+        else:
+            buf = momentum * tl.load(buf_ptr + offs, mask=mask) + (1.0 - dampening) * g
+        tl.store(buf_ptr + offs, buf, mask=mask)
+        if NESTEROV:
+            g = g + momentum * buf
+        else:
+            g = buf
+    tl.store(param_ptr + offs, p - lr * g, mask=mask)
+
+
+@triton.jit
+def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_ptr, n,
+                 lr, bias1, bias2, beta1, beta2, log_beta1, log_beta2, eps, weight_decay,
+                 LR_ON_DEVICE: tl.constexpr, STEP_ON_DEVICE: tl.constexpr,
+                 WEIGHT_DECAY: tl.constexpr, MAXIMIZE: tl.constexpr, BLOCK: tl.constexpr):
+    # one program updates BLOCK consecutive elements (WEIGHT_DECAY: 0 none, 1 L2 (Adam) added to
+    # g, 2 decoupled (AdamW) p *= 1 - lr * wd):
+    #   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+    #   p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)      (as torch.optim.Adam)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
+    if STEP_ON_DEVICE:
+        # the bias corrections from the step count in device memory: 1 - b^t = 1 - exp(t log b)
+        step = tl.load(step_ptr).to(tl.float32)
+        bias1 = _one_minus_exp(step * log_beta1)
+        bias2 = _one_minus_exp(step * log_beta2)
+    p = tl.load(param_ptr + offs, mask=mask)
+    g = tl.load(grad_ptr + offs, mask=mask)
+    m = tl.load(exp_avg_ptr + offs, mask=mask)
+    v = tl.load(exp_avg_sq_ptr + offs, mask=mask)
+    if MAXIMIZE:
+        g = -g
+    if WEIGHT_DECAY == 1:
+        g = g + weight_decay * p
+    if WEIGHT_DECAY == 2:
+        p = p * (1.0 - lr * weight_decay)
+    m = beta1 * m + (1.0 - beta1) * g
+    v = beta2 * v + (1.0 - beta2) * g * g
+    denom = tl.sqrt(v) / tl.sqrt(bias2) + eps
+    tl.store(exp_avg_ptr + offs, m, mask=mask)
+    tl.store(exp_avg_sq_ptr + offs, v, mask=mask)
+    tl.store(param_ptr + offs, p - (lr / bias1) * m / denom, mask=mask)
+
+
+@triton.jit
+def _norm_term(x, p, NORM: tl.constexpr):
+    # the per-element term of an L_p norm: x^2, |x|, |x| (for the max) or |x|^p
+    term = tl.abs(x.to(tl.float32))
+    if NORM == 0:
+        term = term * term
+    if NORM == 3:
+        term = tl.where(term > 0, tl.exp2(p * tl.log2(tl.where(term > 0, term, 1.0))), term)
+    return term
+
+
+@triton.jit
+def _norm_partials_kernel(x_ptr, partials_ptr, n, chunk, p, NORM: tl.constexpr,
+                          BLOCK: tl.constexpr):
+    # one program reduces `chunk` consecutive elements (a multiple of BLOCK) to one partial:
+    # the sum of the terms, or their max for the inf-norm. Masked lanes add 0 (|x| >= 0, so 0 is
+    # also the identity of the max).
+    start = tl.program_id(0).to(tl.int64) * chunk
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(0, chunk, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        term = _norm_term(tl.load(x_ptr + offs, mask=offs < n, other=0.0), p, NORM)
+        if NORM == 2:
+            acc = _max_propagating_nan(acc, term)
+        else:
+            acc = acc + term
+    tl.store(partials_ptr + tl.program_id(0), _reduce(acc, NORM))
+
+
+@triton.jit
+def _norm_finish_kernel(partials_ptr, out_ptr, n_partials, p, NORM: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    # one program combines every partial in a fixed order (so the norm is deterministic) and
+    # takes the root: sqrt for p = 2, the p-th root exp2(log2(s) / p) for other p
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(0, n_partials, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        part = tl.load(partials_ptr + offs, mask=offs < n_partials, other=0.0)
+        if NORM == 2:
+            acc = _max_propagating_nan(acc, part)
+        else:
+            acc = acc + part
+    total = _reduce(acc, NORM)
+    if NORM == 0:
+        total = tl.sqrt(total)
+    if NORM == 3:
+        total = tl.where(total > 0, tl.exp2(tl.log2(tl.where(total > 0, total, 1.0)) / p), total)
+    tl.store(out_ptr, total)
+
+
+@triton.jit
+def _clip_scale_kernel(x_ptr, norm_ptr, n, max_norm, eps, BLOCK: tl.constexpr):
+    # one program scales BLOCK elements by min(1, max_norm / (norm + eps)), norm read on device
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    coef = tl.minimum(max_norm / (tl.load(norm_ptr).to(tl.float32) + eps), 1.0)
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(x_ptr + offs, (x.to(tl.float32) * coef).to(x.dtype), mask=mask)
+
+
+# ------------------------------------------------------------------------------------ launchers
+
+
+def _check_flat(op, arrays, names):
+    """Every array float32, contiguous, of one length and on one device; returns the length."""
+    first = arrays[0]
+    for a, name in zip(arrays, names):
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be an array, got {type(a).__name__}")
+        if a.dtype != torch.float32:
+            raise TypeError(f"{op}: {name} must be float32, got {a.dtype} (shape {tuple(a.shape)})")
+        if not a.is_contiguous():
+            raise ValueError(f"{op}: {name} must be contiguous (shape {tuple(a.shape)}, strides "
+                             f"{a.stride()})")
+        if a.numel() != first.numel() or a.device != first.device:
+            raise ValueError(f"{op}: {names[0]} has {first.numel()} elements on {first.device} "
+                             f"but {name} has {a.numel()} on {a.device}")
+    return first.numel()
+
+
+def _scalar(op, name, value, device):
+    """(pointer, number, on_device) for a hyperparameter given as a number or a 1-element
+    float32 array on the update's device."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dtype != torch.float32 or value.device != device:
+            raise ValueError(f"{op}: {name} must be a number or a 1-element float32 array on "
+                             f"{device}, got shape {tuple(value.shape)}, {value.dtype}, "
+                             f"{value.device}")
+        return value, 0.0, True
+    return None, float(value), False
+
+
+def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
+              nesterov=False, maximize=False, first_step=False):
+    """SGD update of flat float32 arrays in place (see Backend.sgd_step_); one launch.
+
+    param, grad, momentum_buf: [n] (momentum_buf may be None when momentum == 0); lr, momentum:
+    numbers or 1-element float32 device arrays (read by the kernel: capture-friendly).
+    """
+    has_momentum = isinstance(momentum, torch.Tensor) or momentum != 0
+    arrays, names = [param, grad], ["param", "grad"]
+    if has_momentum:
+        if momentum_buf is None:
+            raise ValueError("sgd_step_: momentum is nonzero but momentum_buf is None")
+        arrays, names = arrays + [momentum_buf], names + ["momentum_buf"]
+    n = _check_flat("sgd_step_", arrays, names)
+    lr_ptr, lr_value, lr_on_device = _scalar("sgd_step_", "lr", lr, param.device)
+    mom_ptr, mom_value, mom_on_device = _scalar("sgd_step_", "momentum", momentum, param.device)
+    if n == 0:
+        return param
+    # unused pointers point at param; the kernel never reads them
+    _sgd_kernel[(cdiv(n, BLOCK),)](
+        param, grad, momentum_buf if has_momentum else param,
+        lr_ptr if lr_on_device else param, mom_ptr if mom_on_device else param, n,
+        lr_value, mom_value, float(dampening), float(weight_decay),
+        LR_ON_DEVICE=lr_on_device, MOMENTUM_ON_DEVICE=mom_on_device,
+        HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov), MAXIMIZE=bool(maximize),
+        FIRST_STEP=bool(first_step), HAS_WEIGHT_DECAY=weight_decay != 0,
+        BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
+    return param
+
+
+def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999, eps=1e-8,
+               weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
+    """Adam / AdamW update of flat float32 arrays in place (see Backend.adam_step_); one launch.
+
+    param, grad, exp_avg, exp_avg_sq: [n]; step (the 1-based count including this step) and lr:
+    numbers or 1-element float32 device arrays (read by the kernel: capture-friendly).
+    """
+    n = _check_flat("adam_step_", [param, grad, exp_avg, exp_avg_sq],
+                    ["param", "grad", "exp_avg", "exp_avg_sq"])
+    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+        raise ValueError(f"adam_step_: betas must lie in [0, 1), got ({beta1}, {beta2})")
+    lr_ptr, lr_value, lr_on_device = _scalar("adam_step_", "lr", lr, param.device)
+    step_ptr, step_value, step_on_device = _scalar("adam_step_", "step", step, param.device)
+    if n == 0:
+        return param
+    # NOTE: bias corrections of a host step in float64, as torch; log(beta) for a device step is
+    # taken here in float64 too (-inf for beta = 0 gives 1 - exp(-inf) = 1 on the device)
+    bias1 = bias2 = 1.0
+    if not step_on_device:
+        bias1, bias2 = 1.0 - beta1 ** step_value, 1.0 - beta2 ** step_value
+    log_beta1 = math.log(beta1) if beta1 > 0 else -math.inf
+    log_beta2 = math.log(beta2) if beta2 > 0 else -math.inf
+    decay_kind = 0 if weight_decay == 0 else (2 if decoupled_weight_decay else 1)
+    _adam_kernel[(cdiv(n, BLOCK),)](
+        param, grad, exp_avg, exp_avg_sq, lr_ptr if lr_on_device else param,
+        step_ptr if step_on_device else param, n,
+        lr_value, bias1, bias2, float(beta1), float(beta2), log_beta1, log_beta2, float(eps),
+        float(weight_decay),
+        LR_ON_DEVICE=lr_on_device, STEP_ON_DEVICE=step_on_device, WEIGHT_DECAY=decay_kind,
+        MAXIMIZE=bool(maximize), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
+    return param
+
+
+def _norm_kind(op, norm_type):
+    norm_type = float(norm_type)
+    if norm_type in NORM_KINDS:
+        return NORM_KINDS[norm_type], norm_type
+    if not (0 < norm_type < math.inf):
+        raise ValueError(f"{op}: norm_type must be a positive number or inf, got {norm_type}")
+    return 3, norm_type
+
+
+def _check_norm_arrays(op, arrays):
+    arrays = list(arrays)
+    for i, a in enumerate(arrays):
+        if not a.dtype.is_floating_point or a.dtype == torch.float64:
+            raise TypeError(f"{op}: array {i} must be float32/16 or bfloat16, got {a.dtype}")
+        if not a.is_contiguous():
+            raise ValueError(f"{op}: array {i} (shape {tuple(a.shape)}) must be contiguous")
+        if a.device != arrays[0].device:
+            raise ValueError(f"{op}: arrays on different devices ({arrays[0].device}, {a.device})")
+    return arrays
+
+
+def total_norm(arrays, norm_type=2.0):
+    """The L_p norm of all elements of all arrays together, as a 0-d float32 array.
+
+    arrays: contiguous float arrays (any shapes) on one device; p = 2 (default), 1, inf (max |x|)
+    or any finite p > 0. One partial-sum launch per array, then one launch that adds the
+    partials in a fixed order (deterministic, no atomics). No host synchronisation.
+    """
+    kind, p = _norm_kind("total_norm", norm_type)
+    arrays = _check_norm_arrays("total_norm", arrays)
+    if not arrays:
+        raise ValueError("total_norm: no arrays given")
+    device = arrays[0].device
+    arrays = [a for a in arrays if a.numel() > 0]
+    plans, count = [], 0
+    for a in arrays:
+        n = a.numel()
+        chunk = cdiv(cdiv(n, min(cdiv(n, NORM_BLOCK), MAX_PROGRAMS)), NORM_BLOCK) * NORM_BLOCK
+        plans.append((a, n, chunk, count))
+        count += cdiv(n, chunk)
+    partials = empty([max(count, 1)], torch.float32, device)
+    for a, n, chunk, offset in plans:
+        _norm_partials_kernel[(cdiv(n, chunk),)](
+            a, partials[offset:], n, chunk, p, NORM=kind, BLOCK=NORM_BLOCK,
+            num_warps=num_warps_for(NORM_BLOCK))
+    out = empty([], torch.float32, device)
+    _norm_finish_kernel[(1,)](partials, out, count, p, NORM=kind, BLOCK=NORM_BLOCK,
+                              num_warps=num_warps_for(NORM_BLOCK))
+    return out
+
+
+def clip_scale_(arrays, total_norm, max_norm, eps=1e-6):
+    """x *= min(1, max_norm / (total_norm + eps)) for each array, in place (one launch each).
+
+    total_norm: a 1-element float32 array on the arrays' device, read by the kernels (no host
+    synchronisation); arrays: contiguous float arrays. Returns the arrays.
+    """
+    arrays = _check_norm_arrays("clip_scale_", arrays)
+    for a in arrays:
+        if total_norm.numel() != 1 or total_norm.dtype != torch.float32 or \
+                total_norm.device != a.device:
+            raise ValueError(f"clip_scale_: total_norm must be a 1-element float32 array on "
+                             f"{a.device}, got {tuple(total_norm.shape)} {total_norm.dtype} on "
+                             f"{total_norm.device}")
+        if a.numel() == 0:
+            continue
+        _clip_scale_kernel[(cdiv(a.numel(), BLOCK),)](a, total_norm, a.numel(), float(max_norm),
+                                                      float(eps), BLOCK=BLOCK,
+                                                      num_warps=num_warps_for(BLOCK))
+    return arrays

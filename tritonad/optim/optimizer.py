@@ -1,0 +1,397 @@
+"""The optimizer base class and the flat buffers behind the fused updates.
+
+At construction an optimizer copies the parameters of each group (per device) into one flat
+float32 buffer and re-points every parameter at its slice (`p.data` becomes a view: the
+parameter keeps its identity). A flat gradient buffer of the same layout is lent to the autodiff
+engine as each parameter's `_grad_buffer`, so backward writes every `.grad` into it; the state
+(momentum, Adam's moments) lives in flat buffers of the same layout, so one kernel launch updates
+everything. Subclasses (tritonad/optim/__init__.py) implement `_update`.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import dtypes
+from ..autodiff.grad_mode import enable_grad
+from ..backend import get_backend
+from ..tensor import Tensor, tensor
+
+ALIGN = 4  # elements: 16 bytes of float32, the pointer alignment Triton specialises on
+PAD = 16   # flat buffers are padded to a multiple of this many elements
+
+
+def _capturing() -> bool:
+    """Whether kernels launched now are recorded into a CUDA graph instead of running."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _refuse_under_capture(what):
+    if _capturing():
+        raise RuntimeError(f"optimizer: {what} while a CUDA graph is being captured would be "
+                           "replayed at every step; run one step() eagerly before capturing")
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and
+                      a.stride() == b.stride() and a.device == b.device and a.dtype == b.dtype)
+
+
+class _FlatBucket:
+    """The parameters of one group on one device, laid out in one flat buffer.
+
+    Holds the flat parameter and gradient buffers, the lazily created state buffers, the device
+    scalars of the hyperparameters, Adam's step counters and which slots have state.
+    """
+
+    def __init__(self, params, device):
+        backend = get_backend()
+        # aligned sizes first: every slice of them starts on a 16-byte boundary (stable sort)
+        self.params = sorted(params, key=lambda p: p.numel() % ALIGN != 0)
+        self.offsets, total = [], 0
+        for p in self.params:
+            self.offsets.append(total)
+            total += p.numel()
+        # NOTE: the buffers end with zeros up to a multiple of 16 elements, so that the kernels'
+        # length is divisible by 16 and Triton vectorises their masked loads; zero gradients
+        # and zero state leave the zero padding unchanged under SGD and Adam
+        self.numel, self.device = -(-total // PAD) * PAD, device
+        self.flat = backend.empty([self.numel], dtypes.float32, device)
+        backend.fill_(self.flat[total:], 0.0)
+        self.grad_flat = backend.full([self.numel], 0.0, dtypes.float32, device)
+        self.views = [self.slot(self.flat, i) for i in range(len(self.params))]
+        self.grad_views = [self.slot(self.grad_flat, i) for i in range(len(self.params))]
+        for i, p in enumerate(self.params):
+            backend.copy_(self.views[i], p._data)
+            p.data = self.views[i]
+            p._grad_buffer = self.grad_views[i]
+            if p.grad is not None:
+                backend.copy_(self.grad_views[i], p.grad._data)
+                p.grad = Tensor._wrap(self.grad_views[i])
+        self.buffers = {}          # state name -> flat buffer
+        self.scalars = {}          # hyperparameter name -> (Python value, device scalar [1])
+        self.initialized = [False] * len(self.params)   # slots that have state
+        self.cohort = [0] * len(self.params)            # Adam: slots sharing a step counter
+        self.counters = {}                              # cohort -> step count, float32 [1]
+
+    def slot(self, flat, i):
+        """Slot i of a flat buffer, shaped like parameter i."""
+        start = self.offsets[i]
+        return flat[start:start + self.params[i].numel()].view(self.params[i].shape)
+
+    def span(self, flat, start, end):
+        return flat if (start, end) == (0, self.numel) else flat[start:end]
+
+    def buffer(self, name):
+        """A flat state buffer, zeros when first asked for."""
+        if name not in self.buffers:
+            _refuse_under_capture(f"creating the state {name!r}")
+            self.buffers[name] = get_backend().full([self.numel], 0.0, dtypes.float32,
+                                                    self.device)
+        return self.buffers[name]
+
+    def scalar(self, name, value):
+        """The device scalar holding hyperparameter `name`, refilled when the value changed."""
+        if isinstance(value, Tensor):
+            if value.numel() != 1 or value.dtype is not dtypes.float32 or \
+                    value.device != self.device:
+                raise ValueError(f"a tensor {name} must hold one float32 value on {self.device}, "
+                                 f"got shape {value.shape}, {value.dtype} on {value.device}")
+            return value._data.reshape(1)
+        cached = self.scalars.get(name)
+        if cached is not None and (cached[0] == value or _capturing()):
+            # NOTE: a captured step never refills: at replay it reads what sync() last wrote
+            return cached[1]
+        if cached is None:
+            _refuse_under_capture(f"creating the device scalar {name!r}")
+        raw = cached[1] if cached else get_backend().empty([1], dtypes.float32, self.device)
+        get_backend().fill_(raw, float(value))
+        self.scalars[name] = (value, raw)
+        return raw
+
+    def collect_grads(self):
+        """Re-point parameters and gradients into the flat buffers; which slots have a grad."""
+        backend = get_backend()
+        present = []
+        for i, p in enumerate(self.params):
+            if not _same_memory(p._data, self.views[i]):   # p.data was replaced since
+                if p.device != self.device:
+                    raise RuntimeError(f"a parameter of shape {p.shape} moved from {self.device} "
+                                       f"to {p.device} after the optimizer was made; make the "
+                                       "optimizer after model.to(device)")
+                backend.copy_(self.views[i], p._data)
+                p.data = self.views[i]
+            p._grad_buffer = self.grad_views[i]
+            g = p.grad
+            if g is None:
+                present.append(False)
+                continue
+            if not _same_memory(g._data, self.grad_views[i]):  # a .grad assigned by hand
+                if g.shape != p.shape:
+                    raise RuntimeError(f"parameter of shape {p.shape} has a .grad of shape "
+                                       f"{g.shape}")
+                backend.copy_(self.grad_views[i], g.to(self.device)._data)
+                p.grad = Tensor._wrap(self.grad_views[i])
+            present.append(True)
+        return present
+
+    def runs(self, present, key=None):
+        """(start, end, key) element ranges of consecutive slots that have a grad and equal
+        keys (key: a list, one per slot, or None): the whole buffer in the usual case."""
+        if all(present) and (key is None or key.count(key[0]) == len(key)):
+            return [(0, self.numel, key[0] if key else None)]
+        out = []
+        for i, here in enumerate(present):
+            k = key[i] if key else None
+            end = self.offsets[i] + self.params[i].numel()
+            if here and out and out[-1][1] == self.offsets[i] and out[-1][2] == k:
+                out[-1] = (out[-1][0], end, k)
+            elif here:
+                out.append((self.offsets[i], end, k))
+        return out
+
+    def advance_steps(self, present):
+        """Add 1 to the step counters of the slots that have a grad (one launch per cohort).
+
+        Slots skipped at some step (no grad) split off into a cohort with its own counter, so
+        every parameter counts its own steps, as torch's per-parameter state["step"]."""
+        backend = get_backend()
+        if len(self.counters) == 1 and all(present):  # the usual case: one counter for all
+            counter = self.counter(self.cohort[0])
+            backend.add(counter, 1.0, out=counter)
+            return
+        for c in sorted(set(self.cohort[i] for i, here in enumerate(present) if here)):
+            absent = [i for i, (k, here) in enumerate(zip(self.cohort, present))
+                      if k == c and not here]
+            if absent:
+                split = max(self.cohort + list(self.counters)) + 1
+                self.counters[split] = backend.contiguous(self.counter(c))
+                for i in absent:
+                    self.cohort[i] = split
+            backend.add(self.counter(c), 1.0, out=self.counter(c))
+
+    def counter(self, cohort):
+        """The step counter of a cohort (zero when first asked for)."""
+        if cohort not in self.counters:
+            _refuse_under_capture("creating a step counter")
+            self.counters[cohort] = get_backend().full([1], 0.0, dtypes.float32, self.device)
+        return self.counters[cohort]
+
+    def set_steps(self, steps):
+        """Step counts per slot (numbers, from a state dict): one cohort per distinct value."""
+        values = sorted(set(steps))
+        self.cohort = [values.index(s) for s in steps]
+        self.counters = {c: get_backend().full([1], float(v), dtypes.float32, self.device)
+                         for c, v in enumerate(values)}
+
+    def reset_state(self):
+        self.buffers, self.counters = {}, {}
+        self.initialized = [False] * len(self.params)
+        self.cohort = [0] * len(self.params)
+
+
+class Optimizer:
+    """Base class: parameter groups, flat buffers, zero_grad, state_dict; subclasses implement
+    `_update(group, bucket, present)` (one fused launch per run of slots with a gradient)."""
+
+    _device_hyperparameters = ("lr",)  # group keys the kernels read from device scalars
+
+    def __init__(self, params, defaults):
+        self.defaults = dict(defaults)
+        self.param_groups = []
+        self._buckets = []
+        if isinstance(params, Tensor):
+            raise TypeError(f"{type(self).__name__}: params must be an iterable of tensors or "
+                            "of dicts, got a single tensor; pass [tensor]")
+        groups = list(params)
+        if not groups:
+            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group):
+        """Add a group ({"params": [...], and hyperparameters overriding the defaults})."""
+        group = dict(param_group)
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for i, p in enumerate(params):
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{type(self).__name__}: parameter {i} is a "
+                                f"{type(p).__name__}, not a tritonad Tensor")
+            if not p.is_leaf:
+                raise ValueError(f"{type(self).__name__}: can't optimize a non-leaf tensor "
+                                 f"(parameter {i}, shape {p.shape}); pass "
+                                 "t.detach().requires_grad_()")
+            if p.dtype is not dtypes.float32:
+                raise TypeError(f"{type(self).__name__}: parameter {i} (shape {p.shape}) has dtype "
+                                f"{p.dtype}; the fused optimizers update float32 parameters")
+            if id(p) in seen:
+                raise ValueError(f"{type(self).__name__}: parameter {i} (shape {p.shape}) appears "
+                                 "twice in the parameter groups")
+            seen.add(id(p))
+        group["params"] = params
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self._check_group(group)
+        by_device = {}
+        for p in params:
+            by_device.setdefault(p.device, []).append(p)
+        self.param_groups.append(group)
+        self._buckets.append([_FlatBucket(ps, device) for device, ps in by_device.items()])
+
+    def _check_group(self, group):
+        if not isinstance(group["lr"], Tensor) and not group["lr"] >= 0:
+            raise ValueError(f"{type(self).__name__}: invalid learning rate {group['lr']}")
+
+    # -------------------------------------------------------------------- the update
+    def sync(self):
+        """Copy changed hyperparameters (lr, and momentum for SGD) of param_groups into the
+        device scalars the kernels read; one fill launch per changed value. step() and the
+        schedulers call it; call it yourself after changing lr by hand while replaying a
+        captured step."""
+        for group, buckets in zip(self.param_groups, self._buckets):
+            for name in self._device_hyperparameters:
+                if name == "momentum" and group.get("momentum", 0) == 0:
+                    continue
+                for bucket in buckets:
+                    bucket.scalar(name, group[name])
+
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; returns closure()'s loss if given."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        self.sync()
+        for group, buckets in zip(self.param_groups, self._buckets):
+            for bucket in buckets:
+                present = bucket.collect_grads()
+                if not any(present):
+                    continue
+                self._update(group, bucket, present)
+                for i, here in enumerate(present):
+                    if here:  # updated in place: saved copies of it are stale now
+                        bucket.initialized[i] = True
+                        bucket.params[i]._bump_version()
+        return loss
+
+    def _update(self, group, bucket, present):
+        raise NotImplementedError
+
+    def zero_grad(self, set_to_none=True):
+        """Forget the gradients (set_to_none=True, no launch) or zero them in place (one fill
+        launch per flat gradient buffer)."""
+        backend = get_backend()
+        for buckets in self._buckets:
+            for bucket in buckets:
+                if set_to_none:
+                    for p in bucket.params:
+                        p.grad = None
+                    continue
+                backend.fill_(bucket.grad_flat, 0.0)
+                for i, p in enumerate(bucket.params):
+                    if p.grad is not None and not _same_memory(p.grad._data, bucket.grad_views[i]):
+                        backend.fill_(p.grad._data, 0.0)
+
+    # -------------------------------------------------------------------- state
+    def _locate(self):
+        """(index across groups, group, bucket, slot) for every parameter, in group order."""
+        index = 0
+        for group, buckets in zip(self.param_groups, self._buckets):
+            where = {id(p): (b, i) for b in buckets for i, p in enumerate(b.params)}
+            for p in group["params"]:
+                yield (index, group) + where[id(p)]
+                index += 1
+
+    def _slot_state(self, bucket, i):
+        """The state of one parameter as {name: Tensor}: views of the flat buffers."""
+        return {name: Tensor._wrap(bucket.slot(flat, i)) for name, flat in bucket.buffers.items()}
+
+    def _load_slot_state(self, bucket, i, entry):
+        """Copy one parameter's saved state into the flat buffers; whether there was any."""
+        loaded = False
+        for name, value in entry.items():
+            if name not in self._state_names or value is None:
+                continue
+            value = _raw(value, bucket.device)
+            target = bucket.slot(bucket.buffer(name), i)
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(f"load_state_dict: state {name!r} has shape "
+                                 f"{tuple(value.shape)}, its parameter {tuple(target.shape)}")
+            get_backend().copy_(target, value)
+            loaded = True
+        return loaded
+
+    @property
+    def state(self):
+        """{parameter: {name: Tensor}} as torch's optimizer.state (views, not copies)."""
+        state = {}
+        for _, _, bucket, i in self._locate():
+            entry = self._slot_state(bucket, i) if bucket.initialized[i] else None
+            if entry:
+                state[bucket.params[i]] = entry
+        return state
+
+    def state_dict(self):
+        """{"state": {index: {name: Tensor}}, "param_groups": [{..., "params": [index]}]}, as
+        torch's. Like torch's, the tensors share memory with the optimizer: clone to keep."""
+        state, groups = {}, []
+        for index, group, bucket, i in self._locate():
+            entry = self._slot_state(bucket, i) if bucket.initialized[i] else None
+            if entry:
+                state[index] = entry
+        index = 0
+        for group in self.param_groups:
+            saved = {k: v for k, v in group.items() if k != "params"}
+            saved["params"] = list(range(index, index + len(group["params"])))
+            index += len(group["params"])
+            groups.append(saved)
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Restore hyperparameters and state saved by state_dict() (from a checkpoint too)."""
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"load_state_dict: the state dict has {len(saved_groups)} parameter "
+                             f"groups, this optimizer {len(self.param_groups)}")
+        for k, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(f"load_state_dict: group {k} has {len(saved['params'])} "
+                                 f"parameters in the state dict, {len(group['params'])} here")
+        for saved, group in zip(saved_groups, self.param_groups):
+            group.update({key: (tuple(v) if key == "betas" else v)
+                          for key, v in saved.items() if key != "params"})
+        positions = {}
+        for (index, group, bucket, i), saved_index in zip(
+                self._locate(), (j for g in saved_groups for j in g["params"])):
+            positions[saved_index] = (bucket, i)
+        state = {int(k): v for k, v in state_dict["state"].items()}
+        for buckets in self._buckets:
+            for bucket in buckets:
+                bucket.reset_state()
+        steps = {}
+        for saved_index, entry in state.items():
+            bucket, i = positions[saved_index]
+            bucket.initialized[i] = self._load_slot_state(bucket, i, entry)
+            if entry.get("step") is not None:
+                steps.setdefault(id(bucket), (bucket, {}))[1][i] = float(entry["step"])
+        for bucket, known in steps.values():
+            bucket.set_steps([known.get(i, 0.0) for i in range(len(bucket.params))])
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__} ("]
+        for k, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {k}")
+            lines += [f"    {key}: {group[key]}" for key in sorted(group) if key != "params"]
+        return "\n".join(lines + [")"])
+
+
+def _raw(value, device):
+    """A raw array on `device` from a Tensor, a torch tensor, a number or a numpy array."""
+    if isinstance(value, torch.Tensor):
+        value = Tensor._wrap(value)
+    if not isinstance(value, Tensor):
+        value = tensor(value, dtype=dtypes.float32)
+    return value.to(device)._data
