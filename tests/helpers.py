@@ -39,6 +39,8 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6, name="value", equal_nan
     """Values agree within rtol/atol; on failure say how many differ and where."""
     a, e = as_numpy(actual), as_numpy(expected)
     assert a.shape == e.shape, f"{name}: shape {a.shape} != expected {e.shape}"
+    a, e = np.atleast_1d(a), np.atleast_1d(e)
+    assert a.shape == e.shape, f"{name}: shape {a.shape} != expected {e.shape}"
     if a.dtype.kind in "biu" and e.dtype.kind in "biu":
         bad = a != e
     else:
