@@ -456,8 +456,8 @@ class NumpyBackend(Backend):
             q = np.zeros_like(x)
             q[np.arange(n), safe_t] = 1 - eps
             q += eps / c
-            with np.errstate(all="ignore"):
-                grad = (e / s - q) * kept[:, None] * x.dtype.type(scale)
+            with np.errstate(all="ignore"):  # NOTE: ignored rows are 0 even where e / s is NaN
+                grad = np.where(kept[:, None], (e / s - q) * x.dtype.type(scale), 0)
             grad = self._new(grad, dtype)
         return self._new(out_loss, dtype), grad
 
@@ -546,10 +546,16 @@ class NumpyBackend(Backend):
         flat = win.reshape(n, c, *out_hw, -1)
         arg = np.argmax(flat, axis=-1)  # the first maximum (and the first NaN) in each window
         y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+        # a window of -inf values points at its first real element, never at padding (as
+        # torch); a window with no real element at all (dilated, in the padding) gets -1
+        real = _windows(_pad(np.ones((1, 1, h, w), bool), padding, False, extra), kernel_size,
+                        stride, dilation, out_hw).reshape(1, 1, *out_hw, -1)
+        arg = np.where(y == -np.inf, np.argmax(real, axis=-1), arg)
         i, j = np.divmod(arg, kernel_size[1])
         rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0] + i * dilation[0]
         cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1] + j * dilation[1]
-        return self._new(y, dtype), self._new(rows * w + cols, dtypes.int64)
+        index = np.where(real.any(axis=-1), rows * w + cols, -1)
+        return self._new(y, dtype), self._new(index, dtypes.int64)
 
     def max_pool2d_backward(self, dy, indices, input_shape):
         dtype = dtypes.get_dtype(dy.dtype)
@@ -557,7 +563,9 @@ class NumpyBackend(Backend):
         n, c, h, w = input_shape
         dx = np.zeros((n * c, h * w), g.dtype)
         planes = np.repeat(np.arange(n * c), g[0, 0].size)
-        np.add.at(dx, (planes, to_numpy(indices).reshape(-1)), g.reshape(-1))
+        at = to_numpy(indices).reshape(-1)
+        kept = (at >= 0) & (at < h * w)  # -1: a window with no real element, no gradient
+        np.add.at(dx, (planes[kept], at[kept]), g.reshape(-1)[kept])
         return self._new(dx.reshape(input_shape), dtype)
 
     def _avg_divisor(self, shape, kernel, stride, padding, ceil_mode, count_include_pad,
@@ -654,15 +662,15 @@ class NumpyBackend(Backend):
     def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
                   weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
         p, g = to_numpy(param), to_numpy(grad).astype(np.float32)
-        lr = np.float32(self._number(lr))
+        lr, momentum = np.float32(self._number(lr)), np.float32(self._number(momentum))
         if maximize:
             g = -g
         if weight_decay:
             g = g + np.float32(weight_decay) * p
         if momentum:
             buf = to_numpy(momentum_buf)
-            buf[...] = g if first_step else momentum * buf + (1 - dampening) * g
-            g = g + np.float32(momentum) * buf if nesterov else buf
+            buf[...] = g if first_step else momentum * buf + np.float32(1 - dampening) * g
+            g = g + momentum * buf if nesterov else buf
         p -= lr * g
         return param
 
@@ -684,6 +692,31 @@ class NumpyBackend(Backend):
         bias2 = np.float32(1 - beta2 ** step)
         p -= lr * (m / bias1) / (np.sqrt(v / bias2) + np.float32(eps))
         return param
+
+    def total_norm(self, arrays, norm_type=2.0):
+        """The L_p norm of all elements of all arrays together (0-d float32): p = 2, 1, inf
+        (max |x|) or any finite p > 0."""
+        arrays = list(arrays)
+        if not arrays:
+            raise ValueError("total_norm: no arrays given")
+        p = float(norm_type)
+        if not p > 0:
+            raise ValueError(f"total_norm: norm_type must be a positive number or inf, got {p}")
+        values = np.concatenate([np.abs(to_numpy(a).astype(np.float64)).reshape(-1)
+                                 for a in arrays])
+        if p == math.inf:
+            norm = values.max() if values.size else 0.0
+        else:
+            norm = np.sum(values ** p) ** (1.0 / p)
+        return self._new(np.float32(norm), dtypes.float32)
+
+    def clip_scale_(self, arrays, total_norm, max_norm, eps=1e-6):
+        """x *= min(1, max_norm / (total_norm + eps)) for each array, in place."""
+        coef = np.minimum(np.float32(max_norm) / (np.float32(self._number(total_norm))
+                                                  + np.float32(eps)), np.float32(1.0))
+        for a in arrays:
+            write(a, self._float_in(a, dtypes.get_dtype(a.dtype)) * coef)
+        return list(arrays)
 
 
 register_backend("numpy", NumpyBackend)

@@ -1,0 +1,366 @@
+"""Convolution kernels (tritonad/kernels/conv.py): conv2d forward and backward through both paths
+(im2col + matmul, implicit GEMM), im2col and col2im, against the numpy reference backend.
+
+The oracle is checked first: the reference convolution against the plain loop definition below,
+and its gradients against float64 central differences.
+"""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from helpers import assert_close, check_op, check_primitive, random_array
+
+import tritonad as td
+import tritonad.nn.functional as F
+from tritonad.autodiff import gradcheck
+from tritonad.kernels import conv
+from tritonad.reference import NumpyBackend
+from tritonad.reference import from_numpy as raw_from_numpy
+
+
+# ----------------------------------------------------------------------------- numpy references
+
+
+def loop_conv2d(x, w, b, stride, padding, dilation, groups=1):
+    """The definition, one output pixel and tap at a time (g = the group of o):
+    y[n, o, p, q] = b[o] + sum_{c,i,j} w[o, c, i, j] x[n, g*C/G + c, p*s - pad + i*d, ...]."""
+    n, _, h, wd = x.shape
+    co, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    y = np.zeros((n, co, oh, ow))
+    for o in range(co):
+        first = (o // (co // groups)) * cg
+        for p in range(oh):
+            for q in range(ow):
+                for i in range(kh):
+                    for j in range(kw):
+                        hh, ww = p * sh - ph + i * dh, q * sw - pw + j * dw
+                        if 0 <= hh < h and 0 <= ww < wd:
+                            y[:, o, p, q] += x[:, first:first + cg, hh, ww] @ w[o, :, i, j]
+        if b is not None:
+            y[:, o] += b[o]
+    return y
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def _triton_backend():
+    with td.use_backend("triton"):
+        yield
+
+
+@pytest.fixture(params=["implicit", "im2col"])
+def algo(request, monkeypatch):
+    """Run a test through one convolution path (the im2col path needs kernels/matmul.py)."""
+    if request.param == "im2col" and not conv._have_matmul():
+        pytest.skip("tritonad.kernels.matmul is not there yet")
+    monkeypatch.setattr(conv, "CONV_ALGO", request.param)
+    return request.param
+
+
+def _pairs(*values):
+    return tuple((v, v) if isinstance(v, int) else tuple(v) for v in values)
+
+
+def _check_conv(n, c, h, w, co, k, stride, padding, dilation, groups=1, bias=True, seed=0,
+                grads=(True, True, True), dtype=td.float32, rtol=1e-4, atol=1e-5):
+    """Forward and backward of the triton conv2d against the float64 reference."""
+    kh, kw = (k, k) if isinstance(k, int) else k
+    stride, padding, dilation = _pairs(stride, padding, dilation)
+    x = random_array((n, c, h, w), dtype, low=-1, high=1, seed=seed)
+    wt = random_array((co, c // groups, kh, kw), dtype, low=-1, high=1, seed=seed + 1)
+    b = random_array((co,), dtype, seed=seed + 2) if bias else None
+    y = check_primitive("conv2d", x, wt, b, stride, padding, dilation, groups, rtol=rtol,
+                        atol=atol)
+    dy = random_array(tuple(y.shape), dtype, low=-1, high=1, seed=seed + 3)
+    check_primitive("conv2d_backward", dy, x, wt, stride, padding, dilation, groups,
+                    input_grad=grads[0], weight_grad=grads[1], bias_grad=grads[2], rtol=rtol,
+                    atol=atol)
+
+
+# ----------------------------------------------------------------------------- the oracle
+
+
+@pytest.mark.parametrize("geometry", [
+    ((2, 3, 6, 5), (4, 3, 3, 2), (1, 1), (1, 0), (1, 1), 1),
+    ((1, 4, 7, 7), (6, 2, 2, 3), (2, 3), (2, 1), (2, 1), 2),
+    ((2, 1, 3, 3), (2, 1, 3, 3), (3, 3), (0, 0), (1, 1), 1),  # a 1-pixel output
+])
+def test_reference_conv_is_the_loop_definition(geometry):
+    xs, ws, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal(xs), rng.standard_normal(ws), rng.standard_normal(ws[0])
+    got = NumpyBackend().conv2d(raw_from_numpy(x, td.float64), raw_from_numpy(w, td.float64),
+                                raw_from_numpy(b, td.float64), stride, padding, dilation, groups)
+    assert_close(got, loop_conv2d(x, w, b, stride, padding, dilation, groups), 1e-12, 1e-12)
+
+
+def test_reference_conv_gradients_match_finite_differences():
+    rng = np.random.default_rng(1)
+    with td.use_backend("numpy"):
+        x, w, b = (td.tensor(rng.standard_normal(s), dtype=td.float64, requires_grad=True)
+                   for s in ((2, 2, 5, 4), (3, 2, 3, 2), (3,)))
+        gradcheck(lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2)),
+                  (x, w, b))
+        gradcheck(lambda x, w: F.conv2d(x, w, None, padding=2, groups=2),
+                  (td.tensor(rng.standard_normal((1, 4, 3, 3)), dtype=td.float64,
+                             requires_grad=True),
+                   td.tensor(rng.standard_normal((2, 2, 2, 2)), dtype=td.float64,
+                             requires_grad=True)))
+
+
+# ----------------------------------------------------------------------------- properties
+
+_SIZES = [1, 2, 3, 5, 8, 13]
+
+
+def _fit(size, k, pad, dil):
+    """The smallest size >= `size` that a kernel k (dilation dil, padding pad) fits."""
+    return max(size, dil * (k - 1) + 1 - 2 * pad)
+
+
+@given(data=st.data())
+def test_conv2d_matches_reference(algo, data):
+    """Random geometry: batch, channels, sizes, kernels 1..7, stride 1..3, padding 0..3,
+    dilation 1..2; outputs down to a single pixel, windows that overlap or skip pixels."""
+    k = data.draw(st.sampled_from([1, 2, 3, 5, 7]), "k")
+    kw = data.draw(st.sampled_from([k, 1, 3]), "kw")
+    dil = data.draw(st.sampled_from([1, 2]), "dilation")
+    ph = data.draw(st.sampled_from([0, 1, 2, 3]), "ph")
+    pw = data.draw(st.sampled_from([0, ph]), "pw")
+    h = _fit(data.draw(st.sampled_from(_SIZES), "h"), k, ph, dil)
+    w = _fit(data.draw(st.sampled_from(_SIZES), "w"), kw, pw, 1)
+    _check_conv(n=data.draw(st.sampled_from([1, 2]), "n"),
+                c=data.draw(st.sampled_from([1, 3]), "c"), h=h, w=w,
+                co=data.draw(st.sampled_from([1, 4]), "co"), k=(k, kw),
+                stride=(data.draw(st.sampled_from([1, 2, 3]), "sh"),
+                        data.draw(st.sampled_from([1, 2]), "sw")),
+                padding=(ph, pw), dilation=(dil, 1), bias=data.draw(st.booleans(), "bias"),
+                grads=data.draw(st.sampled_from([(True, True, True), (True, False, False),
+                                                 (False, True, False), (False, False, True)]),
+                                "grads"))
+
+
+def test_conv2d_channel_inner_tiles_and_split_k(algo, monkeypatch):
+    """C and Co >= 16: K walks (tap, channel block); the weight gradient splits its pixels in
+    three chunks summed in a fixed order, so two runs agree bit for bit."""
+    monkeypatch.setattr(conv, "DW_SPLIT", 3)
+    _check_conv(2, 20, 6, 7, 18, 3, stride=1, padding=1, dilation=1)
+    x = random_array((2, 20, 6, 7), low=-1, high=1, seed=5)
+    w = random_array((18, 20, 3, 3), low=-1, high=1, seed=6)
+    dy = random_array((2, 18, 6, 7), low=-1, high=1, seed=7)
+    first = conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), (1, 1))
+    again = conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), (1, 1))
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+
+
+def test_conv2d_mnist_like_first_layer(algo, monkeypatch):
+    """C_in = 1, k5 p2 (K = 25 fits one tile) with the batch split across programs."""
+    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    _check_conv(3, 1, 12, 12, 8, 5, stride=1, padding=2, dilation=1)
+
+
+def test_conv2d_large_spatial(algo):
+    _check_conv(1, 2, 32, 29, 3, 7, stride=3, padding=3, dilation=1, bias=False)
+
+
+def test_conv2d_groups(monkeypatch):
+    monkeypatch.setattr(conv, "DW_SPLIT", 2)  # per-group dw and db sums
+    _check_conv(2, 6, 5, 5, 4, 3, stride=1, padding=1, dilation=1, groups=2)
+    _check_conv(1, 4, 6, 6, 8, 2, stride=2, padding=0, dilation=2, groups=4, bias=False)
+
+
+def test_conv2d_strided_operands(algo):
+    """Transposed x, a sliced weight and a stride-0 (expanded) dy are read in place."""
+    ref = NumpyBackend()
+    x = random_array((2, 6, 5, 3), low=-1, high=1).permute(0, 3, 1, 2)  # [2, 3, 6, 5]
+    w = random_array((4, 3, 3, 5), low=-1, high=1, seed=1)[:, :, :, 1:4]
+    b = random_array((8,), seed=2)[::2]
+    y = conv.conv2d(x, w, b, (1, 2), (1, 1), (1, 1))
+    assert y.is_contiguous()
+    widen = lambda t: t.double()  # noqa: E731
+    assert_close(y, ref.conv2d(widen(x), widen(w), widen(b), (1, 2), (1, 1), (1, 1)), 1e-4, 1e-5)
+    dy = random_array((1, 4, 1, 1), low=-1, high=1, seed=3).expand(*y.shape)
+    got = conv.conv2d_backward(dy, x, w, (1, 2), (1, 1), (1, 1))
+    want = ref.conv2d_backward(widen(dy), widen(x), widen(w), (1, 2), (1, 1), (1, 1))
+    for name, g, e in zip(("dx", "dw", "db"), got, want):
+        assert_close(g, e, 1e-4, 1e-5, name=name)
+
+
+@pytest.mark.parametrize("dtype", [td.float16, td.bfloat16])
+def test_conv2d_half_precision(algo, dtype):
+    """float16 / bfloat16 in and out, float32 accumulation: one rounding of the result."""
+    rtol = {"float16": 5e-3, "bfloat16": 3e-2}[dtype.name]
+    _check_conv(2, 3, 6, 6, 4, 3, stride=1, padding=1, dilation=1, dtype=dtype, rtol=rtol,
+                atol=rtol)
+
+
+def test_matmul_precision_selects_the_dot_input_precision():
+    assert conv._precision(torch.float32) == "ieee"
+    try:
+        td.set_matmul_precision("high")
+        assert conv._precision(torch.float32) == "tf32"
+        _check_conv(1, 2, 5, 5, 3, 3, stride=1, padding=1, dilation=1, rtol=1e-3, atol=1e-3)
+    finally:
+        td.set_matmul_precision("highest")
+
+
+def test_auto_picks_per_direction(monkeypatch):
+    monkeypatch.setattr(conv, "CONV_ALGO", "auto")
+    first = conv._Geometry("t", (4, 1, 28, 28), (32, 1, 5, 5), 1, 2, 1, 1)
+    second = conv._Geometry("t", (4, 32, 14, 14), (64, 32, 5, 5), 1, 2, 1, 1)
+    assert conv._algorithm("forward", first) == "implicit"
+    assert conv._algorithm("weight", first) == "implicit"
+    assert conv._algorithm("input", first) == ("im2col" if conv._have_matmul() else "implicit")
+    assert {conv._algorithm(d, second) for d in ("forward", "input", "weight")} == {"implicit"}
+    monkeypatch.setattr(conv, "CONV_ALGO", "im2col")
+    grouped = conv._Geometry("t", (1, 4, 5, 5), (4, 2, 3, 3), 1, 0, 1, 2)
+    assert conv._algorithm("forward", grouped) == "implicit"
+    monkeypatch.setattr(conv, "CONV_ALGO", "fastest")
+    with pytest.raises(ValueError, match="CONV_ALGO"):
+        conv._algorithm("forward", first)
+
+
+# ----------------------------------------------------------------------------- im2col / col2im
+
+
+@given(k=st.sampled_from([1, 2, 3]), stride=st.sampled_from([1, 2, 3]),
+       padding=st.sampled_from([0, 1, 2]), dilation=st.sampled_from([1, 2]),
+       size=st.sampled_from([(3, 4), (6, 5), (8, 8)]))
+def test_im2col_col2im_match_reference(k, stride, padding, dilation, size):
+    h, w = size
+    if h + 2 * padding < dilation * (k - 1) + 1 or w + 2 * padding < dilation * (k - 1) + 1:
+        return
+    args = ((k, k), (stride, stride), (padding, padding), (dilation, dilation))
+    x = random_array((2, 3, h, w))
+    cols = check_primitive("im2col", x, *args)
+    c = random_array(tuple(cols.shape), seed=1)
+    back = check_primitive("col2im", c, (h, w), *args)
+    # adjoint: <im2col(x), c> == <x, col2im(c)>
+    lhs = float((cols.double() * c.double()).sum())
+    rhs = float((x.double() * back.double()).sum())
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
+
+
+def test_im2col_of_strided_input_and_col2im_of_strided_columns():
+    x = random_array((3, 4, 5, 2)).permute(3, 2, 0, 1)  # [2, 3, 4, 5] not contiguous
+    check_primitive("im2col", x, (2, 3), (1, 2), (1, 0), (1, 1))
+    cols = random_array((2, 30, 6)).transpose(1, 2)[:, :, ::3]  # [2, 6, 10], strided
+    check_primitive("col2im", cols, (4, 7), (2, 3), (1, 1), (0, 0), (2, 1))
+
+
+# ----------------------------------------------------------------------------- autodiff level
+
+
+def test_autodiff_conv2d_unfold_fold(algo):
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.uniform(-1, 1, s) for s in ((2, 3, 6, 5), (4, 3, 3, 3), (4,)))
+    check_op(lambda x, w, b: F.conv2d(x, w, b, stride=(1, 2), padding=1), x, w, b, rtol=1e-4,
+             atol=1e-5)
+    check_op(lambda x: F.fold(F.unfold(x, 3, padding=1, stride=2), (6, 5), 3, padding=1,
+                              stride=2), x)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_names_the_shapes():
+    x = random_array((1, 3, 4, 4))
+    with pytest.raises(ValueError, match=r"\(1, 3, 4, 4\).*\(2, 2, 3, 3\)"):
+        conv.conv2d(x, random_array((2, 2, 3, 3)))
+    with pytest.raises(ValueError, match="does not fit"):
+        conv.conv2d(x, random_array((2, 3, 5, 5)))
+    with pytest.raises(ValueError, match="stride"):
+        conv.conv2d(x, random_array((2, 3, 3, 3)), stride=(0, 1))
+    with pytest.raises(ValueError, match="bias"):
+        conv.conv2d(x, random_array((2, 3, 3, 3)), random_array((3,)))
+    with pytest.raises(TypeError, match="dtype"):
+        conv.conv2d(x, random_array((2, 3, 3, 3), td.float16))
+    with pytest.raises(ValueError, match="dy"):
+        conv.conv2d_backward(random_array((1, 2, 3, 3)), x, random_array((2, 3, 3, 3)))
+    with pytest.raises(ValueError, match="columns"):
+        conv.col2im(random_array((1, 5, 4)), (3, 3), (2, 2))
+
+
+# ----------------------------------------------------------------------------- GPU tier
+
+
+def _torch_conv_grads(x, w, b, dy, stride, padding):
+    xs, ws, bs = (t.detach().double().requires_grad_() for t in (x, w, b))
+    y = torch.nn.functional.conv2d(xs, ws, bs, stride, padding)
+    y.backward(dy.double())
+    return y.detach(), xs.grad, ws.grad, bs.grad
+
+
+def _relative_error(got, want):
+    return float((got.double() - want).norm() / want.norm().clamp_min(1e-30))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [
+    ((100, 1, 28, 28), (32, 1, 5, 5), 2),     # MNIST CNN conv1
+    ((100, 32, 14, 14), (64, 32, 5, 5), 2),   # MNIST CNN conv2
+    ((256, 64, 56, 56), (64, 64, 3, 3), 1),
+    ((256, 64, 56, 56), (64, 64, 5, 5), 2),
+])
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_gpu_conv_at_real_shapes(algo, shape, precision):
+    """Both paths against float64 cuDNN: IEEE float32 within 1e-4 relative (norm), TF32 1e-2."""
+    xs, ws, pad = shape
+    if algo == "im2col" and xs[0] == 256 and ws[2] == 5 and precision == "highest":
+        pytest.skip("one im2col run at 256x64x56x56 k5 is enough (10 GB of columns)")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(xs, device="cuda", generator=gen) * 2 - 1
+    w = (torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / ws[1] ** 0.5
+    b = torch.rand(ws[0], device="cuda", generator=gen)
+    td.set_matmul_precision(precision)
+    try:
+        y = conv.conv2d(x, w, b, (1, 1), (pad, pad), (1, 1))
+        dy = torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1
+        got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1))
+    finally:
+        td.set_matmul_precision("highest")
+    want = _torch_conv_grads(x, w, b, dy, (1, 1), (pad, pad))
+    limit = 1e-4 if precision == "highest" else 1e-2
+    for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_conv_half_precision(algo, dtype):
+    x = torch.randn(64, 32, 14, 14, device="cuda").to(dtype)
+    w = (torch.randn(64, 32, 5, 5, device="cuda") / 40).to(dtype)
+    b = torch.randn(64, device="cuda").to(dtype)
+    y = conv.conv2d(x, w, b, (1, 1), (2, 2), (1, 1))
+    dy = torch.randn(y.shape, device="cuda").to(dtype)
+    got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (2, 2), (1, 1))
+    want = _torch_conv_grads(x, w, b, dy, (1, 1), (2, 2))
+    for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+        assert g.dtype == dtype
+        assert _relative_error(g, e) < 1e-2, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@settings(max_examples=10)
+@given(data=st.data())
+def test_gpu_conv_random_geometry(algo, data, monkeypatch):
+    """The CPU property, compiled, with larger channels (channel-inner tiles, split-K); one
+    config per tile family (tuning every new shape would mostly measure compile times)."""
+    monkeypatch.setattr(conv, "AUTOTUNE", False)
+    k = data.draw(st.sampled_from([1, 3, 5, 7]))
+    pad = data.draw(st.sampled_from([0, k // 2]))
+    dil = data.draw(st.sampled_from([1, 2]))
+    _check_conv(n=data.draw(st.sampled_from([1, 3, 8])),
+                c=data.draw(st.sampled_from([1, 5, 16, 48])),
+                h=_fit(data.draw(st.sampled_from([7, 16, 31])), k, pad, dil),
+                w=_fit(data.draw(st.sampled_from([9, 32])), k, pad, dil),
+                co=data.draw(st.sampled_from([1, 8, 40, 130])), k=k,
+                stride=data.draw(st.sampled_from([1, 2, 3])), padding=pad, dilation=dil,
+                bias=data.draw(st.booleans()), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,241 @@
+"""Pooling kernels (tritonad/kernels/pool.py): max and average pooling, forward and backward,
+against the numpy reference backend; the reference itself checked against torch's CPU pooling.
+"""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from helpers import assert_close, check_op, check_primitive, random_array
+
+import tritonad as td
+import tritonad.nn.functional as F
+from tritonad.kernels import pool
+from tritonad.reference import NumpyBackend
+
+# ----------------------------------------------------------------------------- references
+# The numpy reference backend is the oracle; torch's CPU pooling (an independent
+# implementation) checks it here, including its divisor and ceil_mode rules.
+
+
+def torch_max_pool(x, kernel, stride, padding, dilation, ceil_mode):
+    return torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode,
+                                          return_indices=True)
+
+
+def torch_avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return torch.nn.functional.avg_pool2d(x, kernel, stride, padding, ceil_mode,
+                                          count_include_pad, divisor_override)
+
+
+@pytest.fixture(autouse=True)
+def _triton_backend():
+    with td.use_backend("triton"):
+        yield
+
+
+@st.composite
+def pool_geometry(draw, dilation=True):
+    """Kernel 1..4, stride 1..3, padding up to half the kernel (torch's rule), dilation 1..2,
+    sizes 1..13."""
+    kernel = (draw(st.sampled_from([1, 2, 3, 4])), draw(st.sampled_from([1, 2, 3])))
+    stride = (draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2])))
+    dil = (draw(st.sampled_from([1, 2])), 1) if dilation else (1, 1)
+    padding = tuple(draw(st.sampled_from(list(range(k // 2 + 1)))) for k in kernel)
+    size = tuple(max(draw(st.sampled_from([1, 2, 5, 8, 13])), d * (k - 1) + 1 - 2 * p)
+                 for k, d, p in zip(kernel, dil, padding))
+    return kernel, stride, padding, dil, size, draw(st.booleans())
+
+
+# ----------------------------------------------------------------------------- the oracle
+
+
+@given(geo=pool_geometry())
+@settings(max_examples=25)
+def test_reference_pooling_agrees_with_torch(geo):
+    kernel, stride, padding, dilation, size, ceil_mode = geo
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.integers(-2, 3, (2, 2) + size).astype(np.float64))  # many ties
+    ref = NumpyBackend()
+    y, idx = ref.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+    ty, tidx = torch_max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    assert_close(y, ty, 0, 0)
+    real = idx >= 0  # a dilated window can lie wholly in the padding: -1 here, junk in torch
+    assert torch.equal(idx[real], tidx[real])
+    tidx = torch.where(real, tidx, 0)
+    dy = torch.from_numpy(rng.standard_normal(tuple(y.shape))) * real
+    assert_close(ref.max_pool2d_backward(dy, idx, x.shape),
+                 torch.ops.aten.max_pool2d_with_indices_backward(
+                     dy, x, kernel, stride, padding, dilation, ceil_mode, tidx), 1e-12, 1e-12)
+    for include, override in ((True, None), (False, None), (True, 3)):
+        ya = ref.avg_pool2d(x, kernel, stride, padding, ceil_mode, include, override)
+        assert_close(ya, torch_avg_pool(x, kernel, stride, padding, ceil_mode, include, override),
+                     1e-12, 1e-12)
+
+
+def test_reference_avg_pool_gradient_matches_finite_differences():
+    from tritonad.autodiff import gradcheck
+
+    rng = np.random.default_rng(1)
+    with td.use_backend("numpy"):
+        x = td.tensor(rng.standard_normal((1, 2, 5, 4)), dtype=td.float64, requires_grad=True)
+        gradcheck(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                  (x,))
+        gradcheck(lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 1)), (x,))
+
+
+# ----------------------------------------------------------------------------- max pooling
+
+
+@given(geo=pool_geometry(), batch=st.sampled_from([(1, 1), (2, 3)]))
+def test_max_pool_matches_reference(geo, batch):
+    """Values drawn from {-2..2} so windows are full of ties: the first maximum must win."""
+    kernel, stride, padding, dilation, size, ceil_mode = geo
+    x = random_array(batch + size, low=-2, high=3, seed=1)
+    x = x.round()
+    y, idx = check_primitive("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode)
+    dy = random_array(tuple(y.shape), seed=2)
+    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+
+
+def test_max_pool_nan_and_infinities():
+    """A NaN is the maximum of its window (the first NaN); an all -inf window points at its
+    first real element, never at padding."""
+    x = torch.full((1, 1, 4, 5), float("-inf"))
+    x[0, 0, 1, 3] = float("nan")
+    x[0, 0, 1, 4] = float("nan")
+    x[0, 0, 3, 0] = 2.0
+    for args in (((2, 2), (2, 2), (1, 1), (1, 1), True), ((3, 3), (1, 1), (1, 1), (1, 1), False)):
+        y, idx = check_primitive("max_pool2d", x, *args)
+        assert (idx >= 0).all() and (idx < 20).all()
+        check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, tuple(x.shape))
+
+
+def test_max_pool_window_wholly_in_padding():
+    """Dilation 2 over a 1-row input with padding 1: the window holds padding only."""
+    x = random_array((1, 2, 1, 3), seed=3)
+    y, idx = check_primitive("max_pool2d", x, (2, 1), (1, 1), (1, 0), (2, 1), False)
+    assert (idx == -1).all() and (y == float("-inf")).all()
+    dx = check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, (1, 2, 1, 3))
+    assert (dx == 0).all()
+
+
+def test_max_pool_overlapping_windows_accumulate():
+    x = random_array((2, 3, 7, 6), low=-1, high=2, seed=4).round()
+    y, idx = pool.max_pool2d(x, (3, 3), (1, 1), (1, 1))
+    dy = random_array(tuple(y.shape), seed=5)
+    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    assert_close(dx.double().sum(), dy.double().sum(), 1e-6, 1e-6, name="total gradient")
+
+
+@pytest.mark.parametrize("dtype", [td.float16, td.bfloat16, td.float64])
+def test_max_pool_dtypes(dtype):
+    x = random_array((2, 3, 6, 6), dtype, seed=6)
+    y, idx = check_primitive("max_pool2d", x, (2, 2), (2, 2), (0, 0), (1, 1), False)
+    assert y.dtype == x.dtype and idx.dtype == torch.int64
+    check_primitive("max_pool2d_backward", random_array(tuple(y.shape), dtype), idx, (2, 3, 6, 6))
+
+
+def test_max_pool_strided_operands():
+    x = random_array((5, 6, 2, 3), seed=7).permute(2, 3, 1, 0)  # [2, 3, 6, 5]
+    y, idx = check_primitive("max_pool2d", x, (2, 2), (2, 1), (1, 0), (1, 1), False)
+    dy = random_array((1, 3, 1, 1), seed=8).expand(*y.shape)
+    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+
+
+# ----------------------------------------------------------------------------- average pooling
+
+
+@given(geo=pool_geometry(dilation=False), include=st.booleans(),
+       override=st.sampled_from([None, 1, 5]))
+def test_avg_pool_matches_reference(geo, include, override):
+    kernel, stride, padding, _, size, ceil_mode = geo
+    args = (kernel, stride, padding, ceil_mode, include, override)
+    x = random_array((2, 3) + size, seed=3)
+    y = check_primitive("avg_pool2d", x, *args)
+    dy = random_array(tuple(y.shape), seed=4)
+    check_primitive("avg_pool2d_backward", dy, tuple(x.shape), *args)
+
+
+@pytest.mark.parametrize("dtype", [td.float16, td.bfloat16, td.float64])
+def test_avg_pool_dtypes(dtype):
+    x = random_array((2, 3, 7, 6), dtype, seed=9)
+    args = ((3, 2), (2, 2), (1, 1), True, False, None)
+    y = check_primitive("avg_pool2d", x, *args)
+    check_primitive("avg_pool2d_backward", random_array(tuple(y.shape), dtype), (2, 3, 7, 6),
+                    *args)
+
+
+def test_avg_pool_strided_operands():
+    x = random_array((6, 5, 2, 3), seed=10).permute(2, 3, 0, 1)  # [2, 3, 6, 5]
+    y = check_primitive("avg_pool2d", x, (3, 3), (2, 2), (1, 1), True, True, None)
+    dy = random_array((2, 1, 4, 1), seed=11).expand(*y.shape)
+    check_primitive("avg_pool2d_backward", dy, tuple(x.shape), (3, 3), (2, 2), (1, 1), True,
+                    True, None)
+
+
+# ----------------------------------------------------------------------------- autodiff level
+
+
+def test_autodiff_pooling():
+    rng = np.random.default_rng(0)
+    x = rng.integers(-3, 4, (2, 3, 8, 7)).astype(np.float64)  # ties
+    check_op(lambda x: F.max_pool2d(x, 2), x)
+    check_op(lambda x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True), x)
+    check_op(lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False), x)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_names_the_shapes():
+    x = random_array((1, 2, 4, 4))
+    with pytest.raises(ValueError, match=r"does not fit the input \(1, 2, 4, 4\)"):
+        pool.max_pool2d(x, (6, 6), (1, 1))
+    with pytest.raises(ValueError, match="stride"):
+        pool.avg_pool2d(x, (2, 2), (0, 2))
+    with pytest.raises(ValueError, match="divisor_override"):
+        pool.avg_pool2d(x, (2, 2), (2, 2), divisor_override=-1)
+    with pytest.raises(ValueError, match="dy"):
+        pool.avg_pool2d_backward(random_array((1, 2, 3, 3)), (1, 2, 4, 4), (2, 2), (2, 2))
+    with pytest.raises(ValueError, match="indices"):
+        pool.max_pool2d_backward(random_array((1, 2, 2, 2)), torch.zeros(1, 2, 3, 3,
+                                                                         dtype=torch.int64),
+                                 (1, 2, 4, 4))
+    with pytest.raises(TypeError, match="floating"):
+        pool.max_pool2d(torch.zeros(1, 1, 2, 2, dtype=torch.int64), (2, 2), (2, 2))
+
+
+# ----------------------------------------------------------------------------- GPU tier
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, kernel, stride, padding", [
+    ((100, 32, 28, 28), 2, 2, 0),     # MNIST CNN pool1
+    ((100, 64, 14, 14), 2, 2, 0),     # MNIST CNN pool2
+    ((256, 64, 112, 112), 3, 2, 1),   # a ResNet stem
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_pooling_at_real_shapes(shape, kernel, stride, padding, dtype):
+    """Against torch's CUDA pooling: max values and indices exactly, gradients exactly where
+    windows do not overlap, average pooling within rounding."""
+    x = torch.randn(shape, device="cuda").to(dtype)
+    y, idx = pool.max_pool2d(x, (kernel, kernel), (stride, stride), (padding, padding))
+    ty, tidx = torch_max_pool(x, kernel, stride, padding, 1, False)
+    assert torch.equal(y, ty) and torch.equal(idx, tidx)
+    dy = torch.randn(y.shape, device="cuda").to(dtype)
+    dx = pool.max_pool2d_backward(dy, idx, x.shape)
+    tdx = torch.ops.aten.max_pool2d_with_indices_backward(
+        dy, x, [kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False, tidx)
+    # windows that overlap sum up to four terms, in another order than torch's
+    tol = 0 if stride >= kernel else (1e-5 if dtype == torch.float32 else 1e-2)
+    torch.testing.assert_close(dx, tdx, rtol=tol, atol=tol)
+    args = ((kernel, kernel), (stride, stride), (padding, padding), False, True, None)
+    ya = pool.avg_pool2d(x, *args)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(ya, torch_avg_pool(x, kernel, stride, padding, False, True, None),
+                               rtol=tol, atol=tol)
+    dxa = pool.avg_pool2d_backward(dy, x.shape, *args)
+    xs = x.detach().requires_grad_()
+    torch_avg_pool(xs, kernel, stride, padding, False, True, None).backward(dy)
+    torch.testing.assert_close(dxa, xs.grad, rtol=tol, atol=tol)

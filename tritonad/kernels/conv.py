@@ -1,0 +1,812 @@
+"""2-d convolution (NCHW, cross-correlation as torch): im2col / col2im and implicit GEMM.
+
+Notation: x [N, C, H, W], w [Co, C, kh, kw], y [N, Co, Ho, Wo]; stride s, padding pad, dilation d
+per axis. Every direction is one matrix product over a gathered ("im2col") operand:
+
+    forward  y[n, o, p, q]  = b[o] + sum_{c,i,j} w[o, c, i, j] * x[n, c, p*s - pad + i*d, ...]
+             Y[o, (n,p,q)]  = W[o, (c,i,j)] @ X_col[(c,i,j), (n,p,q)]
+    input    dx[n, c, h, v] = sum_{o,i,j} w[o, c, i, j] * dy[n, o, (h + pad - i*d) / s, ...]
+             (only where the division is exact and lands inside dy: the transposed convolution
+             written as a gather, so every dx element is owned by one program and nothing races)
+    weight   dW[o, (c,i,j)] = sum_{(n,p,q)} dY[o, (n,p,q)] * X_col[(c,i,j), (n,p,q)]
+    bias     db[o]          = sum_{(n,p,q)} dY[o, (n,p,q)]
+
+Two ways to run them, both kept and tested:
+- "im2col": materialise X_col with the im2col kernel and call our matmul (the bias rides along
+  as one more row of ones in X_col and one more column of W, so the matmul adds it, and the
+  same trick yields db beside dW); the input gradient is matmul(W^T, dY) followed by col2im.
+  Simple, but the column buffer is kh*kw times the input. Groups run on the implicit path.
+- "implicit": the implicit-GEMM kernels below build each X_col tile on the fly inside the K loop
+  (no column buffer). The forward and the input gradient share one kernel (TRANSPOSED flag); the
+  weight gradient splits its long K = N*Ho*Wo over programs and sums the partial tiles in a fixed
+  order afterwards (deterministic, no atomics), with the bias gradient fused in.
+CONV_ALGO picks one ("auto" chooses per direction by the rules in `_algorithm`).
+
+GEMM orientation: output pixels run along the tile's last axis, because in NCHW they are the
+contiguous axis: loads of x / dy and stores of y / dx are then coalesced. Gathered tiles with
+C_src >= 16 walk K as (i, j) outer, channel blocks inner ("channel-inner": the spatial offset and
+bounds test are per pixel, not per element); with few channels (the MNIST input, C = 1) K is the
+flat (c, i, j) index so that a K = 25 problem is one 32-wide tile, not 25 mostly-empty ones.
+
+NOTE: products accumulate in float32 (tl.dot); float32 inputs multiply in IEEE float32 or TF32
+as matmul_precision() says, float16 / bfloat16 on their tensor cores; results are rounded once.
+On the im2col path the weight gradient's per-image products come out of the matmul in the
+input dtype before their float32 sum over the batch (one more rounding for half types).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import triton
+import triton.language as tl
+
+from ..backend import matmul_precision
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2
+
+PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
+
+CONV_ALGO = "auto"       # "auto" | "im2col" | "implicit"
+DW_SPLIT = None          # split-K count of the implicit weight gradient; None: sized to the GPU
+CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K channel-inner
+AUTOTUNE = True          # False: the first config of each family, no tuning (quick GPU tests)
+_ALGOS = ("auto", "im2col", "implicit")
+
+
+# ============================================================================ kernels
+
+
+@triton.jit
+def _source_coord(base, shift, DIV, SIZE, TRANSPOSED: tl.constexpr):
+    """Coordinate in the source of tap `shift` for a pixel whose window starts at `base`, and
+    whether it exists: forward t = base + shift inside [0, SIZE); transposed (t / DIV) exact and
+    inside. NOTE: t is clamped at 0 before dividing so no negative number is ever divided."""
+    t = base + shift
+    if TRANSPOSED:
+        coord = tl.maximum(t, 0) // DIV
+        ok = (t >= 0) & (coord * DIV == t) & (coord < SIZE)
+    else:
+        coord = t
+        ok = (t >= 0) & (t < SIZE)
+    return coord, ok
+
+
+# Shape and stride arguments that differ from layer to layer are not specialised (every
+# specialisation is one more compilation of every autotuning config); unit strides and taps are.
+_GEMM_SIZES = ["N_IMG", "M", "K_CH", "SRC_H", "SRC_W", "OUT_H", "OUT_W", "stride_sn", "stride_sc",
+               "stride_sh", "stride_wm", "stride_wk", "stride_wi", "stride_on", "stride_om",
+               "stride_oh"]
+_WGRAD_SIZES = ["N_IMG", "C_OUT", "C_IN", "H", "W", "OUT_H", "OUT_W", "CHUNK", "stride_dn",
+                "stride_dc", "stride_dh", "stride_xn", "stride_xc", "stride_xh", "stride_ws",
+                "stride_wo", "stride_wc", "stride_wi", "stride_bs"]
+
+
+@triton.jit(do_not_specialize=_GEMM_SIZES)
+def _conv_gemm_kernel(
+        src_ptr, w_ptr, bias_ptr, out_ptr,
+        N_IMG, M, K_CH, SRC_H, SRC_W, OUT_H, OUT_W, KH, KW,
+        stride_sn, stride_sc, stride_sh, stride_sw,
+        stride_wm, stride_wk, stride_wi, stride_wj,
+        stride_on, stride_om, stride_oh, stride_ow, stride_bias,
+        MUL_H, MUL_W, OFF_H, OFF_W, DIL_H, DIL_W, DIV_H, DIV_W,
+        HAS_BIAS: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNEL_INNER: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # out[n, m, p, q] = bias[m] + sum_{k,i,j} w[m, k, i, j] * src[n, k, y(p, i), x(q, j)] with
+    # y = (p*MUL + OFF + i*DIL) / DIV (forward: x gathered; transposed: dy gathered for dx).
+    # One program: a [BLOCK_M channels, BLOCK_N output pixels] tile; pixels are (n, p, q) flat.
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_p = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    plane = OUT_H * OUT_W
+    pix_ok = offs_p < N_IMG * plane
+    img = offs_p // plane
+    rem = offs_p - img * plane
+    p = rem // OUT_W
+    q = rem - p * OUT_W
+    base_y = p * MUL_H + OFF_H
+    base_x = q * MUL_W + OFF_W
+    src_img = src_ptr + img.to(tl.int64) * stride_sn
+    taps = KH * KW
+    if CHANNEL_INNER:
+        ch_blocks = tl.cdiv(K_CH, BLOCK_K)
+        n_iter = taps * ch_blocks
+    else:
+        n_iter = tl.cdiv(K_CH * taps, BLOCK_K)
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for it in range(0, n_iter):
+        if CHANNEL_INNER:
+            # one tap (i, j) and a block of channels: bounds and offsets are per pixel
+            tap = it // ch_blocks
+            i = tap // KW
+            j = tap - i * KW
+            ch = (it - tap * ch_blocks) * BLOCK_K + tl.arange(0, BLOCK_K)
+            ch_ok = ch < K_CH
+            y, y_ok = _source_coord(base_y, i * DIL_H, DIV_H, SRC_H, TRANSPOSED)
+            x, x_ok = _source_coord(base_x, j * DIL_W, DIV_W, SRC_W, TRANSPOSED)
+            b_ptrs = src_img[None, :] + ch[:, None] * stride_sc + \
+                (y * stride_sh + x * stride_sw)[None, :]
+            b_mask = ch_ok[:, None] & (pix_ok & y_ok & x_ok)[None, :]
+            a_ptrs = w_ptr + offs_m[:, None] * stride_wm + ch[None, :] * stride_wk + \
+                i * stride_wi + j * stride_wj
+            a_mask = m_ok[:, None] & ch_ok[None, :]
+        else:
+            # flat k = (channel, i, j): every element has its own tap
+            k = it * BLOCK_K + tl.arange(0, BLOCK_K)
+            k_ok = k < K_CH * taps
+            ch = k // taps
+            tap = k - ch * taps
+            i = tap // KW
+            j = tap - i * KW
+            y, y_ok = _source_coord(base_y[None, :], (i * DIL_H)[:, None], DIV_H, SRC_H, TRANSPOSED)
+            x, x_ok = _source_coord(base_x[None, :], (j * DIL_W)[:, None], DIV_W, SRC_W, TRANSPOSED)
+            b_ptrs = src_img[None, :] + (ch * stride_sc)[:, None] + y * stride_sh + x * stride_sw
+            b_mask = k_ok[:, None] & pix_ok[None, :] & y_ok & x_ok
+            a_ptrs = w_ptr + offs_m[:, None] * stride_wm + \
+                (ch * stride_wk + i * stride_wi + j * stride_wj)[None, :]
+            a_mask = m_ok[:, None] & k_ok[None, :]
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong; products are exact in fp32
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc=acc, input_precision=INPUT_PRECISION)
+
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_m * stride_bias, mask=m_ok, other=0.0)
+        acc += bias.to(tl.float32)[:, None]
+    out_ptrs = out_ptr + (img.to(tl.int64) * stride_on + p * stride_oh + q * stride_ow)[None, :] \
+        + offs_m[:, None] * stride_om
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & pix_ok[None, :])
+
+
+@triton.jit(do_not_specialize=_WGRAD_SIZES)
+def _conv_wgrad_kernel(
+        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        N_IMG, C_OUT, C_IN, H, W, OUT_H, OUT_W, KH, KW, CHUNK,
+        stride_dn, stride_dc, stride_dh, stride_dv,
+        stride_xn, stride_xc, stride_xh, stride_xw,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
+        stride_bs, stride_bo,
+        SH, SW, PH, PW, DH, DW,
+        HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # dw[s, o, c, i, j] = sum over pixels (n, p, q) of chunk s of dy[n, o, p, q] * x[n, c, y, x],
+    # y = p*SH - PH + i*DH; db[s, o] = the same chunk's sum of dy (programs of the first column
+    # tile only). One program: a [BLOCK_M out channels, BLOCK_N (c, i, j) columns] tile, chunk s.
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    taps = KH * KW
+    if CHANNEL_INNER:
+        ch_blocks = tl.cdiv(C_IN, BLOCK_N)
+        tiles_n = taps * ch_blocks
+    else:
+        tiles_n = tl.cdiv(C_IN * taps, BLOCK_N)
+    pid_m = pid // tiles_n
+    pid_n = pid - pid_m * tiles_n
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < C_OUT
+    if CHANNEL_INNER:  # columns: one tap (i, j), a block of channels
+        tap = pid_n // ch_blocks
+        i = tap // KW
+        j = tap - i * KW
+        ch = (pid_n - tap * ch_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = ch < C_IN
+        dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
+    else:  # columns: flat (c, i, j)
+        k = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = k < C_IN * taps
+        ch = k // taps
+        tap = k - ch * taps
+        i = tap // KW
+        j = tap - i * KW
+        dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
+    shift_h = i * DH - PH
+    shift_w = j * DW - PW
+    col_off = ch * stride_xc
+
+    plane = OUT_H * OUT_W
+    p_lo = split * CHUNK
+    p_hi = tl.minimum(p_lo + CHUNK, N_IMG * plane)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for start in range(p_lo, p_hi, BLOCK_K):
+        offs_p = start + tl.arange(0, BLOCK_K)
+        p_ok = offs_p < p_hi
+        img = offs_p // plane
+        rem = offs_p - img * plane
+        p = rem // OUT_W
+        q = rem - p * OUT_W
+        img64 = img.to(tl.int64)
+        a_ptrs = dy_ptr + (img64 * stride_dn + p * stride_dh + q * stride_dv)[None, :] + \
+            offs_m[:, None] * stride_dc
+        a = tl.load(a_ptrs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
+        # the x_col tile, loaded as [columns, pixels] (pixels contiguous) and transposed for dot
+        if CHANNEL_INNER:
+            y = p * SH + shift_h
+            x = q * SW + shift_w
+            pix_ok = p_ok & (y >= 0) & (y < H) & (x >= 0) & (x < W)
+            b_ptrs = x_ptr + (img64 * stride_xn + y * stride_xh + x * stride_xw)[None, :] + \
+                col_off[:, None]
+            b_mask = col_ok[:, None] & pix_ok[None, :]
+        else:
+            y = p[None, :] * SH + shift_h[:, None]
+            x = q[None, :] * SW + shift_w[:, None]
+            b_ptrs = x_ptr + (img64 * stride_xn)[None, :] + col_off[:, None] + \
+                y * stride_xh + x * stride_xw
+            b_mask = col_ok[:, None] & p_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
+        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        if HAS_BIAS_GRAD:
+            db_acc += tl.sum(a.to(tl.float32), axis=1)
+        if DOT_FP32:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, tl.trans(b), acc=acc, input_precision=INPUT_PRECISION)
+
+    dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
+        dw_cols[None, :]
+    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
+    if HAS_BIAS_GRAD:
+        tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
+                 db_acc.to(db_ptr.dtype.element_ty), mask=m_ok & (offs_m * 0 + pid_n == 0))
+
+
+@triton.jit
+def _sum_splits_kernel(part_ptr, out_ptr, S, ROWS, COLS,
+                       stride_ps, stride_pr, stride_pc, stride_or, stride_oc,
+                       BLOCK: tl.constexpr):
+    # out[r, c] = sum_s part[s, r, c], s in increasing order (the same result every run).
+    # One program: BLOCK (r, c) elements.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < ROWS * COLS
+    r = offs // COLS
+    c = offs - r * COLS
+    src = part_ptr + r * stride_pr + c * stride_pc
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(0, S):
+        acc += tl.load(src, mask=ok, other=0.0).to(tl.float32)
+        src += stride_ps
+    tl.store(out_ptr + r * stride_or + c * stride_oc, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _plane_sum_kernel(x_ptr, out_ptr, C, W, PLANE,
+                      stride_xn, stride_xc, stride_xh, stride_xw, BLOCK: tl.constexpr):
+    # out[n, c] = sum_{h, w} x[n, c, h, w] in float32 (per-image bias-gradient partials).
+    # One program: one (n, c) plane.
+    pid = tl.program_id(0)
+    n = pid // C
+    c = pid - n * C
+    base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, PLANE, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        h = offs // W
+        acc += tl.load(base + h * stride_xh + (offs - h * W) * stride_xw, mask=offs < PLANE,
+                       other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _im2col_kernel(x_ptr, cols_ptr, C, H, W, OUT_W, L, KH, KW, ROWS,
+                   stride_xn, stride_xc, stride_xh, stride_xw,
+                   stride_cn, stride_ck, stride_cl,
+                   SH, SW, PH, PW, DH, DW,
+                   ONES_ROW: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr):
+    # cols[n, (c, i, j), (p, q)] = x[n, c, p*SH - PH + i*DH, q*SW - PW + j*DW] (0 outside), and
+    # with ONES_ROW an extra last row of ones (so that a bias rides along in the matmul).
+    # One program: [BLOCK_K rows, BLOCK_L pixels] of image n.
+    pid_l = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n = tl.program_id(2)
+    rows = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    pix = pid_l * BLOCK_L + tl.arange(0, BLOCK_L)
+    taps = KH * KW
+    k_total = C * taps
+    c = rows // taps
+    tap = rows - c * taps
+    i = tap // KW
+    j = tap - i * KW
+    p = pix // OUT_W
+    q = pix - p * OUT_W
+    y = p[None, :] * SH - PH + (i * DH)[:, None]
+    x = q[None, :] * SW - PW + (j * DW)[:, None]
+    pix_ok = pix < L
+    inside = (rows < k_total)[:, None] & pix_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
+    src = x_ptr + n.to(tl.int64) * stride_xn + (c.to(tl.int64) * stride_xc)[:, None] + \
+        y * stride_xh + x * stride_xw
+    v = tl.load(src, mask=inside, other=0.0)
+    if ONES_ROW:
+        v = tl.where((rows == k_total)[:, None], 1.0, v.to(tl.float32))
+    dst = cols_ptr + n.to(tl.int64) * stride_cn + (rows.to(tl.int64) * stride_ck)[:, None] + \
+        (pix * stride_cl)[None, :]
+    tl.store(dst, v.to(cols_ptr.dtype.element_ty), mask=(rows < ROWS)[:, None] & pix_ok[None, :])
+
+
+@triton.jit
+def _col2im_kernel(cols_ptr, x_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+                   stride_cn, stride_ck, stride_cl,
+                   SH, SW, PH, PW, DH, DW,
+                   ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
+    # x[n, c, h, v] = sum over taps (i, j) of cols[n, (c, i, j), (p, q)] where
+    # p = (h + PH - i*DH) / SH is exact and inside (the gather form of the adjoint of im2col:
+    # each output element sums its own terms, so overlapping windows need no atomics).
+    # One program: BLOCK elements of the contiguous output x.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    v = offs % W
+    t = offs // W
+    h = t % H
+    t = t // H
+    c = t % C
+    n = t // C
+    base = cols_ptr + n.to(tl.int64) * stride_cn + (c * (KH * KW)).to(tl.int64) * stride_ck
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if ACC_FP64:
+        acc = acc.to(tl.float64)
+    for i in range(0, KH):
+        p, p_ok = _source_coord(h + PH, -i * DH, SH, OUT_H, True)
+        for j in range(0, KW):
+            q, q_ok = _source_coord(v + PW, -j * DW, SW, OUT_W, True)
+            src = base + (i * KW + j) * stride_ck + (p * OUT_W + q) * stride_cl
+            acc += tl.load(src, mask=ok & p_ok & q_ok, other=0.0).to(acc.dtype)
+    tl.store(x_ptr + offs, acc.to(x_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _pack_weight_kernel(w_ptr, bias_ptr, out_ptr, C_OUT, C, KH, KW,
+                        stride_wo, stride_wc, stride_wi, stride_wj, stride_bias,
+                        HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    # out[o, (c, i, j)] = w[o, c, i, j]; with HAS_BIAS one more column out[o, C*KH*KW] = bias[o].
+    # One program: BLOCK elements of the contiguous [C_OUT, C*KH*KW (+1)] output.
+    taps = KH * KW
+    k_total = C * taps
+    if HAS_BIAS:
+        cols = k_total + 1
+    else:
+        cols = k_total
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < C_OUT * cols
+    o = offs // cols
+    k = offs - o * cols
+    c = k // taps
+    tap = k - c * taps
+    i = tap // KW
+    j = tap - i * KW
+    is_w = k < k_total
+    v = tl.load(w_ptr + o * stride_wo + c * stride_wc + i * stride_wi + j * stride_wj,
+                mask=ok & is_w, other=0.0)
+    if HAS_BIAS:
+        b = tl.load(bias_ptr + o * stride_bias, mask=ok & (k == k_total), other=0.0)
+        v = tl.where(is_w, v, b)
+    tl.store(out_ptr + offs, v, mask=ok)
+
+
+# ============================================================================ launchers
+
+
+class _Geometry:
+    """Sizes of one convolution, validated: n, c, h, w, co, kh, kw, oh, ow, groups and the
+    per-axis stride (sh, sw), padding (ph, pw), dilation (dh, dw)."""
+
+    def __init__(self, op, x_shape, w_shape, stride, padding, dilation, groups):
+        if len(x_shape) != 4 or len(w_shape) != 4:
+            raise ValueError(f"{op}: expected x [N, C, H, W] and weight [Co, C/groups, kh, kw], "
+                             f"got x {tuple(x_shape)} and weight {tuple(w_shape)}")
+        self.n, self.c, self.h, self.w = x_shape
+        self.co, cg, self.kh, self.kw = w_shape
+        self.groups = int(groups)
+        if self.groups < 1 or self.co % self.groups or self.c != cg * self.groups:
+            raise ValueError(f"{op}: input {tuple(x_shape)} does not match weight {tuple(w_shape)} "
+                             f"with groups={groups} (C must equal weight.shape[1] * groups and "
+                             f"Co must be divisible by groups)")
+        (self.sh, self.sw), (self.ph, self.pw), (self.dh, self.dw) = \
+            _pair(op, "stride", stride, 1), _pair(op, "padding", padding, 0), \
+            _pair(op, "dilation", dilation, 1)
+        self.oh = (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        self.ow = (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        if self.kh < 1 or self.kw < 1 or self.oh < 1 or self.ow < 1:
+            raise ValueError(f"{op}: kernel {(self.kh, self.kw)} (dilation {(self.dh, self.dw)}) "
+                             f"does not fit the input {(self.h, self.w)} padded by "
+                             f"{(self.ph, self.pw)} (input {tuple(x_shape)}, weight "
+                             f"{tuple(w_shape)})")
+
+    @property
+    def args(self):
+        return self.sh, self.sw, self.ph, self.pw, self.dh, self.dw
+
+
+def _pair(op, name, v, low):
+    v = (int(v), int(v)) if isinstance(v, int) else tuple(int(i) for i in v)
+    if len(v) != 2 or min(v) < low:
+        raise ValueError(f"{op}: {name} must be a pair of ints >= {low}, got {v}")
+    return v
+
+
+def _check_float(op, *arrays, allow_f64=False):
+    arrays = [a for a in arrays if a is not None]
+    allowed = ("float32", "float16", "bfloat16") + (("float64",) if allow_f64 else ())
+    if len({a.dtype for a in arrays}) != 1 or dtype_of(arrays[0]).name not in allowed:
+        names = ", ".join(f"{tuple(a.shape)} {dtype_of(a).name}" for a in arrays)
+        raise TypeError(f"{op}: expected arrays of one dtype among {allowed}, got {names}")
+    if len({a.device for a in arrays}) != 1:
+        raise ValueError(f"{op}: arrays on different devices: "
+                         f"{', '.join(str(a.device) for a in arrays)}")
+
+
+def _precision(dtype):
+    """tl.dot input precision: IEEE float32 unless matmul_precision() is "high" (TF32); half
+    types use their tensor cores whatever it says (the flag only concerns float32)."""
+    if dtype == torch.float32 and matmul_precision() == "highest":
+        return "ieee"
+    return "tf32"
+
+
+def _dot_fp32(dtype):
+    return INTERPRET and dtype != torch.float32
+
+
+def _autotune_options():
+    params = inspect.signature(triton.autotune).parameters
+    return {"cache_results": True} if "cache_results" in params else {}
+
+
+def _gemm_configs(block_m, max_k, precision):
+    """Configs for _conv_gemm_kernel. BLOCK_M is fixed by the channel count (the smallest power
+    of two >= 16 covering it, at most 128); pixels per tile, K step, warps and stages are tuned.
+    Few configs: every one costs seconds of compilation (the FMA path of "ieee" the most)."""
+    if INTERPRET:
+        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": 128, "BLOCK_K": min(32, max_k)},
+                              num_warps=4, num_stages=1)]
+    if precision == "ieee":   # CUDA-core FMA: per-thread work and register use decide
+        shapes = [(128, 16, 4, 2), (128, 32, 8, 2), (64, 32, 4, 2)]
+    else:                     # tensor cores, cp.async pipelined
+        shapes = [(128, 32, 4, 3), (64, 32, 4, 4), (256, 32, 8, 3), (128, 64, 8, 3)]
+    configs = {}
+    for bn, bk, warps, stages in shapes:
+        bk = min(bk, max_k)
+        configs[bn, bk, warps, stages] = triton.Config(
+            {"BLOCK_M": block_m, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=warps,
+            num_stages=stages)
+    return list(configs.values())
+
+
+def _wgrad_configs(block_m, block_n, precision):
+    """Configs for _conv_wgrad_kernel: the tile is fixed by the channel counts, the K step (a
+    run of pixels), warps and stages are tuned."""
+    if INTERPRET:
+        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 64},
+                              num_warps=4, num_stages=1)]
+    shapes = [(32, 4, 2), (64, 8, 2)] if precision == "ieee" else \
+        [(32, 4, 4), (64, 4, 3), (64, 8, 3)]
+    return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk},
+                          num_warps=warps, num_stages=stages) for bk, warps, stages in shapes]
+
+
+def _tuned(kernel_name, block_m, block_x, precision):
+    return _tuned_family(kernel_name, block_m, block_x, precision, AUTOTUNE)
+
+
+@functools.lru_cache(maxsize=None)
+def _tuned_family(kernel_name, block_m, block_x, precision, autotune):
+    """The autotuned kernel of one tile family (tuning key: the problem sizes)."""
+    if kernel_name == "gemm":
+        configs = _gemm_configs(block_m, block_x, precision)
+        key = ["N_IMG", "M", "K_CH", "SRC_H", "SRC_W", "OUT_H", "OUT_W", "KH", "KW", "MUL_H",
+               "DIV_H", "TRANSPOSED", "INPUT_PRECISION"]
+        kernel = _conv_gemm_kernel
+    else:
+        configs = _wgrad_configs(block_m, block_x, precision)
+        key = ["N_IMG", "C_OUT", "C_IN", "H", "W", "KH", "KW", "SH", "CHUNK", "INPUT_PRECISION"]
+        kernel = _conv_wgrad_kernel
+    return triton.autotune(configs if autotune else configs[:1], key=key,
+                           **_autotune_options())(kernel)
+
+
+def _block(n, cap=128):
+    return max(16, min(cap, next_power_of_2(max(int(n), 1))))
+
+
+def _implicit_gemm(src, w, bias, out, g, transposed):
+    """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y) or the input
+    gradient (src = dy, out = dx). Arrays may be strided views (groups slice them)."""
+    if transposed:  # dx: channels m = C, reduced k = Co, gathered from dy
+        m, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
+        w_strides = (w.stride(1), w.stride(0), w.stride(2), w.stride(3))
+        mul, off, dil, div = (1, 1), (g.ph, g.pw), (-g.dh, -g.dw), (g.sh, g.sw)
+    else:
+        m, k_ch, src_hw, out_hw = w.shape[0], w.shape[1], (g.h, g.w), (g.oh, g.ow)
+        w_strides = tuple(w.stride())
+        mul, off, dil, div = (g.sh, g.sw), (-g.ph, -g.pw), (g.dh, g.dw), (1, 1)
+    channel_inner = k_ch >= CHANNEL_INNER_MIN
+    block_m = _block(m)
+    max_k = _block(k_ch, 64) if channel_inner else _block(k_ch * g.kh * g.kw, 64)
+    precision = _precision(src.dtype)
+    kernel = _tuned("gemm", block_m, max_k, precision)
+    pixels = g.n * out_hw[0] * out_hw[1]
+    grid = lambda meta: (cdiv(pixels, meta["BLOCK_N"]), cdiv(m, meta["BLOCK_M"]))  # noqa: E731
+    kernel[grid](
+        src, w, bias if bias is not None else w, out,
+        g.n, m, k_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
+        *src.stride(), *w_strides, *out.stride(), bias.stride(0) if bias is not None else 0,
+        mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1],
+        HAS_BIAS=bias is not None, TRANSPOSED=transposed, CHANNEL_INNER=channel_inner,
+        INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype))
+
+
+def _wgrad_splits(tiles, pixels, device):
+    """Split-K count for the weight gradient: about two programs per SM in all, each with at
+    least a few hundred pixels."""
+    if DW_SPLIT is not None:
+        return max(1, min(int(DW_SPLIT), pixels))
+    return max(1, min(cdiv(2 * _sm_count(device), tiles), pixels // 256))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device):
+    return 1 if INTERPRET else torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _implicit_wgrad(dy, x, dw, db, g, both=None):
+    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM.
+
+    Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co] (the db partials
+    after the dw ones); one fixed-order sum then writes both, a single launch when `both` is
+    the one buffer that holds dw then db. With one split the kernel writes dw and db itself."""
+    co, c = dy.shape[1], x.shape[1]
+    k_total = c * g.kh * g.kw
+    channel_inner = c >= CHANNEL_INNER_MIN
+    block_m = _block(co)
+    block_n = _block(c) if channel_inner else _block(k_total)
+    tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if channel_inner
+                                 else cdiv(k_total, block_n))
+    pixels = g.n * g.oh * g.ow
+    splits = _wgrad_splits(tiles, pixels, dy.device)
+    chunk = max(1, cdiv(cdiv(pixels, splits), 128)) * 128   # whole BLOCK_K steps per split
+    splits = max(1, cdiv(pixels, chunk))
+    if splits == 1:
+        part, dpart = dw.unsqueeze(0), (db.unsqueeze(0) if db is not None else None)
+    else:
+        work = empty((splits, co * k_total + (co if db is not None else 0)), torch.float32,
+                     dw.device)
+        part = work[:, :co * k_total].view(splits, *dw.shape)
+        dpart = work[:, co * k_total:] if db is not None else None
+    precision = _precision(x.dtype)
+    kernel = _tuned("wgrad", block_m, block_n, precision)
+    kernel[(tiles, splits)](
+        dy, x, part, dpart if dpart is not None else part,
+        g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, chunk,
+        *dy.stride(), *x.stride(), *part.stride(),
+        *(dpart.stride() if dpart is not None else (0, 0)), *g.args,
+        HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner,
+        INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(x.dtype))
+    if splits == 1:
+        return
+    if db is None or both is not None:
+        _sum_splits(work.view(splits, 1, -1), (dw if db is None else both).view(1, -1))
+    else:
+        _sum_splits(part.view(splits, co, k_total), dw.view(co, k_total))
+        _sum_splits(dpart.view(splits, 1, co), db.view(1, co))
+
+
+def _sum_splits(part, out):
+    """out [R, K] = sum over the leading axis of part [S, R, K] (any strides), fixed order."""
+    s, rows, cols = part.shape
+    if rows * cols == 0:
+        return out
+    block = 1024 if not INTERPRET else 4096
+    _sum_splits_kernel[(cdiv(rows * cols, block),)](
+        part, out, s, rows, cols, *part.stride(), *out.stride(), BLOCK=block,
+        num_warps=4)
+
+
+def _bias_grad(dy, db):
+    """db [Co] = sum of dy over (N, Ho, Wo): plane sums per image, then their fixed-order sum."""
+    n, co, oh, ow = dy.shape
+    planes = empty((n, co), torch.float32, dy.device)
+    if planes.numel():
+        block = min(1024, max(128, next_power_of_2(oh * ow)))
+        _plane_sum_kernel[(n * co,)](dy, planes, co, ow, oh * ow, *dy.stride(), BLOCK=block,
+                                     num_warps=4)
+    _sum_splits(planes.view(n, 1, co), db.view(1, co))
+    return db
+
+
+def _matmul():
+    try:
+        from .matmul import matmul
+    except ImportError as err:
+        raise RuntimeError("conv2d: the im2col path needs tritonad.kernels.matmul, which is "
+                           f"not available ({err}); set conv.CONV_ALGO = 'implicit'") from err
+    return matmul
+
+
+def _have_matmul():
+    try:
+        from .matmul import matmul  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _algorithm(direction, g):
+    """Which path runs `direction` ("forward", "input", "weight") of convolution g.
+
+    auto: implicit GEMM everywhere (no column buffer, fused bias, split-K weight gradient),
+    except the input gradient of a layer with fewer than 8 input channels per group: its GEMM
+    has M = C_in rows, which a tensor-core tile (>= 16 rows) would mostly waste, while
+    matmul(W^T, dY) has M = C_in*kh*kw and col2im then sums the columns cheaply."""
+    algo = CONV_ALGO
+    if algo not in _ALGOS:
+        raise ValueError(f"conv2d: CONV_ALGO must be one of {_ALGOS}, got {algo!r}")
+    if g.groups > 1:
+        return "implicit"  # the im2col path handles groups=1 only
+    if algo == "auto":
+        small = direction == "input" and g.c < 8
+        return "im2col" if small and _have_matmul() else "implicit"
+    return algo
+
+
+def _im2col_buffer(x, g, ones_row):
+    """Columns [N, C*kh*kw (+1 row of ones), Ho*Wo] of x."""
+    rows = g.c * g.kh * g.kw + int(ones_row)
+    cols = empty((g.n, rows, g.oh * g.ow), x.dtype, x.device)
+    if cols.numel() == 0:
+        return cols
+    block_k, block_l = (32, 128) if not INTERPRET else (64, 256)
+    grid = (cdiv(g.oh * g.ow, block_l), cdiv(rows, block_k), g.n)
+    _im2col_kernel[grid](x, cols, g.c, g.h, g.w, g.ow, g.oh * g.ow, g.kh, g.kw, rows,
+                         *x.stride(), *cols.stride(), *g.args,
+                         ONES_ROW=ones_row, BLOCK_K=block_k, BLOCK_L=block_l, num_warps=4)
+    return cols
+
+
+def _col2im_into(cols, out, g):
+    """out [N, C, H, W] (contiguous) = the window sums of cols [N, C*kh*kw, Ho*Wo]."""
+    total = out.numel()
+    block = 512 if not INTERPRET else 4096
+    _col2im_kernel[(cdiv(total, block),)](
+        cols, out, total, g.c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, *cols.stride(), *g.args,
+        ACC_FP64=out.dtype == torch.float64, INDEX_64=total + block >= 2 ** 31, BLOCK=block,
+        num_warps=4)
+    return out
+
+
+def _packed_weight(w, bias):
+    """w as a [Co, C*kh*kw] matrix (a view when contiguous and no bias), bias as one more column."""
+    co, c, kh, kw = w.shape
+    if bias is None and w.is_contiguous():
+        return w.view(co, c * kh * kw)
+    out = empty((co, c * kh * kw + int(bias is not None)), w.dtype, w.device)
+    block = 1024
+    _pack_weight_kernel[(cdiv(out.numel(), block),)](
+        w, bias if bias is not None else w, out, co, c, kh, kw, *w.stride(),
+        bias.stride(0) if bias is not None else 0,
+        HAS_BIAS=bias is not None, BLOCK=block, num_warps=4)
+    return out
+
+
+def _flat_pixels(t):
+    """t [N, C, H, W] as [N, C, H*W]: a view when (H, W) merge, else a contiguous copy (an
+    im2col with a 1x1 kernel is exactly that copy)."""
+    n, c, h, w = t.shape
+    if t.stride(2) == w * t.stride(3) or h == 1 or w == 1:
+        step = t.stride(3) if w > 1 else t.stride(2)
+        return t.as_strided((n, c, h * w), (t.stride(0), t.stride(1), step))
+    g = _Geometry("conv2d", t.shape, (1, c, 1, 1), 1, 0, 1, 1)
+    return _im2col_buffer(t, g, False)
+
+
+# ---------------------------------------------------------------------------- primitives
+
+
+def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """y = conv(x, w) + bias, cross-correlation as torch.
+    x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co] or None -> y: [N, Co, Ho, Wo]."""
+    g = _Geometry("conv2d", x.shape, w.shape, stride, padding, dilation, groups)
+    _check_float("conv2d", x, w, bias)
+    if bias is not None and tuple(bias.shape) != (g.co,):
+        raise ValueError(f"conv2d: bias {tuple(bias.shape)} does not match weight "
+                         f"{tuple(w.shape)} ({g.co} output channels)")
+    y = empty((g.n, g.co, g.oh, g.ow), x.dtype, x.device)
+    if y.numel() == 0:
+        return y
+    if _algorithm("forward", g) == "im2col":
+        cols = _im2col_buffer(x, g, ones_row=bias is not None)
+        wmat = _packed_weight(w, bias)
+        out = _matmul()(wmat.unsqueeze(0).expand(g.n, *wmat.shape), cols)
+        return out.view(g.n, g.co, g.oh, g.ow)
+    cg, cog = g.c // g.groups, g.co // g.groups
+    for k in range(g.groups):
+        _implicit_gemm(x[:, k * cg:(k + 1) * cg], w[k * cog:(k + 1) * cog],
+                       None if bias is None else bias[k * cog:(k + 1) * cog],
+                       y[:, k * cog:(k + 1) * cog], g, transposed=False)
+    return y
+
+
+def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+                    input_grad=True, weight_grad=True, bias_grad=True):
+    """(dx [N, C, H, W], dw [Co, C // groups, kh, kw], db [Co]) of conv2d for dy [N, Co, Ho, Wo];
+    an entry is None when not asked for."""
+    g = _Geometry("conv2d_backward", x.shape, w.shape, stride, padding, dilation, groups)
+    _check_float("conv2d_backward", dy, x, w)
+    if tuple(dy.shape) != (g.n, g.co, g.oh, g.ow):
+        raise ValueError(f"conv2d_backward: dy {tuple(dy.shape)} does not match the output "
+                         f"{(g.n, g.co, g.oh, g.ow)} of input {tuple(x.shape)} and weight "
+                         f"{tuple(w.shape)}")
+    dx = empty(x.shape, x.dtype, x.device) if input_grad else None
+    both = None
+    if weight_grad and bias_grad:  # one buffer, dw then db: their split sums are one launch
+        both = empty((w.numel() + g.co,), w.dtype, w.device)
+        dw, db = both[:w.numel()].view(w.shape), both[w.numel():]
+    else:
+        dw = empty(w.shape, w.dtype, w.device) if weight_grad else None
+        db = empty((g.co,), w.dtype, w.device) if bias_grad else None
+    cg, cog = g.c // g.groups, g.co // g.groups
+    if dx is not None and dx.numel():
+        if _algorithm("input", g) == "im2col":
+            wmat = _packed_weight(w, None).t()                       # [C*kh*kw, Co]
+            dcols = _matmul()(wmat.unsqueeze(0).expand(g.n, *wmat.shape), _flat_pixels(dy))
+            _col2im_into(dcols, dx, g)
+            del dcols
+        else:
+            for k in range(g.groups):
+                _implicit_gemm(dy[:, k * cog:(k + 1) * cog], w[k * cog:(k + 1) * cog], None,
+                               dx[:, k * cg:(k + 1) * cg], g, transposed=True)
+    if (dw is None or dw.numel() == 0) and (db is None or db.numel() == 0):
+        return dx, dw, db
+    if dw is not None and dw.numel() and _algorithm("weight", g) == "im2col":
+        cols = _im2col_buffer(x, g, ones_row=db is not None)         # [N, K (+1), L]
+        part = _matmul()(_flat_pixels(dy), cols.transpose(1, 2))     # [N, Co, K (+1)]
+        del cols
+        k_total = g.c * g.kh * g.kw
+        _sum_splits(part[:, :, :k_total], dw.view(g.co, k_total))
+        if db is not None:
+            _sum_splits(part[:, :, k_total:], db.view(g.co, 1))
+    elif dw is None or dw.numel() == 0:
+        if db is not None:
+            _bias_grad(dy, db)
+    else:
+        for k in range(g.groups):
+            _implicit_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
+                            dw[k * cog:(k + 1) * cog],
+                            None if db is None else db[k * cog:(k + 1) * cog], g,
+                            both if g.groups == 1 else None)
+    return dx, dw, db
+
+
+def im2col(x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
+    """Sliding windows as columns (torch's unfold).
+    x: [N, C, H, W] -> [N, C*kh*kw, Ho*Wo], rows ordered (c, i, j)."""
+    if x.dim() != 4:
+        raise ValueError(f"im2col: expected x [N, C, H, W], got {tuple(x.shape)}")
+    kh, kw = _pair("im2col", "kernel_size", kernel_size, 1)
+    g = _Geometry("im2col", x.shape, (1, x.shape[1], kh, kw), stride, padding, dilation, 1)
+    if x.numel() == 0:
+        return empty((g.n, g.c * kh * kw, g.oh * g.ow), x.dtype, x.device)
+    return _im2col_buffer(x, g, ones_row=False)
+
+
+def col2im(cols, output_size, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
+    """The adjoint of im2col (torch's fold): overlapping windows are summed.
+    cols: [N, C*kh*kw, L] -> [N, C, H, W], (H, W) = output_size."""
+    kh, kw = _pair("col2im", "kernel_size", kernel_size, 1)
+    h, w = _pair("col2im", "output_size", output_size, 1)
+    if cols.dim() != 3 or cols.shape[1] % (kh * kw):
+        raise ValueError(f"col2im: columns {tuple(cols.shape)} are not [N, C*{kh}*{kw}, L]")
+    _check_float("col2im", cols, allow_f64=True)
+    n, c = cols.shape[0], cols.shape[1] // (kh * kw)
+    g = _Geometry("col2im", (n, c, h, w), (1, c, kh, kw), stride, padding, dilation, 1)
+    if cols.shape[2] != g.oh * g.ow:
+        raise ValueError(f"col2im: columns {tuple(cols.shape)} need L = {g.oh}*{g.ow} windows for "
+                         f"output_size {(h, w)}, kernel {(kh, kw)}, stride {(g.sh, g.sw)}, "
+                         f"padding {(g.ph, g.pw)}, dilation {(g.dh, g.dw)}")
+    out = empty((n, c, h, w), cols.dtype, cols.device)
+    return _col2im_into(cols, out, g) if out.numel() else out

@@ -1,0 +1,336 @@
+"""2-d max and average pooling (NCHW), forward and backward.
+
+Window (p, q) of an input plane covers rows p*sh - ph + i*dh (i < kh) and columns likewise;
+positions outside the input are padding. With ceil_mode the last window may run past the right
+padding (torch's rule: it must start inside the input or the left padding).
+
+    max:  y = max over the window (padding = -inf), index = h * W + w of the first maximum
+          (NOTE: a NaN counts as the maximum, the first NaN wins, as in the reference; a window
+          of -inf values points at its first real element, never at padding; a dilated window
+          lying wholly in the padding gives -inf and index -1, which the backward skips)
+          dx = dy scattered to the indices; overlapping windows add up.
+    avg:  y = sum over the window / divisor, divisor = divisor_override, or the window clipped to
+          the padded input (count_include_pad), or the count of real elements in it.
+          dx[h, w] = sum over the windows (p, q) holding (h, w) of dy[p, q] / divisor(p, q),
+          written as a gather (every dx element owned by one program: no atomics).
+
+max_pool2d_backward gets only the indices (not the window geometry), so it cannot gather: one
+program per plane zeroes that plane of dx, syncs its threads, and atomically adds dy at the
+indices. All writes to a plane come from its own program, so one kernel suffices; with windows
+that do not overlap each element receives at most one addition (exact, deterministic).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, num_warps_for
+
+PRIMITIVES = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
+
+_FLOATS = ("float32", "float16", "bfloat16", "float64")
+
+
+# ============================================================================ kernels
+
+
+@triton.jit
+def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+                         stride_xn, stride_xc, stride_xh, stride_xw,
+                         SH, SW, PH, PW, DH, DW,
+                         ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
+    # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W] (and their indices).
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    q = offs % OUT_W
+    t = offs // OUT_W
+    p = t % OUT_H
+    t = t // OUT_H
+    c = t % C
+    n = t // C
+    base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
+    h0 = p * SH - PH
+    w0 = q * SW - PW
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    if ACC_FP64:
+        best = best.to(tl.float64)
+    best_at = tl.full([BLOCK], -1, tl.int32)
+    for i in range(0, KH):
+        h = h0 + i * DH
+        h_ok = ok & (h >= 0) & (h < H)
+        for j in range(0, KW):
+            w = w0 + j * DW
+            inside = h_ok & (w >= 0) & (w < W)
+            v = tl.load(base + h * stride_xh + w * stride_xw, mask=inside,
+                        other=float("-inf")).to(best.dtype)
+            # the first real element, then strictly larger values, then the first NaN
+            take = inside & ((best_at < 0) | (v > best) | ((v != v) & (best == best)))
+            best = tl.where(take, v, best)
+            best_at = tl.where(take, (h * W + w).to(tl.int32), best_at)
+    tl.store(y_ptr + offs, best.to(y_ptr.dtype.element_ty), mask=ok)
+    tl.store(idx_ptr + offs, best_at.to(tl.int64), mask=ok)
+
+
+@triton.jit
+def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, acc_ptr, C, IN_PLANE, OUT_PLANE, OUT_W,
+                         stride_dn, stride_dc, stride_dh, stride_dw,
+                         stride_in, stride_ic, stride_ih, stride_iw,
+                         SEPARATE_ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # dx[n, c].flat[idx[n, c, p, q]] += dy[n, c, p, q]. One program: one (n, c) plane, in three
+    # phases separated by barriers: zero the plane, scatter-add, (copy out of a float32
+    # accumulator for half types, whose atomics are not everywhere available).
+    plane = tl.program_id(0)
+    n = plane // C
+    c = plane - n * C
+    target = acc_ptr + plane.to(tl.int64) * IN_PLANE
+    for start in range(0, IN_PLANE, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(target + offs, tl.zeros([BLOCK], dtype=tl.float32).to(acc_ptr.dtype.element_ty),
+                 mask=offs < IN_PLANE)
+    tl.debug_barrier()
+    dy_base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
+    idx_base = idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic
+    for start in range(0, OUT_PLANE, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        p = offs // OUT_W
+        q = offs - p * OUT_W
+        ok = offs < OUT_PLANE
+        at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=ok, other=0)
+        g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=ok, other=0.0)
+        ok = ok & (at >= 0) & (at < IN_PLANE)  # memory safety against foreign indices
+        tl.atomic_add(target + at, g.to(acc_ptr.dtype.element_ty), mask=ok, sem="relaxed")
+    if SEPARATE_ACC:
+        tl.debug_barrier()
+        out = dx_ptr + plane.to(tl.int64) * IN_PLANE
+        for start in range(0, IN_PLANE, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            # .cg: read the sums where the atomics made them (L2), never a stale L1 line
+            v = tl.load(target + offs, mask=offs < IN_PLANE, other=0.0, cache_modifier=".cg")
+            tl.store(out + offs, v.to(dx_ptr.dtype.element_ty), mask=offs < IN_PLANE)
+
+
+@triton.jit
+def _avg_window(p, SIZE, K, S, P):
+    """Window p along one axis: first and one-past-last real position, and the length of the
+    window clipped to the padded input (torch's pool_size)."""
+    start = p * S - P
+    end = tl.minimum(start + K, SIZE + P)
+    return tl.maximum(start, 0), tl.minimum(end, SIZE), end - start
+
+
+@triton.jit
+def _avg_divisor(p, q, H, W, KH, KW, SH, SW, PH, PW, DIVISOR, COUNT_PAD: tl.constexpr):
+    h_lo, h_hi, h_len = _avg_window(p, H, KH, SH, PH)
+    w_lo, w_hi, w_len = _avg_window(q, W, KW, SW, PW)
+    if COUNT_PAD:
+        count = h_len * w_len
+    else:
+        count = (h_hi - h_lo) * (w_hi - w_lo)
+    return tl.where(DIVISOR > 0, DIVISOR, count).to(tl.float32)
+
+
+@triton.jit
+def _avg_pool_fwd_kernel(x_ptr, y_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+                         stride_xn, stride_xc, stride_xh, stride_xw,
+                         SH, SW, PH, PW, DIVISOR,
+                         COUNT_PAD: tl.constexpr, ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W].
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    q = offs % OUT_W
+    t = offs // OUT_W
+    p = t % OUT_H
+    t = t // OUT_H
+    c = t % C
+    n = t // C
+    base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if ACC_FP64:
+        acc = acc.to(tl.float64)
+    for i in range(0, KH):
+        h = p * SH - PH + i
+        h_ok = ok & (h >= 0) & (h < H)
+        for j in range(0, KW):
+            w = q * SW - PW + j
+            inside = h_ok & (w >= 0) & (w < W)
+            acc += tl.load(base + h * stride_xh + w * stride_xw, mask=inside,
+                           other=0.0).to(acc.dtype)
+    div = _avg_divisor(p, q, H, W, KH, KW, SH, SW, PH, PW, DIVISOR, COUNT_PAD)
+    tl.store(y_ptr + offs, (acc / div.to(acc.dtype)).to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _avg_pool_bwd_kernel(dy_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+                         stride_dn, stride_dc, stride_dh, stride_dw,
+                         SH, SW, PH, PW, DIVISOR,
+                         COUNT_PAD: tl.constexpr, ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # dx[n, c, h, w] = sum over windows (p, q) with p*SH - PH + i = h (some i < KH), likewise q,
+    # of dy[n, c, p, q] / divisor(p, q). One program: BLOCK elements of the contiguous dx.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    w = offs % W
+    t = offs // W
+    h = t % H
+    t = t // H
+    c = t % C
+    n = t // C
+    base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if ACC_FP64:
+        acc = acc.to(tl.float64)
+    for i in range(0, KH):
+        th = h + PH - i  # = p * SH when window p holds h at tap i (NOTE: never divide a negative)
+        p = tl.maximum(th, 0) // SH
+        p_ok = ok & (th >= 0) & (p * SH == th) & (p < OUT_H)
+        for j in range(0, KW):
+            tw = w + PW - j
+            q = tl.maximum(tw, 0) // SW
+            inside = p_ok & (tw >= 0) & (q * SW == tw) & (q < OUT_W)
+            g = tl.load(base + p * stride_dh + q * stride_dw, mask=inside, other=0.0)
+            div = _avg_divisor(p, q, H, W, KH, KW, SH, SW, PH, PW, DIVISOR, COUNT_PAD)
+            acc += g.to(acc.dtype) / div.to(acc.dtype)
+    tl.store(dx_ptr + offs, acc.to(dx_ptr.dtype.element_ty), mask=ok)
+
+
+# ============================================================================ launchers
+
+
+def _pair(op, name, v, low):
+    v = (int(v), int(v)) if isinstance(v, int) else tuple(int(i) for i in v)
+    if len(v) != 2 or min(v) < low:
+        raise ValueError(f"{op}: {name} must be a pair of ints >= {low}, got {v}")
+    return v
+
+
+def _out_size(size, k, s, p, d, ceil_mode):
+    """torch's pooling output length (ceil_mode: the last window starts inside the input or the
+    left padding)."""
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _geometry(op, shape, kernel_size, stride, padding, dilation, ceil_mode):
+    """(kernel, stride, padding, dilation, (Ho, Wo)) validated for an input of `shape`."""
+    if len(shape) != 4:
+        raise ValueError(f"{op}: expected input [N, C, H, W], got {tuple(shape)}")
+    kernel = _pair(op, "kernel_size", kernel_size, 1)
+    stride = _pair(op, "stride", stride, 1)
+    padding = _pair(op, "padding", padding, 0)
+    dilation = _pair(op, "dilation", dilation, 1)
+    out = tuple(_out_size(size, k, s, p, d, ceil_mode) for size, k, s, p, d in
+                zip(shape[2:], kernel, stride, padding, dilation))
+    if min(out) < 1:
+        raise ValueError(f"{op}: kernel {kernel} (dilation {dilation}) does not fit the input "
+                         f"{tuple(shape)} padded by {padding}")
+    return kernel, stride, padding, dilation, out
+
+
+def _check_float(op, *arrays):
+    for a in arrays:
+        if dtype_of(a).name not in _FLOATS:
+            raise TypeError(f"{op}: expected a floating point array, got {tuple(a.shape)} "
+                            f"{dtype_of(a).name}")
+
+
+def _flat_launch(total):
+    """(grid, BLOCK, INDEX_64, num_warps) for one program per BLOCK flat elements."""
+    block = 4096 if INTERPRET else 512
+    return (cdiv(total, block),), block, total + block >= 2 ** 31, 4
+
+
+def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    """(y, indices): y [N, C, Ho, Wo] window maxima; indices int64, the flat index h * W + w in
+    each input plane of the first maximum of each window (padding counts as -inf)."""
+    _check_float("max_pool2d", x)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _geometry(
+        "max_pool2d", x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    n, c, h, w = x.shape
+    y = empty((n, c, oh, ow), x.dtype, x.device)
+    indices = empty((n, c, oh, ow), torch.int64, x.device)
+    if y.numel():
+        grid, block, index_64, warps = _flat_launch(y.numel())
+        _max_pool_fwd_kernel[grid](x, y, indices, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
+                                   sh, sw, ph, pw, dh, dw, ACC_FP64=x.dtype == torch.float64,
+                                   INDEX_64=index_64, BLOCK=block, num_warps=warps)
+    return y, indices
+
+
+def max_pool2d_backward(dy, indices, input_shape):
+    """dx [N, C, H, W]: dy [N, C, Ho, Wo] summed into the positions `indices` name."""
+    _check_float("max_pool2d_backward", dy)
+    n, c, h, w = (int(s) for s in input_shape)
+    if dy.dim() != 4 or tuple(indices.shape) != tuple(dy.shape) or tuple(dy.shape[:2]) != (n, c):
+        raise ValueError(f"max_pool2d_backward: dy {tuple(dy.shape)} and indices "
+                         f"{tuple(indices.shape)} do not match the input {tuple(input_shape)}")
+    if indices.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"max_pool2d_backward: indices must be int64, got {indices.dtype}")
+    dx = empty((n, c, h, w), dy.dtype, dy.device)
+    if dx.numel() == 0:
+        return dx
+    # half types accumulate in a float32 plane buffer (their atomics are not universal)
+    separate = dy.dtype in (torch.float16, torch.bfloat16)
+    acc = empty((n, c, h, w), torch.float32, dy.device) if separate else dx
+    block = min(4096 if INTERPRET else 1024, max(128, next_power_of_2(h * w)))
+    _max_pool_bwd_kernel[(n * c,)](dy, indices, dx, acc, c, h * w, dy.shape[2] * dy.shape[3],
+                                   dy.shape[3], *dy.stride(), *indices.stride(),
+                                   SEPARATE_ACC=separate, BLOCK=block,
+                                   num_warps=num_warps_for(block))
+    return dx
+
+
+def _avg_args(op, shape, kernel_size, stride, padding, ceil_mode, divisor_override):
+    geo = _geometry(op, shape, kernel_size, stride, padding, (1, 1), ceil_mode)
+    if divisor_override is not None and int(divisor_override) <= 0:
+        raise ValueError(f"{op}: divisor_override must be positive, got {divisor_override}")
+    return geo, int(divisor_override or 0)
+
+
+def avg_pool2d(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """Window means [N, C, Ho, Wo] with torch's padding and divisor rules."""
+    _check_float("avg_pool2d", x)
+    ((kh, kw), (sh, sw), (ph, pw), _, (oh, ow)), divisor = _avg_args(
+        "avg_pool2d", x.shape, kernel_size, stride, padding, ceil_mode, divisor_override)
+    n, c, h, w = x.shape
+    y = empty((n, c, oh, ow), x.dtype, x.device)
+    if y.numel():
+        grid, block, index_64, warps = _flat_launch(y.numel())
+        _avg_pool_fwd_kernel[grid](x, y, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
+                                   sh, sw, ph, pw, divisor, COUNT_PAD=bool(count_include_pad),
+                                   ACC_FP64=x.dtype == torch.float64, INDEX_64=index_64,
+                                   BLOCK=block, num_warps=warps)
+    return y
+
+
+def avg_pool2d_backward(dy, input_shape, kernel_size, stride, padding=(0, 0), ceil_mode=False,
+                        count_include_pad=True, divisor_override=None):
+    """dx [N, C, H, W] of avg_pool2d for dy [N, C, Ho, Wo]."""
+    _check_float("avg_pool2d_backward", dy)
+    input_shape = tuple(int(s) for s in input_shape)
+    ((kh, kw), (sh, sw), (ph, pw), _, (oh, ow)), divisor = _avg_args(
+        "avg_pool2d_backward", input_shape, kernel_size, stride, padding, ceil_mode,
+        divisor_override)
+    n, c, h, w = input_shape
+    if tuple(dy.shape) != (n, c, oh, ow):
+        raise ValueError(f"avg_pool2d_backward: dy {tuple(dy.shape)} does not match the output "
+                         f"{(n, c, oh, ow)} of input {input_shape}")
+    dx = empty(input_shape, dy.dtype, dy.device)
+    if dx.numel():
+        grid, block, index_64, warps = _flat_launch(dx.numel())
+        _avg_pool_bwd_kernel[grid](dy, dx, dx.numel(), c, h, w, oh, ow, kh, kw, *dy.stride(),
+                                   sh, sw, ph, pw, divisor, COUNT_PAD=bool(count_include_pad),
+                                   ACC_FP64=dy.dtype == torch.float64, INDEX_64=index_64,
+                                   BLOCK=block, num_warps=warps)
+    return dx
