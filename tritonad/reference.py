@@ -34,7 +34,7 @@ def to_numpy(x) -> np.ndarray:
 
 def _bf16_bits(a: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns (int16), rounding to nearest even; NaN stays NaN."""
-    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    bits = np.ascontiguousarray(a, dtype=np.float32).reshape(np.shape(a)).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
     rounded = np.where(np.isnan(a), np.uint32(0x7FC0), rounded)
     return rounded.astype(np.uint16).view(np.int16)

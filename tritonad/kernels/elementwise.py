@@ -1,0 +1,648 @@
+"""Elementwise kernels: fills, strided copies and casts, unary and binary maths with numpy
+broadcasting, `where`, and the fused activation backwards.
+
+Every op is one launch of `_elementwise_kernel`. The launcher broadcasts the operands' strides to
+the output's shape (stride 0 on broadcast dimensions: a broadcast row is read in place, never
+copied), drops size-1 dimensions and merges neighbouring dimensions that are contiguous for every
+operand. What remains is either one contiguous run (the lean 1-d fast path: large blocks,
+vectorised 16-byte accesses) or at most MAX_RANK strided dimensions, which the kernel walks by
+splitting the flat output index into coordinates. Python numbers are kernel arguments, never
+arrays.
+
+Values are computed in `COMPUTE`: float32 for float16/bfloat16/float32, float64 for float64, the
+integer type itself for integers (int32 for bool and uint8), and rounded once on the store.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .. import dtypes
+from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+
+PRIMITIVES = ("fill_", "copy_", "contiguous", "cast", "arange", "neg", "exp", "log", "sqrt",
+              "abs", "sign", "relu", "sigmoid", "tanh", "pow_scalar", "clamp", "relu_backward",
+              "sigmoid_backward", "tanh_backward", "add", "sub", "mul", "div", "pow", "maximum",
+              "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where")
+
+MAX_RANK = 4                 # strided dimensions the kernel walks after collapsing
+CONTIGUOUS_BLOCK, CONTIGUOUS_WARPS = 4096, 8
+STRIDED_BLOCK, STRIDED_WARPS = 1024, 4
+INTERPRET_BLOCK = 1 << 16    # the interpreter pays per program: few, large ones
+INT32_LIMIT = 2**31 - 2**17  # offsets at or past this are computed in int64 (margin for a block)
+
+_abs = abs  # this module defines its own abs and pow (the primitives)
+
+# how an operand reaches the kernel
+TENSOR, INT, FLOAT, ABSENT = 0, 1, 2, 3
+
+
+# ----------------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _load_operand(ptr, value, offs, mask, KIND: tl.constexpr, COMPUTE: tl.constexpr):
+    """An operand's values in COMPUTE: loaded, or a scalar argument (an int, or the bit pattern
+    of a float64 so that no precision is lost on the way in). COMPUTE int1 means "as a bool"."""
+    if KIND == 0:
+        v = tl.load(ptr + offs, mask=mask, other=0)
+    elif KIND == 2:
+        v = value.to(tl.int64).to(tl.float64, bitcast=True)
+    else:  # an int, or 0 for an absent operand
+        v = value.to(tl.int64)
+    if COMPUTE == tl.int1:
+        v = v != 0
+    else:
+        v = v.to(COMPUTE)
+    return v
+
+
+@triton.jit
+def cast_for_store(v, ptr):
+    """v cast to the element type of ptr as tritonad casts: nonzero -> True, float -> int
+    truncates towards zero (NaN -> 0); bfloat16 rounds from float32 to nearest even."""
+    dtype = ptr.dtype.element_ty
+    if dtype == tl.int1:
+        out = v != 0
+    elif dtype.is_int() and v.dtype.is_floating():
+        out = tl.where(v == v, v, 0).to(dtype)
+    elif dtype == tl.bfloat16:
+        out = _round_to_bfloat16(v.to(tl.float32))
+    else:
+        out = v.to(dtype)
+    return out
+
+
+@triton.jit
+def _round_to_bfloat16(v):
+    # float32 -> bfloat16 rounding to nearest even on the bit pattern: add 0x7FFF plus the lowest
+    # kept bit, keep the top 16 bits (a carry rounds up into the exponent, up to inf); NaN stays
+    # a quiet NaN. Bit-identical to the reference and to the hardware conversion, and right
+    # under the interpreter too (whose own conversion truncates).
+    bits = v.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    rounded = tl.where(v != v, 0x7FC0, rounded)
+    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _pow_float(x, y):
+    # |x|^y = 2^(y log2|x|), evaluated in float64 so that float32 results are correctly rounded
+    # to within an ulp even when y log2|x| is large. C99's special cases on top (as numpy): a
+    # negative base (-0.0 included) keeps the sign for odd integer exponents, gives NaN for
+    # non-integer ones unless it is -inf or -0.0; x^0 = 1^y = 1, also for NaN; (-1)^+-inf = 1.
+    xd = x.to(tl.float64)
+    yd = y.to(tl.float64)
+    ax = tl.abs(xd)
+    r = tl.exp2(yd * tl.log2(ax))
+    y_int = tl.floor(yd) == yd
+    y_odd = y_int & ((yd - 2.0 * tl.floor(yd * 0.5)) == 1.0)
+    negative_zero = (xd == 0) & ((1.0 / xd) < 0)
+    negative = (xd < 0) | negative_zero
+    no_real_root = (xd < 0) & (ax != float("inf"))
+    r = tl.where(negative & y_odd, -r, r)
+    r = tl.where(no_real_root & ~y_int, float("nan"), r)
+    one = (yd == 0) | (xd == 1) | ((ax == 1) & (tl.abs(yd) == float("inf")))
+    return tl.where(one, 1.0, r)
+
+
+@triton.jit
+def _pow_int(x, y):
+    # square-and-multiply over every bit of the exponent: wraps on overflow as numpy does.
+    # NOTE: a negative exponent gives 1/x^|y| truncated: 1, -1 or 0 (numpy refuses them).
+    result = (x * 0 + 1) + y * 0
+    base = x + y * 0
+    e = y + x * 0
+    for _ in tl.static_range(63):
+        result = tl.where((e & 1) != 0, result * base, result)
+        base = base * base
+        e = e >> 1
+    odd = (y & 1) != 0
+    negative = tl.where(x == 1, 1, tl.where(x == -1, tl.where(odd, -1, 1), 0))
+    return tl.where(y < 0, negative.to(result.dtype), result)
+
+
+@triton.jit
+def _tanh(x):
+    # tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|) <= 1: exp never overflows.
+    # NOTE: near 0, 1 - e cancels; there the odd series x - x^3/3 + 2x^5/15 - 17x^7/315 +
+    # 62x^9/2835 is accurate to 1e-11 relative for |x| < 0.125.
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    t = tl.where(x < 0, -t, t)
+    x2 = x * x
+    series = x * (1.0 + x2 * (-1.0 / 3 + x2 * (2.0 / 15 + x2 * (-17.0 / 315 + x2 * (62.0 / 2835)))))
+    return tl.where(tl.abs(x) < 0.125, series.to(t.dtype), t)
+
+
+@triton.jit
+def _sigmoid(x):
+    # 1 / (1 + exp(-x)) with exp of -|x| only: exactly 0 or 1 in the limits, never inf / inf.
+    e = tl.exp(-tl.abs(x))
+    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def _apply(a, b, c, idx, OP: tl.constexpr, B_KIND: tl.constexpr, C_KIND: tl.constexpr):
+    """The op on values already in their compute type (c only for where and clamp)."""
+    # one shape for both operands (a number is a scalar): the interpreter cannot combine a
+    # scalar mask with a block mask
+    a, b = tl.broadcast(a, b)
+    if OP == "copy":
+        r = a
+    elif OP == "neg":
+        r = -a
+    elif OP == "exp":
+        r = tl.exp(a)
+    elif OP == "log":
+        r = tl.log(a)
+    elif OP == "sqrt":
+        if a.dtype == tl.float32:
+            r = tl.sqrt_rn(a)  # NOTE: IEEE-rounded, as numpy (tl.sqrt may be approximate)
+        else:
+            r = tl.sqrt(a)
+    elif OP == "abs":
+        r = tl.abs(a)
+    elif OP == "sign":
+        r = tl.where(a > 0, 1, tl.where(a < 0, -1, a)).to(a.dtype)  # sign(NaN) = NaN
+    elif OP == "relu":
+        r = tl.where(a < 0, 0, a).to(a.dtype)  # NOTE: NaN stays NaN, as torch.relu
+    elif OP == "sigmoid":
+        r = _sigmoid(a)
+    elif OP == "tanh":
+        r = _tanh(a)
+    elif OP == "square":
+        r = a * a
+    elif OP == "clamp":
+        # bounds arrive already converted to x's dtype, then to the compute type
+        r = a
+        if B_KIND != 3:
+            r = tl.where(r < b, b, r)
+        if C_KIND != 3:
+            r = tl.where(r > c, c, r)
+    elif OP == "relu_backward":
+        r = tl.where(b > 0, a, 0).to(a.dtype)  # NOTE: relu'(0) = 0, as torch
+    elif OP == "sigmoid_backward":
+        r = a * b * (1.0 - b)
+    elif OP == "tanh_backward":
+        r = a * (1.0 - b * b)
+    elif OP == "add":
+        r = a + b
+    elif OP == "sub":
+        r = a - b
+    elif OP == "mul":
+        r = a * b
+    elif OP == "div":
+        if a.dtype == tl.float32:
+            r = tl.div_rn(a, b)  # NOTE: IEEE-rounded division (plain / is approximate)
+        else:
+            r = a / b
+    elif OP == "pow":
+        if a.dtype.is_floating():
+            r = _pow_float(a, b).to(a.dtype)
+        else:
+            r = _pow_int(a, b)
+    elif OP == "maximum":
+        r = tl.where((a > b) | (a != a), a, b)  # NaN in either operand propagates
+    elif OP == "minimum":
+        r = tl.where((a < b) | (a != a), a, b)
+    elif OP == "eq":
+        r = a == b
+    elif OP == "ne":
+        r = a != b
+    elif OP == "lt":
+        r = a < b
+    elif OP == "le":
+        r = a <= b
+    elif OP == "gt":
+        r = a > b
+    elif OP == "ge":
+        r = a >= b
+    elif OP == "where":
+        r = tl.where(a, b, c)
+    elif OP == "arange":
+        r = a + idx.to(b.dtype) * b
+    else:
+        tl.static_assert(False, "unknown elementwise op")
+    return r
+
+
+@triton.jit(do_not_specialize=["a_value", "b_value", "c_value"])
+def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value, b_value, c_value,
+                        n, size1, size2, size3,
+                        stride_o0, stride_o1, stride_o2, stride_o3,
+                        stride_a0, stride_a1, stride_a2, stride_a3,
+                        stride_b0, stride_b1, stride_b2, stride_b3,
+                        stride_c0, stride_c1, stride_c2, stride_c3,
+                        OP: tl.constexpr, A_KIND: tl.constexpr, B_KIND: tl.constexpr,
+                        C_KIND: tl.constexpr, COMPUTE: tl.constexpr, CONTIGUOUS: tl.constexpr,
+                        INT64: tl.constexpr, BLOCK: tl.constexpr):
+    # One program: BLOCK consecutive elements of the output in C order. Strided: the flat index
+    # splits into coordinates (i0, i1, i2, i3) of the collapsed shape, and each operand's offset
+    # is sum(i_k * stride_k) (stride 0 on broadcast dimensions).
+    pid = tl.program_id(0)
+    if INT64:
+        pid = pid.to(tl.int64)
+    idx = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = idx < n
+    if CONTIGUOUS:
+        off_o = idx
+        off_a = idx
+        off_b = idx
+        off_c = idx
+    else:
+        i3 = idx % size3
+        rest = idx // size3
+        i2 = rest % size2
+        rest = rest // size2
+        i1 = rest % size1
+        i0 = rest // size1
+        off_o = i0 * stride_o0 + i1 * stride_o1 + i2 * stride_o2 + i3 * stride_o3
+        off_a = i0 * stride_a0 + i1 * stride_a1 + i2 * stride_a2 + i3 * stride_a3
+        off_b = i0 * stride_b0 + i1 * stride_b1 + i2 * stride_b2 + i3 * stride_b3
+        off_c = i0 * stride_c0 + i1 * stride_c1 + i2 * stride_c2 + i3 * stride_c3
+    if OP == "where":
+        a = _load_operand(a_ptr, a_value, off_a, mask, A_KIND, tl.int1)
+    else:
+        a = _load_operand(a_ptr, a_value, off_a, mask, A_KIND, COMPUTE)
+    b = _load_operand(b_ptr, b_value, off_b, mask, B_KIND, COMPUTE)
+    c = _load_operand(c_ptr, c_value, off_c, mask, C_KIND, COMPUTE)
+    r = _apply(a, b, c, idx, OP, B_KIND, C_KIND)
+    r = tl.broadcast_to(cast_for_store(r, out_ptr), [BLOCK])  # scalars only: fill_, arange
+    tl.store(out_ptr + off_o, r, mask=mask)
+
+
+# ----------------------------------------------------------------------------------- planning
+
+_TL = {"float64": tl.float64, "float32": tl.float32, "float16": tl.float16,
+       "bfloat16": tl.bfloat16, "int64": tl.int64, "int32": tl.int32, "uint8": tl.uint8,
+       "bool": tl.int1}
+
+
+def compute_type(dtype):
+    """The Triton type a result of `dtype` is computed in."""
+    dtype = dtypes.get_dtype(dtype)
+    if dtype.is_floating_point:
+        return tl.float64 if dtype is dtypes.float64 else tl.float32
+    return tl.int64 if dtype is dtypes.int64 else tl.int32
+
+
+def tl_type(dtype):
+    return _TL[dtypes.get_dtype(dtype).name]
+
+
+def broadcast_shape(op, *operands):
+    """numpy's broadcast of the operands' shapes (numbers are 0-d); a clear error otherwise."""
+    shapes = [tuple(x.shape) for x in operands if isinstance(x, torch.Tensor)]
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for i, size in enumerate(s, rank - len(s)):
+            if size != 1 and out[i] not in (1, size):
+                raise ValueError(f"{op}: shapes {' and '.join(str(x) for x in shapes)} do not "
+                                 f"broadcast together")
+            if size != 1:
+                out[i] = size
+    return tuple(out)
+
+
+def broadcast_strides(x, shape):
+    """x's strides seen as an array of `shape`: 0 where x is broadcast."""
+    lead = len(shape) - x.dim()
+    return [0 if i < lead or x.shape[i - lead] != size else x.stride(i - lead)
+            for i, size in enumerate(shape)]
+
+
+def collapse(shape, strides):
+    """Drop size-1 dimensions and merge neighbours (outer, inner) that every operand walks as
+    one: stride_outer == stride_inner * size_inner. Returns (sizes, [strides per operand])."""
+    sizes, merged = [], [[] for _ in strides]
+    for i, size in enumerate(shape):
+        if size == 1:
+            continue
+        if sizes and all(m[-1] == st[i] * size for m, st in zip(merged, strides)):
+            sizes[-1] *= size
+            for m, st in zip(merged, strides):
+                m[-1] = st[i]
+        else:
+            sizes.append(size)
+            for m, st in zip(merged, strides):
+                m.append(st[i])
+    return sizes, merged
+
+
+def needs_int64(numel, sizes, strides):
+    """True when a flat index or an element offset of some operand can reach 2**31."""
+    if numel >= INT32_LIMIT:
+        return True
+    return any(sum((n - 1) * _abs(s) for n, s in zip(sizes, st)) >= INT32_LIMIT for st in strides)
+
+
+def _scalar_arg(value):
+    """(kind, payload) for a Python number: ints as they are, floats as float64 bit patterns."""
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
+        return INT, int(value)
+    if isinstance(value, (float, np.floating)):
+        return FLOAT, struct.unpack("<q", struct.pack("<d", float(value)))[0]
+    raise TypeError(f"expected an array or a number, got {type(value).__name__}")
+
+
+def _launch(op, out, operands, compute):
+    """out[...] = op(*operands) elementwise; operands: up to 3 arrays, numbers or None."""
+    n = out.numel()
+    if n == 0:
+        return out
+    operands = list(operands) + [None] * (3 - len(operands))
+    shape = tuple(out.shape)
+    kinds, values, arrays = [], [], []
+    for x in operands:
+        if isinstance(x, torch.Tensor):
+            kinds.append(TENSOR)
+            values.append(0)
+            arrays.append(x)
+        elif x is None:
+            kinds.append(ABSENT)
+            values.append(0)
+            arrays.append(out)
+        else:
+            kind, payload = _scalar_arg(x)
+            kinds.append(kind)
+            values.append(payload)
+            arrays.append(out)
+    strides = [list(out.stride())] + [
+        broadcast_strides(x, shape) if k == TENSOR else [0] * len(shape)
+        for x, k in zip(arrays, kinds)]
+    sizes, strides = collapse(shape, strides)
+    if len(sizes) > MAX_RANK:
+        return _launch_outer_loop(op, out, arrays, kinds, values, sizes, strides, compute)
+    _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute)
+    return out
+
+
+def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute):
+    n = math.prod(sizes)
+    live = [strides[0]] + [st for st, k in zip(strides[1:], kinds) if k == TENSOR]
+    contiguous = len(sizes) <= 1 and all(st == [1] * len(sizes) for st in live)
+    if contiguous and not INTERPRET and n % 16 and n > 16 and op != "arange":
+        # NOTE: a length that is not a multiple of 16 hides where the mask changes, and the
+        # compiler falls back to scalar accesses: run the first n - n % 16 elements (16-byte
+        # vectors) and the short tail as two launches
+        main = n - n % 16
+        for start, count in ((0, main), (main, n - main)):
+            part = [x.as_strided((count,), (1,), x.storage_offset() + start)
+                    if k == TENSOR else x for x, k in zip([out] + arrays, [TENSOR] + kinds)]
+            _launch_collapsed(op, part[0], part[1:], kinds, values, [count],
+                              [[1] for _ in strides], compute)
+        return
+    pad = MAX_RANK - len(sizes)
+    sizes = [1] * pad + sizes
+    strides = [[0] * pad + st for st in strides]
+    if INTERPRET:
+        block, warps = min(next_power_of_2(n), INTERPRET_BLOCK), 1
+    elif contiguous:
+        block, warps = CONTIGUOUS_BLOCK, CONTIGUOUS_WARPS
+    else:
+        block, warps = STRIDED_BLOCK, STRIDED_WARPS
+    _elementwise_kernel[(cdiv(n, block),)](
+        out, *arrays, *values, n, *sizes[1:], *(s for st in strides for s in st),
+        OP=op, A_KIND=kinds[0], B_KIND=kinds[1], C_KIND=kinds[2], COMPUTE=compute,
+        CONTIGUOUS=contiguous, INT64=needs_int64(n, sizes, strides), BLOCK=block,
+        num_warps=warps)
+
+
+def _launch_outer_loop(op, out, arrays, kinds, values, sizes, strides, compute):
+    # more than MAX_RANK dimensions survive collapsing (rare: a high-rank, oddly strided view):
+    # one launch per coordinate of the leading dimensions, on views of the same memory.
+    lead = len(sizes) - MAX_RANK
+    views = [out] + arrays
+    for coord in itertools.product(*(range(s) for s in sizes[:lead])):
+        sub = [v.as_strided(sizes[lead:], st[lead:],
+                            v.storage_offset() + sum(i * s for i, s in zip(coord, st[:lead])))
+               if k == TENSOR else v
+               for v, st, k in zip(views, strides, [TENSOR] + kinds)]
+        _launch_collapsed(op, sub[0], sub[1:], kinds, values, list(sizes[lead:]),
+                          [st[lead:] for st in strides], compute)
+    return out
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def _check_operands(op, *operands):
+    arrays = [x for x in operands if isinstance(x, torch.Tensor)]
+    if not arrays:
+        raise TypeError(f"{op}: expected at least one array operand, got only numbers")
+    for x in operands:
+        if x is not None and not isinstance(x, (torch.Tensor, bool, int, float, np.number,
+                                                np.bool_)):
+            raise TypeError(f"{op}: expected arrays or numbers, got {type(x).__name__}")
+    devices = {x.device for x in arrays}
+    if len(devices) > 1:
+        raise RuntimeError(f"{op}: operands are on different devices: "
+                           f"{', '.join(str(d) for d in devices)}")
+    return arrays[0].device
+
+
+def _output(op, out, shape, dtype, device):
+    """A new contiguous result, or `out` checked against the result's shape and device."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype.torch, device=device)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out has shape {tuple(out.shape)} but the result has shape "
+                         f"{tuple(shape)}")
+    if out.device != device:
+        raise RuntimeError(f"{op}: out is on {out.device} but the operands are on {device}")
+    return out
+
+
+# ----------------------------------------------------------------------------------- launchers
+
+
+def fill_(x, value):
+    """x[...] = value (any strides), in place; returns x."""
+    _check_operands("fill_", x, value)
+    kind, _ = _scalar_arg(value)
+    return _launch("copy", x, [value], tl.float64 if kind == FLOAT else tl.int64)
+
+
+def copy_(dst, src):
+    """dst[...] = src: src (array or number) broadcast to dst's shape and cast to dst's dtype;
+    dst may have any strides (not overlapping itself). Returns dst."""
+    if not isinstance(src, torch.Tensor):
+        return fill_(dst, src)
+    _check_operands("copy_", dst, src)
+    shape = broadcast_shape("copy_", dst, src)
+    if shape != tuple(dst.shape):
+        raise ValueError(f"copy_: source of shape {tuple(src.shape)} does not broadcast to the "
+                         f"destination's shape {tuple(dst.shape)}")
+    src_type, dst_type = dtype_of(src), dtype_of(dst)
+    # copy in the source's own type (exact for every pair); half <-> other types via float32
+    half = (dtypes.float16, dtypes.bfloat16)
+    compute = tl.float32 if src_type in half and dst_type is not src_type else tl_type(src_type)
+    return _launch("copy", dst, [src], compute)
+
+
+def contiguous(x):
+    """A contiguous copy of x. x: [any shape], any strides."""
+    return copy_(torch.empty(x.shape, dtype=x.dtype, device=x.device), x)
+
+
+def cast(x, dtype):
+    """x converted to dtype (floats to ints truncate towards zero; nonzero -> True)."""
+    return copy_(torch.empty(x.shape, dtype=dtypes.get_dtype(dtype).torch, device=x.device), x)
+
+
+def arange(start, end, step, dtype, device):
+    """[start, start + step, ...) up to but excluding end, as numpy.arange. -> [n]"""
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    numbers = (start, end, step)
+    if all(isinstance(v, (int, np.integer)) for v in numbers):
+        count = max(0, -((start - end) // step))
+        compute, delta = tl.int64, step
+    else:
+        count = max(0, math.ceil((end - start) / step))
+        # numpy fills start + i * delta with delta = (start + step) - start
+        compute, delta = tl.float64, (float(start) + float(step)) - float(start)
+        start = float(start)
+    out = torch.empty((count,), dtype=dtypes.get_dtype(dtype).torch, device=device)
+    return _launch("arange", out, [start, delta], compute)
+
+
+def _unary(op, x, out, float_result=False):
+    """y = op(x) elementwise in x's dtype (float32 for integer x when float_result)."""
+    device = _check_operands(op, x)
+    dtype = dtype_of(x)
+    if float_result and not dtype.is_floating_point:
+        dtype = dtypes.default_float
+    out = _output(op, out, tuple(x.shape), dtype, device)
+    return _launch(op, out, [x], compute_type(dtype))
+
+
+def neg(x, out=None): return _unary("neg", x, out)
+def exp(x, out=None): return _unary("exp", x, out, float_result=True)
+def log(x, out=None): return _unary("log", x, out, float_result=True)
+def sqrt(x, out=None): return _unary("sqrt", x, out, float_result=True)
+def abs(x, out=None): return _unary("abs", x, out)
+
+
+def sign(x, out=None):
+    """-1, 0 or 1 (0 at 0, NaN at NaN), in x's dtype."""
+    return _unary("sign", x, out)
+
+
+def relu(x, out=None):
+    """max(x, 0); NaN stays NaN."""
+    return _unary("relu", x, out)
+
+
+def sigmoid(x, out=None):
+    """1 / (1 + exp(-x)), stable for large |x| (exactly 0 and 1 in the limits)."""
+    return _unary("sigmoid", x, out, float_result=True)
+
+
+def tanh(x, out=None): return _unary("tanh", x, out, float_result=True)
+
+
+def _binary(op, a, b, out, result=None, float_result=False):
+    """r = op(a, b) with numpy broadcasting; the result type is dtypes.result_type(a, b)
+    (float32 for integers when float_result), or `result` (comparisons: bool)."""
+    device = _check_operands(op, a, b)
+    dtype = dtypes.result_type(a, b)
+    if float_result and not dtype.is_floating_point:
+        dtype = dtypes.default_float
+    out = _output(op, out, broadcast_shape(op, a, b), result or dtype, device)
+    return _launch(op, out, [a, b], compute_type(dtype))
+
+
+def pow_scalar(x, exponent, out=None):
+    """x ** exponent for a Python number exponent (float result for float x)."""
+    if not isinstance(exponent, (bool, int, float, np.number)):
+        raise TypeError(f"pow_scalar: exponent must be a number, got {type(exponent).__name__}")
+    if exponent == 2:  # numpy's fast path too: exactly x * x
+        device = _check_operands("pow_scalar", x)
+        dtype = dtypes.result_type(x, exponent)
+        out = _output("pow_scalar", out, tuple(x.shape), dtype, device)
+        return _launch("square", out, [x], compute_type(dtype))
+    return _binary("pow", x, exponent, out)
+
+
+def clamp(x, min=None, max=None, out=None):
+    """Elementwise min(max(x, min), max); either bound may be None. Bounds are converted to x's
+    dtype first (as the reference does), so an int x stays int."""
+    device = _check_operands("clamp", x)
+    dtype = dtype_of(x)
+    out = _output("clamp", out, tuple(x.shape), dtype, device)
+    bounds = [None if v is None else _convert_number(v, dtype) for v in (min, max)]
+    return _launch("clamp", out, [x] + bounds, compute_type(dtype))
+
+
+def _convert_number(value, dtype):
+    """A Python number as `dtype` would hold it (float bounds of an int x truncate; half types
+    round)."""
+    if dtype.is_floating_point:
+        if dtype is dtypes.float64:
+            return float(value)
+        if dtype is dtypes.bfloat16:
+            bits = np.array([value], np.float32).view(np.uint32)[0]
+            if not math.isnan(value):
+                bits = (int(bits) + 0x7FFF + ((int(bits) >> 16) & 1)) >> 16 << 16
+            return float(np.array([bits], np.uint32).view(np.float32)[0])
+        return float(np.array([value], dtype.numpy)[0])
+    if dtype is dtypes.bool_:
+        return bool(value)
+    return int(math.trunc(value)) if math.isfinite(value) else 0
+
+
+def relu_backward(dy, x, out=None):
+    """dx = dy * (x > 0), in dy's dtype.  NOTE: relu'(0) = 0, as torch."""
+    result = dtype_of(dy) if isinstance(dy, torch.Tensor) else None
+    return _binary("relu_backward", dy, x, out, result=result)
+
+
+def sigmoid_backward(dy, y, out=None):
+    """dx = dy * y * (1 - y), y = sigmoid(x)."""
+    return _binary("sigmoid_backward", dy, y, out)
+
+
+def tanh_backward(dy, y, out=None):
+    """dx = dy * (1 - y * y), y = tanh(x)."""
+    return _binary("tanh_backward", dy, y, out)
+
+
+def add(a, b, out=None): return _binary("add", a, b, out)
+def sub(a, b, out=None): return _binary("sub", a, b, out)
+def mul(a, b, out=None): return _binary("mul", a, b, out)
+
+
+def div(a, b, out=None):
+    """True division: integer operands give float32."""
+    return _binary("div", a, b, out, float_result=True)
+
+
+def pow(a, b, out=None): return _binary("pow", a, b, out)
+def maximum(a, b, out=None): return _binary("maximum", a, b, out)
+def minimum(a, b, out=None): return _binary("minimum", a, b, out)
+def eq(a, b, out=None): return _binary("eq", a, b, out, result=dtypes.bool_)
+def ne(a, b, out=None): return _binary("ne", a, b, out, result=dtypes.bool_)
+def lt(a, b, out=None): return _binary("lt", a, b, out, result=dtypes.bool_)
+def le(a, b, out=None): return _binary("le", a, b, out, result=dtypes.bool_)
+def gt(a, b, out=None): return _binary("gt", a, b, out, result=dtypes.bool_)
+def ge(a, b, out=None): return _binary("ge", a, b, out, result=dtypes.bool_)
+
+
+def where(cond, a, b, out=None):
+    """cond ? a : b; cond an array (nonzero = True), a and b arrays or numbers; all three
+    broadcast; the result type is dtypes.result_type(a, b)."""
+    if not isinstance(cond, torch.Tensor):
+        raise TypeError(f"where: cond must be an array, got {type(cond).__name__}")
+    device = _check_operands("where", cond, a, b)
+    dtype = dtypes.result_type(a, b)
+    out = _output("where", out, broadcast_shape("where", cond, a, b), dtype, device)
+    return _launch("where", out, [cond, a, b], compute_type(dtype))

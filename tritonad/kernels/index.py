@@ -1,0 +1,176 @@
+"""Row indexing: gather rows by an index tensor (`x[index]`, how batches are cut from a dataset)
+and its adjoint, scatter-add into rows (duplicates accumulate).
+
+Both see x as [R, D]: the rows, and everything after the first dim collapsed into one strided
+dim of width D. A program moves a [BLOCK_I, BLOCK_D] tile: BLOCK_I indices by BLOCK_D columns.
+
+Bounds: an index outside [-R, R) must raise IndexError. The kernel clamps every index into
+[0, R) before using it (a bad index never faults) and each index block writes a flag (1 if any of
+its indices was bad); the launcher reads the flags back, which costs one synchronisation. While a
+CUDA graph is being captured the read-back is impossible, so the check is skipped there.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .. import dtypes
+from .elementwise import collapse, contiguous, copy_, fill_
+from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+
+PRIMITIVES = ("gather_rows", "scatter_add_rows")
+
+TILE, MAX_BLOCK_D = 4096, 512
+INTERPRET_TILE = 1 << 16
+
+
+# ----------------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK: tl.constexpr):
+    """The rows named by index[i], negative ones wrapped, clamped into [0, n_rows); the block's
+    out-of-range flag written on the side."""
+    row = tl.load(index_ptr + i, mask=mask_i, other=0).to(tl.int64)
+    if CHECK:
+        bad = mask_i & ((row < -n_rows) | (row >= n_rows))
+        tl.store(flag_ptr + tl.program_id(0), tl.max(bad.to(tl.int32), axis=0))
+    row = tl.where(row < 0, row + n_rows, row)
+    return tl.minimum(tl.maximum(row, 0), n_rows - 1)
+
+
+@triton.jit
+def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
+                        stride_row, stride_col, CHECK: tl.constexpr, BLOCK_I: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+    # One program: out[i, d] = x[index[i], d] for BLOCK_I indices by BLOCK_D columns.
+    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = i < n_index
+    row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = mask_i[:, None] & (d < width)[None, :]
+    v = tl.load(x_ptr + row[:, None] * stride_row + d[None, :] * stride_col, mask=mask)
+    tl.store(out_ptr + i.to(tl.int64)[:, None] * width + d[None, :], v, mask=mask)
+
+
+@triton.jit
+def _scatter_add_rows_kernel(src_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
+                             CHECK: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
+    # One program: out[index[i], d] += src[i, d], atomically (indices may repeat).
+    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = i < n_index
+    row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = mask_i[:, None] & (d < width)[None, :]
+    v = tl.load(src_ptr + i.to(tl.int64)[:, None] * width + d[None, :], mask=mask, other=0)
+    v = v.to(out_ptr.dtype.element_ty)
+    tl.atomic_add(out_ptr + row[:, None] * width + d[None, :], v, mask=mask)
+
+
+# ----------------------------------------------------------------------------------- launchers
+
+
+def _check_index_dtype(op, index):
+    if dtype_of(index) not in (dtypes.int32, dtypes.int64):
+        raise TypeError(f"{op}: index must be int32 or int64, got {dtype_of(index).name}")
+
+
+def _blocks(n_index, width):
+    tile = INTERPRET_TILE if INTERPRET else TILE
+    block_d = max(2, min(next_power_of_2(max(width, 1)), tile if INTERPRET else MAX_BLOCK_D))
+    block_i = max(2, min(tile // block_d, next_power_of_2(max(n_index, 1))))
+    return block_i, block_d
+
+
+def _checking(device):
+    """Whether to read the bounds flags back (not while a CUDA graph is being captured)."""
+    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
+def _raise_if_bad(op, flags, index, n_rows):
+    if flags is None or not np.any(flags.cpu().numpy()):  # the one synchronisation
+        return
+    values = index.cpu().numpy().reshape(-1)
+    bad = values[(values < -n_rows) | (values >= n_rows)]
+    raise IndexError(f"{op}: index {int(bad[0])} is out of bounds for dimension 0 with size "
+                     f"{n_rows}")
+
+
+def gather_rows(x, index):
+    """x[index] along dim 0. x: [R, *rest] any strides, index: int64/int32 [*I] ->
+    [*I, *rest]. An index outside [-R, R) raises IndexError; negative ones count from the end."""
+    _check_index_dtype("gather_rows", index)
+    if x.dim() == 0:
+        raise ValueError("gather_rows: x must have at least one dim, got a 0-d array")
+    if x.device != index.device:
+        raise RuntimeError(f"gather_rows: x is on {x.device} but index on {index.device}")
+    n_rows, rest = x.shape[0], tuple(x.shape[1:])
+    out = torch.empty(tuple(index.shape) + rest, dtype=x.dtype, device=x.device)
+    n_index, width = index.numel(), math.prod(rest)
+    if n_index and n_rows == 0:
+        raise IndexError(f"gather_rows: index into dimension 0 of size 0 (x shape "
+                         f"{tuple(x.shape)})")
+    if out.numel() == 0:
+        return out
+    sizes, (strides,) = collapse(rest, [list(x.stride()[1:])])
+    if len(sizes) > 1:  # rows that are not one strided run: copy once
+        x = contiguous(x)
+        strides = [1]
+    stride_col = strides[0] if strides else 1
+    index = index if index.is_contiguous() else contiguous(index)
+    block_i, block_d = _blocks(n_index, width)
+    grid = (cdiv(n_index, block_i), cdiv(width, block_d))
+    check = _checking(x.device)
+    flags = torch.empty(grid[0], dtype=torch.int32, device=x.device) if check else None
+    _gather_rows_kernel[grid](x, index, out, flags if check else out, n_index, n_rows, width,
+                              x.stride(0), stride_col, CHECK=check, BLOCK_I=block_i,
+                              BLOCK_D=block_d, num_warps=4)
+    _raise_if_bad("gather_rows", flags, index, n_rows)
+    return out
+
+
+# accumulate in a type atomics support, then cast: half types and small ints widen
+_ACCUMULATE = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
+               dtypes.uint8: dtypes.int32, dtypes.bool_: dtypes.int32}
+
+
+def scatter_add_rows(src, index, num_rows):
+    """The adjoint of gather_rows: out [num_rows, *rest] zeros, out[index[i]] += src[i];
+    duplicate indices accumulate. src: [*I, *rest], index: int64/int32 [*I].
+    NOTE: float16/bfloat16 accumulate in float32 and round once; float atomics make the order
+    of additions (so the last bits of a sum over duplicates) vary from run to run."""
+    _check_index_dtype("scatter_add_rows", index)
+    if tuple(src.shape[:index.dim()]) != tuple(index.shape):
+        raise ValueError(f"scatter_add_rows: src shape {tuple(src.shape)} must start with the "
+                         f"index shape {tuple(index.shape)}")
+    if src.device != index.device:
+        raise RuntimeError(f"scatter_add_rows: src is on {src.device} but index on "
+                           f"{index.device}")
+    dtype = dtype_of(src)
+    rest = tuple(src.shape[index.dim():])
+    out = torch.empty((num_rows,) + rest, dtype=dtype.torch, device=src.device)
+    n_index, width = index.numel(), math.prod(rest)
+    if n_index and num_rows == 0:
+        raise IndexError("scatter_add_rows: index into dimension 0 of size 0")
+    acc_dtype = _ACCUMULATE.get(dtype)
+    acc = out if acc_dtype is None else torch.empty(out.shape, dtype=acc_dtype.torch,
+                                                    device=src.device)
+    fill_(acc, 0)
+    if n_index and width:
+        src = src if src.is_contiguous() else contiguous(src)
+        index = index if index.is_contiguous() else contiguous(index)
+        block_i, block_d = _blocks(n_index, width)
+        grid = (cdiv(n_index, block_i), cdiv(width, block_d))
+        check = _checking(src.device)
+        flags = torch.empty(grid[0], dtype=torch.int32, device=src.device) if check else None
+        _scatter_add_rows_kernel[grid](src, index, acc, flags if check else acc, n_index,
+                                       num_rows, width, CHECK=check, BLOCK_I=block_i,
+                                       BLOCK_D=block_d, num_warps=4)
+        _raise_if_bad("scatter_add_rows", flags, index, num_rows)
+    if acc is not out:
+        copy_(out, acc)
+    return out
