@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 _state = {"seed": 0, "offset": 0}
 
 
@@ -31,6 +33,10 @@ def initial_seed() -> int:
 
 def take(n: int) -> tuple[int, int]:
     """(seed, offset) for a draw of n numbers; advances the counter past them."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("a random draw inside a captured CUDA graph would repeat the same "
+                           "numbers at every replay; draw outside the captured step (or run "
+                           "the step eagerly, e.g. `train --no-graph`)")
     seed_, offset = _state["seed"], _state["offset"]
     _state["offset"] = offset + max(int(n), 1)
     return seed_, offset

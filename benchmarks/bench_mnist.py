@@ -1,0 +1,194 @@
+"""End-to-end MNIST: the three recipes in tritonad and in PyTorch (eager and torch.compile), in
+one run on one GPU: time per epoch, total time, test accuracy, peak device memory; plus epochs
+on tritonad's numpy backend on the CPU (the "numpy vs GPU" table).
+
+Both frameworks get the same recipe (models.RECIPES: SGD momentum 0.9, cosine decay per step),
+the same data on the GPU (normalised once), a fresh permutation each epoch and batches gathered
+by index. Time per epoch excludes the test evaluation; the first epoch includes warm-up
+(compilation, autotuning, graph capture), so the steady-state epoch is reported as the median
+of the later ones.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import common
+
+MODELS = ("logreg", "mlp", "cnn")
+
+
+# ------------------------------------------------------------------------------- PyTorch side
+
+
+def torch_model(name):
+    nn = torch.nn
+    if name == "logreg":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 100),
+                             nn.ReLU(), nn.Linear(100, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def run_torch(name, data, epochs, compiled, seed=0):
+    from tritonad.models import RECIPES
+
+    rec = RECIPES[name]
+    torch.manual_seed(seed)
+    xtr, ytr, xte, yte = data
+    model = torch_model(name).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=rec.lr, momentum=rec.momentum)
+    steps_per_epoch = -(-len(xtr) // rec.batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def step(x, y):
+        logits = model(x)
+        loss = loss_fn(logits, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fwd = torch.compile(model) if compiled else model
+    if compiled:
+        def step(x, y):  # noqa: F811
+            logits = fwd(x)
+            loss = loss_fn(logits, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(epochs):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        order = torch.randperm(len(xtr), device="cuda")
+        for b in range(steps_per_epoch):
+            idx = order[b * rec.batch_size:(b + 1) * rec.batch_size]
+            step(xtr[idx], ytr[idx])
+            sched.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    with torch.no_grad():
+        model.eval()
+        correct = sum(int((fwd(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum())
+                      for i in range(0, len(xte), 1000))
+    return times, correct / len(xte), torch.cuda.max_memory_allocated()
+
+
+# ------------------------------------------------------------------------------- tritonad side
+
+
+def run_tritonad(name, epochs, graph, device="cuda", backend="triton", limit=None, seed=0):
+    import tritonad as td
+    from tritonad import models, optim, train
+
+    td.set_backend(backend)
+    td.manual_seed(seed)
+    rec = models.RECIPES[name]
+    train_set, test_set = train.datasets("mnist")
+    loader = td.data.DataLoader(train_set, rec.batch_size, shuffle=True, device=device,
+                                limit=limit)
+    test_loader = td.data.DataLoader(test_set, 1000, device=device)
+    model = models.build(name).to(device)
+    opt = optim.SGD(model.parameters(), lr=rec.lr, momentum=rec.momentum)
+    sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(loader))
+    trainer = train.Trainer(model, opt, loader, sched, graph=graph)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    times = [trainer.train_epoch(e + 1, epochs, progress=False)["seconds"] for e in range(epochs)]
+    _, acc = train.evaluate(model, test_loader)
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+    return times, acc, peak
+
+
+def _row(framework, name, times, acc, peak, epochs):
+    steady = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    return {"model": name, "framework": framework, "epochs": epochs,
+            "first_epoch_s": times[0], "epoch_s": steady, "total_s": sum(times),
+            "test_accuracy": acc, "peak_mb": None if peak is None else peak / 2 ** 20}
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__.splitlines()[0], argv, extra=lambda p: (
+        p.add_argument("--models", default="mlp,cnn", help="comma list of logreg,mlp,cnn"),
+        p.add_argument("--epochs", type=int, default=10),
+        p.add_argument("--skip-compile", action="store_true", help="no torch.compile runs"),
+        p.add_argument("--skip-numpy", action="store_true", help="no CPU numpy-backend epochs"),
+        p.add_argument("--numpy-limit", type=int, default=6000,
+                       help="images per numpy-backend cnn epoch (extrapolated to 60000)")))
+    common.require_gpu("bench_mnist")
+    import tritonad as td
+    from tritonad import train
+
+    names = [m for m in args.models.split(",") if m]
+    epochs = 2 if args.quick else args.epochs
+    train_set, test_set = train.datasets("mnist")
+    mean, std = td.data.MNIST.MEAN, td.data.MNIST.STD
+
+    def prep(ds):
+        x = torch.tensor(ds.images, device="cuda").float().div_(255).sub_(mean).div_(std)
+        return x.unsqueeze(1), torch.tensor(ds.labels, device="cuda")
+
+    data = (*prep(train_set), *prep(test_set))
+    rows = []
+    for name in names:
+        for graph in (True, False):
+            label = "tritonad (graph)" if graph else "tritonad (eager)"
+            rows.append(_row(label, name, *run_tritonad(name, epochs, graph), epochs))
+            print(rows[-1], flush=True)
+        rows.append(_row("torch eager", name, *run_torch(name, data, epochs, False), epochs))
+        print(rows[-1], flush=True)
+        if not args.skip_compile:
+            try:
+                rows.append(_row("torch.compile", name, *run_torch(name, data, epochs, True),
+                                 epochs))
+            except Exception as err:  # noqa: BLE001  (compile needs a working inductor toolchain)
+                print(f"torch.compile failed for {name}: {err}")
+            print(rows[-1], flush=True)
+        if not args.skip_numpy and name in ("mlp", "cnn", "logreg"):
+            limit = None if name != "cnn" else args.numpy_limit
+            times, acc, _ = run_tritonad(name, 1, graph=False, device="cpu", backend="numpy",
+                                         limit=limit)
+            scale = 60000 / (limit or 60000)
+            rows.append({"model": name, "framework": "tritonad numpy (CPU)", "epochs": 1,
+                         "first_epoch_s": times[0] * scale, "epoch_s": times[0] * scale,
+                         "total_s": None, "test_accuracy": acc if limit is None else None,
+                         "peak_mb": None,
+                         "note": None if limit is None else f"extrapolated from {limit} images"})
+            td.set_backend("triton")
+    for name in names:
+        base = next((r for r in rows if r["model"] == name and r["framework"] == "torch eager"),
+                    None)
+        ours = next(r for r in rows if r["model"] == name and r["framework"] == "tritonad (graph)")
+        for r in rows:
+            if r["model"] == name:
+                r["speedup_vs_torch_eager"] = base["epoch_s"] / r["epoch_s"] if base else None
+                r["tritonad_graph_speedup"] = r["epoch_s"] / ours["epoch_s"]
+    columns = [("model", "model", "{}"), ("framework", "framework", "{}"),
+               ("epoch_s", "s/epoch", "{:.4f}"), ("first_epoch_s", "1st epoch s", "{:.3f}"),
+               ("total_s", "total s", "{:.2f}"), ("test_accuracy", "test acc", "{:.4f}"),
+               ("peak_mb", "peak MB", "{:.0f}"),
+               ("speedup_vs_torch_eager", "x vs torch eager", "{:.2f}"),
+               ("tritonad_graph_speedup", "tritonad graph x faster", "{:.1f}")]
+    common.print_table(f"MNIST, {epochs} epochs ({common.environment().get('gpu')})", rows,
+                       columns)
+    print(common.markdown_table(rows, columns))
+    common.save(args.out, "bench_mnist", rows, {"epochs": epochs})
+    common.plot(args.out, "bench_mnist", rows, "model", [("epoch_s", "s/epoch")], "model",
+                "seconds per epoch", logx=False, group="framework")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

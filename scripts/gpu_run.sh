@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device-machine call: GPU tests and benchmarks, each step with its own time limit.
+#   bash scripts/gpu_run.sh STEP...      (steps: see the case below)
+# Writes $OUT/summary.txt, $OUT/logs.tgz (every log and benchmark JSON/PNG) and $OUT/cache.tgz
+# (Triton's compile cache and tritonad's autotune cache, carried into the next call as
+# .gpu-cache/cache.tgz so that nothing is compiled or tuned twice).
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT/logs" "$OUT/bench"
+export PYTHONPATH=$PWD TRITON_CACHE_DIR=/root/.triton/cache TRITONAD_AUTOTUNE_DIR=/root/.cache/tritonad/autotune
+if [ -f .gpu-cache/cache.tgz ]; then tar xzf .gpu-cache/cache.tgz -C /root 2>/dev/null; fi
+
+run() {  # run NAME SECONDS CMD...
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/logs/$name.log" 2>&1
+    local rc=$?
+    printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$OUT/summary.txt"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$OUT/summary.txt"
+python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" >>"$OUT/summary.txt"
+for step in "$@"; do
+    case $step in
+        gpu-tests)    run gpu-tests 560 python3 -m pytest -m gpu -q -x -p no:cacheprovider --durations=15 ;;
+        gpu-tests-k=*) run "gpu-tests-${step#gpu-tests-k=}" 560 python3 -m pytest -m gpu -q -p no:cacheprovider -k "${step#gpu-tests-k=}" ;;
+        cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
+        bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
+        quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
+        train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
+        *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
+    esac
+done
+tar czf "$OUT/logs.tgz" -C "$OUT" logs bench 2>/dev/null
+rm -rf "$OUT/logs" "$OUT/bench"
+tar czf "$OUT/cache.tgz" -C /root .triton/cache .cache/tritonad 2>/dev/null
+size=$(stat -c %s "$OUT/cache.tgz" 2>/dev/null || echo 0)
+if [ "$size" -gt 15000000 ]; then tar czf "$OUT/cache.tgz" -C /root .cache/tritonad; fi
+echo "---- summary"; cat "$OUT/summary.txt"

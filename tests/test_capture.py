@@ -1,0 +1,199 @@
+"""Captured training steps (CUDA graphs), the proof that only our kernels run, no leaks,
+and the GPU accuracy gates of the training recipes. All GPU tier."""
+import gc
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+import tritonad as td
+from helpers import assert_close
+from tritonad import models, nn, optim, train
+from tritonad.autodiff import nn_ops
+from tritonad.capture import CaptureError, CapturedStep
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _on_gpu():
+    with td.use_backend("triton"):
+        yield
+
+
+def _loader(limit, batch):
+    train_set, _ = train.datasets("mnist")
+    return td.data.DataLoader(train_set, batch, shuffle=True, device="cuda", limit=limit)
+
+
+def _train_steps(name, graph, steps, schedule=False, seed=0):
+    td.manual_seed(seed)
+    loader = _loader(steps * 64 + 32, 64)
+    model = models.build(name).to("cuda")
+    opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5) if schedule else None
+    trainer = train.Trainer(model, opt, loader, sched, graph=graph)
+    trainer.train_epoch(progress=False)
+    return {k: v.numpy() for k, v in model.state_dict().items()}, trainer
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_captured_training_matches_eager(name):
+    eager, _ = _train_steps(name, graph=False, steps=6, schedule=True)
+    graphed, trainer = _train_steps(name, graph=True, steps=6, schedule=True)
+    assert trainer.captured_step.captured
+    for key in eager:
+        assert_close(graphed[key], eager[key], 1e-4, 1e-5, name=key)
+
+
+def test_capture_guard_rails():
+    x = td.ones(4, 3, device="cuda")
+    step = CapturedStep(lambda t: (t * 2.0).sum(), warmup=1)
+    step(x)
+    assert step(x).item() == 24.0 and step.captured
+    x.fill_(2.0)
+    assert step(x).item() == 48.0
+    with pytest.raises(CaptureError, match="other arguments than at capture"):
+        step(td.ones(5, 3, device="cuda"))
+    with pytest.raises(CaptureError, match="other arguments"):
+        step(td.ones(4, 3, dtype=td.float16, device="cuda"))
+    drop = CapturedStep(lambda t: nn_ops.dropout(t, 0.5).sum(), warmup=1)
+    drop(x)
+    with pytest.raises(RuntimeError, match="repeat the same numbers"):
+        drop(x)
+
+
+def test_gradient_accumulation_under_capture():
+    td.manual_seed(0)
+    w = nn.Parameter(td.randn(5, 3, device="cuda"))
+    opt = optim.SGD([w], lr=0.1)
+    xs = [td.randn(4, 5, device="cuda") for _ in range(6)]
+
+    def accumulate(x):
+        ((x @ w) ** 2).mean().backward()
+
+    step = CapturedStep(accumulate, warmup=1)
+    w_ref = w.detach().numpy().copy()
+    opt.zero_grad(set_to_none=False)
+    for k in range(0, 6, 2):  # two micro-batches per update
+        step(xs[k])
+        step(xs[k + 1])
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    for k in range(0, 6, 2):
+        g = sum(2 * x.numpy().T @ (x.numpy() @ w_ref) / 12 for x in (xs[k], xs[k + 1]))
+        w_ref = w_ref - 0.1 * g
+    assert_close(w, w_ref, 1e-4, 1e-5)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_no_memory_leak_over_300_steps(graph):
+    td.manual_seed(0)
+    loader = _loader(300 * 32, 32)
+    model = models.build("mlp").to("cuda")
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    trainer = train.Trainer(model, opt, loader, graph=graph)
+    order = loader.permutation()
+    step = trainer.captured_step or trainer.eager_step
+    usage = {}
+    for i in range(300):
+        step(order[i * 32:(i + 1) * 32])
+        if i + 1 in (3, 300):
+            gc.collect()
+            torch.cuda.synchronize()
+            usage[i + 1] = torch.cuda.memory_allocated()
+    assert usage[300] == usage[3]
+
+
+def _our_kernel_names():
+    import importlib
+
+    from tritonad.kernels import FAMILIES
+
+    names = set()
+    for family in FAMILIES:
+        module = importlib.import_module(f"tritonad.kernels.{family}")
+        for value in vars(module).values():
+            fn = getattr(value, "fn", None)
+            while fn is not None and hasattr(fn, "fn"):
+                fn = fn.fn
+            if fn is not None and hasattr(fn, "__name__"):
+                names.add(fn.__name__)
+    return names
+
+
+def test_a_captured_cnn_step_runs_only_our_kernels():
+    from torch.profiler import ProfilerActivity, profile
+
+    td.manual_seed(0)
+    loader = _loader(10 * 100, 100)
+    model = models.build("cnn").to("cuda")
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    trainer = train.Trainer(model, opt, loader, graph=True)
+    order = loader.permutation()
+    for i in range(3):  # warm-up, capture
+        trainer.captured_step(order[i * 100:(i + 1) * 100])
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        trainer.captured_step(order[300:400])
+        torch.cuda.synchronize()
+    kernels = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+    ours = _our_kernel_names()
+    foreign = {k for k in kernels if k not in ours and not k.lower().startswith(("memcpy", "memset"))}
+    assert kernels, "the profiler saw no kernels"
+    assert not foreign, f"kernels that are not tritonad's: {sorted(foreign)}"
+
+
+@pytest.mark.parametrize("name,gate", [("mlp", 0.980), ("cnn", 0.992)])
+def test_recipes_reach_their_accuracy(name, gate):
+    _, acc, _ = _bench_run(name)
+    assert acc >= gate, f"{name} reached {acc:.4f} < {gate}"
+
+
+def _bench_run(name):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import bench_mnist
+
+    return bench_mnist.run_tritonad(name, 10, graph=True)
+
+
+def test_predict_gets_200_test_digits_right(tmp_path):
+    """200 MNIST test digits, saved as PNG files of other sizes and both polarities, are read
+    back through `predict`'s preprocessing and classified by a trained cnn."""
+    import gzip
+    import pathlib
+
+    from PIL import Image
+
+    from tritonad.predict import load_digit
+
+    data = pathlib.Path(__file__).resolve().parents[1] / "data" / "mnist"
+    images = np.frombuffer(gzip.open(data / "t10k-images-idx3-ubyte.gz").read(), np.uint8,
+                           offset=16).reshape(-1, 28, 28)
+    labels = np.frombuffer(gzip.open(data / "t10k-labels-idx1-ubyte.gz").read(), np.uint8,
+                           offset=8)
+    td.manual_seed(0)
+    loader = _loader(None, 100)
+    model = models.build("cnn").to("cuda")
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2 * len(loader))
+    trainer = train.Trainer(model, opt, loader, sched, graph=True)
+    for e in range(2):
+        trainer.train_epoch(progress=False)
+    rng = np.random.default_rng(0)
+    pictures = []
+    for i in range(200):
+        side = int(rng.integers(40, 200))
+        img = images[i] if i % 2 else 255 - images[i]
+        path = tmp_path / f"{i}.png"
+        Image.fromarray(img).resize((side, side), Image.BILINEAR).save(path)
+        pictures.append(load_digit(str(path)))
+    x = td.tensor((np.stack(pictures)[:, None] - 0.1307) / 0.3081, device="cuda")
+    model.eval()
+    with td.no_grad():
+        predicted = model(x).argmax(1).numpy()
+    assert (predicted == labels[:200]).mean() >= 0.95

@@ -1,0 +1,4 @@
+"""`python -m tritonad ...`: see tritonad/cli.py."""
+from .cli import main
+
+main()

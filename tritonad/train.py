@@ -1,0 +1,158 @@
+"""Training and evaluation loops for the MNIST recipes (used by the CLI and the benchmarks).
+
+One step = gather the batch from the device-resident dataset, forward, cross-entropy, backward,
+optimizer update, and accumulate loss and accuracy on the device. On a GPU the step is captured
+as a CUDA graph after a short eager warm-up (tritonad.capture); metrics are read back only when
+the progress bar refreshes, so the host never waits for the GPU between steps.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from . import data, models, optim
+from .autodiff import nn_ops
+from .autodiff.grad_mode import no_grad
+from .capture import CapturedStep
+from .tensor import zeros
+
+
+class Progress:
+    """A one-line progress bar: tqdm when it is installed, a plain carriage-return line otherwise."""
+
+    def __init__(self, total, desc, enabled=True, stream=sys.stderr):
+        self.total, self.desc, self.enabled, self.stream = total, desc, enabled, stream
+        self.count, self.postfix = 0, ""
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, file=stream, leave=True, ncols=100,
+                                mininterval=0.25)
+            except ImportError:
+                pass
+
+    def update(self, n, postfix):
+        self.count += n
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix_str(postfix, refresh=False)
+            self.bar.update(n)
+        else:
+            self.stream.write(f"\r{self.desc} {self.count}/{self.total} {postfix}")
+            self.stream.flush()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            self.stream.write("\n")
+
+
+class Trainer:
+    """Trains `model` on a DataLoader with cross-entropy; `graph=True` captures the step."""
+
+    def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2):
+        self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
+        device = loader.images.device
+        self.loss_sum = zeros((), device=device)
+        self.correct = zeros((), dtype="int64", device=device)
+        self.eager_step = self._step
+        self.captured_step = CapturedStep(self._step, warmup=warmup) if graph else None
+
+    def _step(self, index):
+        x, y = self.loader.images[index], self.loader.labels[index]
+        logits = self.model(x)
+        loss = nn_ops.cross_entropy(logits, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        with no_grad():
+            self.loss_sum.add_(loss.detach() * float(index.shape[0]))
+            self.correct.add_((logits.argmax(1) == y).sum())
+        return loss
+
+    def train_epoch(self, epoch=1, epochs=1, progress=True, refresh_seconds=0.25):
+        """One pass over the data; returns {"loss", "accuracy", "images_per_s", "seconds"}."""
+        self.model.train()
+        self.loss_sum.zero_()
+        self.correct.zero_()
+        order = self.loader.permutation()
+        batch = self.loader.batch_size
+        n = self.loader.num_samples
+        full_batches = n // batch
+        bar = Progress(len(self.loader), f"epoch {epoch}/{epochs}", enabled=progress)
+        seen, last_refresh, pending = 0, time.perf_counter(), 0
+        _synchronize()
+        start = time.perf_counter()
+        for b in range(len(self.loader)):
+            index = order[b * batch:(b + 1) * batch]
+            # a captured graph has one batch size: the last, partial batch runs eagerly
+            step = self.captured_step if (self.captured_step and b < full_batches) else \
+                self.eager_step
+            step(index)
+            if self.scheduler is not None:
+                self.scheduler.step()
+                self.optimizer.sync()  # the new learning rate reaches the device before a replay
+            seen += index.shape[0]
+            pending += 1
+            now = time.perf_counter()
+            if progress and (now - last_refresh > refresh_seconds or b == len(self.loader) - 1):
+                loss, acc = self.loss_sum.item() / seen, self.correct.item() / seen
+                rate = seen / (time.perf_counter() - start)
+                bar.update(pending, f"loss {loss:.4f} acc {acc:.4f} {rate:,.0f} img/s")
+                last_refresh, pending = now, 0
+        _synchronize()
+        seconds = time.perf_counter() - start
+        bar.close()
+        return {"loss": self.loss_sum.item() / seen, "accuracy": self.correct.item() / seen,
+                "images_per_s": seen / seconds, "seconds": seconds}
+
+
+def _synchronize():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@no_grad()
+def evaluate(model, loader):
+    """(mean cross-entropy, accuracy) of model over every batch of loader."""
+    was_training = model.training
+    model.eval()
+    device = loader.images.device
+    loss_sum = zeros((), device=device)
+    correct = zeros((), dtype="int64", device=device)
+    for x, y in loader:
+        logits = model(x)
+        loss_sum.add_(nn_ops.cross_entropy(logits, y, reduction="sum"))
+        correct.add_((logits.argmax(1) == y).sum())
+    model.train(was_training)
+    n = loader.num_samples
+    return loss_sum.item() / n, correct.item() / n
+
+
+def make_optimizer(name, params, lr, momentum=0.9):
+    name = name.lower()
+    if name == "sgd":
+        return optim.SGD(params, lr=lr, momentum=momentum)
+    if name == "adam":
+        return optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return optim.AdamW(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
+
+
+def datasets(name, data_dir=None):
+    """(train, test) datasets by name: "mnist" or "fashion-mnist"."""
+    kinds = {"mnist": data.MNIST, "fashion-mnist": data.FashionMNIST}
+    if name not in kinds:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(kinds)}")
+    return kinds[name](data_dir, train=True), kinds[name](data_dir, train=False)
+
+
+def recipe(name):
+    return models.RECIPES[name]
