@@ -443,10 +443,12 @@ def test_gpu_softmax_against_torch(shape, dim, dtype):
     """Forward against torch elementwise; backward against float64 from our own y, because
     dx = dy - exp(y) * sum(dy) over tens of thousands of columns cancels: its elementwise error
     scales with |sum(dy)|, so it is judged normwise and with an absolute bound scaled by that."""
+    torch.manual_seed(0)
     x = (torch.randn(shape, device="cuda") * 5).to(dtype)
     dy = torch.randn(shape, device="cuda").to(dtype)
     fp32 = dtype == torch.float32
-    tol = {"rtol": 1e-5, "atol": 1e-6} if fp32 else {"rtol": 2e-2, "atol": 1e-2}
+    # NOTE: log_softmax = x - lse cancels near 0: its absolute error scales with |x| (up to ~25)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if fp32 else {"rtol": 2e-2, "atol": 1e-2}
     for ours, theirs, back, exact in (
             (kernels.softmax, torch.softmax, kernels.softmax_backward,
              lambda g, s: s * (g - (g * s).sum(dim, keepdim=True))),
