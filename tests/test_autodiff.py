@@ -339,3 +339,28 @@ def test_error_conv_shapes(backend_name):
         F.conv2d(td.ones(1, 1, 3, 3), td.ones(1, 1, 1, 1), stride=0)
     with pytest.raises(ValueError, match="does not match weight"):
         F.conv2d(td.ones(1, 2, 3, 3), td.ones(1, 3, 1, 1))
+
+
+def test_gradients_land_in_optimizer_buffers_without_copies(backend_name):
+    """With an optimizer's flat gradient buffer, a Linear layer's backward writes dW and db
+    straight into it; a weight used twice still gets the sum of both uses."""
+    from tritonad import nn, optim
+
+    layer = nn.Linear(4, 3)
+    optim.SGD(layer.parameters(), lr=0.1)
+    x = td.tensor(arr(5, 4), dtype=td.float32)
+    layer(x).sum().backward()
+    assert layer.weight.grad._data is layer.weight._grad_buffer
+    assert layer.bias.grad._data is layer.bias._grad_buffer
+    assert_close(layer.weight.grad, np.ones((5, 3)).T @ x.numpy(), 1e-5, 1e-6)
+
+    shared = nn.Linear(4, 4)
+    optim.SGD(shared.parameters(), lr=0.1)
+    y = shared(shared(x))
+    y.sum().backward()
+    with td.no_grad(), td.use_backend("numpy"):
+        w, b = shared.weight.numpy(), shared.bias.numpy()
+    h = x.numpy() @ w.T + b
+    g_h = np.ones((5, 4)) @ w
+    expected = np.ones((5, 4)).T @ h + g_h.T @ x.numpy()
+    assert_close(shared.weight.grad, expected, 1e-4, 1e-5)

@@ -262,3 +262,31 @@ def test_gpu_against_torch_combinations():
         for dims in itertools.combinations(range(4), r):
             got = td.get_backend().sum(x, dims)
             torch.testing.assert_close(got, x.sum(dims), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n, c", [(1, 1), (128, 10), (37, 5), (9, 1500)])
+def test_count_correct_matches_reference(n, c):
+    """The fused metric kernel: first argmax (ties included) against the target, added to a
+    counter in place."""
+    rng = np.random.default_rng(n * c)
+    logits = rng.integers(0, 3, size=(n, c)).astype(np.float32)  # many ties
+    target = rng.integers(0, c, size=n)
+    with td.use_backend("triton"):
+        counter = td.full((), 7, dtype=td.int64)
+        td.get_backend().count_correct_(td.tensor(logits).torch(), td.tensor(target).torch(),
+                                        counter.torch())
+    expected = 7 + int((np.argmax(logits, axis=1) == target).sum())
+    assert counter.item() == expected
+
+
+def test_sum_and_matmul_write_into_out():
+    with td.use_backend("triton"):
+        x = td.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+        out = td.empty(4)
+        got = td.get_backend().sum(x.torch(), (0,), out=out.torch())
+        assert got is out.torch() and out.tolist() == [12.0, 15.0, 18.0, 21.0]
+        prod = td.empty(3, 3)
+        td.get_backend().matmul(x.torch(), x.torch().t(), out=prod.torch())
+        np.testing.assert_allclose(prod.numpy(), x.numpy() @ x.numpy().T)
+        with pytest.raises(ValueError, match="out must be"):
+            td.get_backend().sum(x.torch(), (0,), out=td.empty(3).torch())

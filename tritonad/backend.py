@@ -134,9 +134,10 @@ class Backend:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- reductions
-    def sum(self, x, dims=None, keepdim=False, dtype: DType | None = None):
+    def sum(self, x, dims=None, keepdim=False, dtype: DType | None = None, out=None):
         """Sum over dims. Bool and integer inputs sum to int64 (as torch) unless dtype is given;
-        floats keep their dtype, accumulating in float32 at least."""
+        floats keep their dtype, accumulating in float32 at least. out: an existing contiguous
+        array of the result's shape and dtype to write into (the result is returned)."""
         raise NotImplementedError
 
     def mean(self, x, dims=None, keepdim=False):
@@ -161,6 +162,12 @@ class Backend:
         """Variance over dims: sum((x - mean)^2) / (n - correction)."""
         raise NotImplementedError
 
+    def count_correct_(self, logits, target, counter):
+        """counter += the number of rows i where the first largest logits[i] sits at target[i].
+        logits: [N, C] float, target: [N] int, counter: a 1-element int64 array (in place, on
+        the device, so that a training loop counts its accuracy without a host sync)."""
+        raise NotImplementedError
+
     def sum_to(self, x, shape):
         """Sum a broadcast gradient back to `shape` (the engine's un-broadcasting).
 
@@ -176,12 +183,13 @@ class Backend:
         return out.reshape(shape) if lead or tuple(out.shape) != shape else out
 
     # ---------------------------------------------------------------- matmul
-    def matmul(self, a, b, bias=None, activation=None):
+    def matmul(self, a, b, bias=None, activation=None, out=None):
         """a @ b (+ bias) (then activation), one fused kernel where the backend can.
 
         a: [*batch, M, K], b: [*batch, K, N] with identical batch shapes (broadcast batch dims
         come as stride-0), bias: [N] or None, activation: None or "relu". Same floating dtype for
-        all; float32 accumulation; float32 inputs follow `matmul_precision()`. Out: [*batch, M, N].
+        all; float32 accumulation; float32 inputs follow `matmul_precision()`. Out: [*batch, M, N]
+        (written into `out` when given: an existing contiguous array of that shape and dtype).
         """
         raise NotImplementedError
 

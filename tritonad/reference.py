@@ -332,12 +332,12 @@ class NumpyBackend(Backend):
             v = v.astype(np.float32)
         return dtype, v
 
-    def sum(self, x, dims=None, keepdim=False, dtype=None):
+    def sum(self, x, dims=None, keepdim=False, dtype=None, out=None):
         in_dtype, v = self._reduce_in(x)
         if dtype is None:
             dtype = in_dtype if in_dtype.is_floating_point else dtypes.int64
         v = v.astype(compute_dtype(dtype) if dtype.is_floating_point else np.int64, copy=False)
-        return self._new(np.sum(v, axis=dims, keepdims=keepdim), dtype)
+        return self._out(np.sum(v, axis=dims, keepdims=keepdim), dtype, out)
 
     def mean(self, x, dims=None, keepdim=False):
         dtype, v = self._reduce_in(x)
@@ -373,8 +373,14 @@ class NumpyBackend(Backend):
         with np.errstate(all="ignore"):
             return self._new(np.var(v, axis=dims, ddof=correction, keepdims=keepdim), dtype)
 
+    def count_correct_(self, logits, target, counter):
+        hits = np.argmax(to_numpy(logits), axis=1) == to_numpy(target)
+        c = to_numpy(counter)
+        c[...] = c + int(hits.sum())
+        return counter
+
     # matmul -------------------------------------------------------------------------------------
-    def matmul(self, a, b, bias=None, activation=None):
+    def matmul(self, a, b, bias=None, activation=None, out=None):
         dtype = dtypes.get_dtype(a.dtype)
         ct = compute_dtype(dtype)
         y = np.matmul(to_numpy(a).astype(ct, copy=False), to_numpy(b).astype(ct, copy=False))
@@ -384,7 +390,7 @@ class NumpyBackend(Backend):
             y = np.maximum(y, 0)
         elif activation is not None:
             raise ValueError(f"matmul: unknown activation {activation!r}")
-        return self._new(y, dtype)
+        return self._out(y, dtype, out)
 
     # softmax and cross-entropy ------------------------------------------------------------------
     def _softmax_parts(self, x, dim):

@@ -15,6 +15,7 @@ import torch
 from . import data, models, optim
 from .autodiff import nn_ops
 from .autodiff.grad_mode import no_grad
+from .backend import get_backend
 from .capture import CapturedStep
 from .tensor import zeros
 
@@ -59,7 +60,10 @@ class Trainer:
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2):
         self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
         device = loader.images.device
+        # per-step metrics stay on the device: the sum of full batches' mean losses, the partial
+        # batch's summed loss, and the count of correct predictions
         self.loss_sum = zeros((), device=device)
+        self.loss_tail = zeros((), device=device)
         self.correct = zeros((), dtype="int64", device=device)
         self.eager_step = self._step
         self.captured_step = CapturedStep(self._step, warmup=warmup) if graph else None
@@ -72,15 +76,22 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         with no_grad():
-            self.loss_sum.add_(loss.detach() * float(index.shape[0]))
-            self.correct.add_((logits.argmax(1) == y).sum())
+            if index.shape[0] == self.loader.batch_size:
+                self.loss_sum.add_(loss.detach())
+            else:
+                self.loss_tail.add_(loss.detach() * float(index.shape[0]))
+            count_correct_(logits, y, self.correct)
         return loss
+
+    def _mean_loss(self, seen):
+        """Mean loss of the `seen` samples so far (the partial batch, if any, comes last)."""
+        return (self.loss_sum.item() * self.loader.batch_size + self.loss_tail.item()) / seen
 
     def train_epoch(self, epoch=1, epochs=1, progress=True, refresh_seconds=0.25):
         """One pass over the data; returns {"loss", "accuracy", "images_per_s", "seconds"}."""
         self.model.train()
-        self.loss_sum.zero_()
-        self.correct.zero_()
+        for counter in (self.loss_sum, self.loss_tail, self.correct):
+            counter.zero_()
         order = self.loader.permutation()
         batch = self.loader.batch_size
         n = self.loader.num_samples
@@ -102,15 +113,23 @@ class Trainer:
             pending += 1
             now = time.perf_counter()
             if progress and (now - last_refresh > refresh_seconds or b == len(self.loader) - 1):
-                loss, acc = self.loss_sum.item() / seen, self.correct.item() / seen
+                loss, acc = self._mean_loss(seen), self.correct.item() / seen
                 rate = seen / (time.perf_counter() - start)
                 bar.update(pending, f"loss {loss:.4f} acc {acc:.4f} {rate:,.0f} img/s")
                 last_refresh, pending = now, 0
         _synchronize()
         seconds = time.perf_counter() - start
         bar.close()
-        return {"loss": self.loss_sum.item() / seen, "accuracy": self.correct.item() / seen,
+        return {"loss": self._mean_loss(seen), "accuracy": self.correct.item() / seen,
                 "images_per_s": seen / seconds, "seconds": seconds}
+
+
+def count_correct_(logits, target, counter):
+    """counter += how many rows of logits [N, C] have their largest value at target [N]: one
+    kernel, no host sync."""
+    get_backend().count_correct_(logits._data, target._data, counter._data)
+    counter._bump_version()
+    return counter
 
 
 def _synchronize():
@@ -129,7 +148,7 @@ def evaluate(model, loader):
     for x, y in loader:
         logits = model(x)
         loss_sum.add_(nn_ops.cross_entropy(logits, y, reduction="sum"))
-        correct.add_((logits.argmax(1) == y).sum())
+        count_correct_(logits, y, correct)
     model.train(was_training)
     n = loader.num_samples
     return loss_sum.item() / n, correct.item() / n

@@ -42,6 +42,7 @@ class Context:
         self._saved_spec = []
         self._outputs = ()          # (raw, version box) of each output
         self._retained = {}         # output index -> Tensor that called retain_grad()
+        self._destinations = {}     # input position -> leaf gradient buffer (set by the engine)
         self.freed = False
 
     # --- used inside forward --------------------------------------------------------------------
@@ -53,6 +54,13 @@ class Context:
         self._non_differentiable = {id(r) for r in raws}
 
     # --- used inside backward -------------------------------------------------------------------
+    def gradient_buffer(self, position):
+        """Raw memory where the gradient of input `position` will be stored, when the engine can
+        take it there without a copy (a leaf with a preallocated gradient buffer, e.g. from an
+        optimizer's flat buffer, used once in this graph, no create_graph); else None. A backward
+        may write the gradient there directly and return a Tensor of that memory."""
+        return self._destinations.get(position)
+
     @property
     def saved(self):
         """The saved values as Tensors: inputs as the caller's Tensors, outputs as Tensors that
@@ -204,8 +212,9 @@ def _guard_once_differentiable(name, grad):
 
 
 def _graph_order(roots):
-    """Contexts reachable from `roots`, with the number of edges pointing at each (iterative)."""
-    dependencies = {}
+    """Contexts reachable from `roots` with the number of edges pointing at each, and the number
+    of edges pointing at each leaf (iterative: no recursion limit)."""
+    dependencies, leaf_uses = {}, {}
     seen = set()
     stack = [ctx for ctx in roots]
     for ctx in roots:
@@ -216,12 +225,15 @@ def _graph_order(roots):
             continue
         seen.add(id(ctx))
         for edge in ctx.edges:
-            if edge is None or not isinstance(edge[0], Context):
+            if edge is None:
                 continue
             nxt = edge[0]
+            if not isinstance(nxt, Context):
+                leaf_uses[id(nxt)] = leaf_uses.get(id(nxt), 0) + 1
+                continue
             dependencies[nxt] = dependencies.get(nxt, 0) + 1
             stack.append(nxt)
-    return dependencies
+    return dependencies, leaf_uses
 
 
 def _fit_gradient(grad, meta, name, position):
@@ -283,7 +295,8 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
             deliver(t.grad_fn, t._output_index, g)
             roots.append(t.grad_fn)
 
-    dependencies = _graph_order(roots)
+    dependencies, leaf_uses = _graph_order(roots)
+    direct = inputs is None and not create_graph  # may gradients go straight to leaf buffers?
     ready = deque(ctx for ctx in dependencies if dependencies[ctx] == 0)
     with set_grad_enabled(create_graph):
         while ready:
@@ -295,6 +308,12 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
             for index in range(len(ctx._output_meta)):
                 for pos in captures.get((ctx, index), ()):
                     results[pos] = grads_in.get(index)
+            if direct:
+                ctx._destinations = {
+                    i: edge[0]._grad_buffer for i, edge in enumerate(ctx.edges)
+                    if edge is not None and not isinstance(edge[0], Context)
+                    and edge[0]._grad_buffer is not None and edge[0].grad is None
+                    and leaf_uses.get(id(edge[0])) == 1 and id(edge[0]) not in leaf_grads}
             grads = _call_backward(ctx, grads_in, create_graph)
             if not retain_graph:
                 ctx.freed = True
@@ -362,6 +381,9 @@ def _accumulate_leaf(leaf, grad, create_graph, handed_out):
         return
     if leaf.grad is not None:
         get_backend().add(leaf.grad._data, grad._data, out=leaf.grad._data)
+        return
+    if leaf._grad_buffer is not None and grad._data is leaf._grad_buffer:
+        leaf.grad = grad  # the backward wrote it in place (Context.gradient_buffer)
         return
     if leaf._grad_buffer is not None:
         leaf.grad = Tensor._wrap(get_backend().copy_(leaf._grad_buffer, grad._data))

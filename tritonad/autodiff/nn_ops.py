@@ -101,8 +101,16 @@ class Linear(Function):
         x, w, y = ctx.saved
         dz = ReluBackward.apply(dy, y) if ctx.activation == "relu" else dy
         dx = matmul(dz, w) if ctx.needs_input_grad[0] else None
-        dw = matmul(dz.transpose(0, 1), x) if ctx.needs_input_grad[1] else None
-        db = dz.sum(0) if ctx.needs_input_grad[2] else None
+        dw = db = None
+        # a weight/bias gradient goes straight into an optimizer's flat gradient buffer when the
+        # engine offers it (no copy kernel); otherwise through the differentiable ops
+        if ctx.needs_input_grad[1]:
+            buffer = ctx.gradient_buffer(1)
+            dw = matmul(dz.transpose(0, 1), x) if buffer is None else \
+                Tensor._wrap(_b().matmul(dz._data.t(), x._data, out=buffer))
+        if ctx.needs_input_grad[2]:
+            buffer = ctx.gradient_buffer(2)
+            db = dz.sum(0) if buffer is None else Tensor._wrap(_b().sum(dz._data, (0,), out=buffer))
         return dx, dw, db, None
 
 

@@ -568,18 +568,24 @@ def _check(a, b, bias, activation):
     return a, b
 
 
-def matmul(a, b, bias=None, activation=None):
+def matmul(a, b, bias=None, activation=None, out=None):
     """act(a @ b + bias) in one kernel (two with split-K).
 
     a: [*batch, M, K], b: [*batch, K, N] (any strides; broadcast batch dims as stride 0),
     bias: [N] or None, activation: None or "relu"; one floating dtype for all. float32 inputs
     follow td.set_matmul_precision ("highest": exact IEEE fp32, "high": TF32); fp16/bf16
     multiply on tensor cores; everything accumulates in float32 (float64 in float64).
-    Returns a new contiguous [*batch, M, N] array of the inputs' dtype.
+    Returns a new contiguous [*batch, M, N] array of the inputs' dtype, or `out` filled in.
     """
     a, b = _check(a, b, bias, activation)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    out = empty(tuple(a.shape[:-2]) + (M, N), a.dtype, a.device)
+    shape = tuple(a.shape[:-2]) + (M, N)
+    if out is None:
+        out = empty(shape, a.dtype, a.device)
+    elif tuple(out.shape) != shape or out.dtype != a.dtype or not out.is_contiguous() \
+            or out.device != a.device:
+        raise ValueError(f"matmul: out must be a contiguous {shape} {dtype_of(a).name} array on "
+                         f"{a.device}, got {tuple(out.shape)} {dtype_of(out).name}")
     if out.numel() == 0:
         return out
     kind = _kind(a.dtype)

@@ -32,7 +32,7 @@ from .. import dtypes
 from .elementwise import INT32_LIMIT, cast_for_store, collapse, copy_
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 
-PRIMITIVES = ("sum", "mean", "max", "min", "argmax", "argmin", "var")
+PRIMITIVES = ("sum", "mean", "max", "min", "argmax", "argmin", "var", "count_correct_")
 
 TILE, ARG_TILE = 4096, 2048    # elements of the accumulator tile (arg ops carry an index too)
 INTERPRET_TILE = 1 << 15       # the interpreter pays per op, not per element: large tiles
@@ -338,9 +338,10 @@ def _value_acc(dtype):
     return tl.int64 if dtype is dtypes.int64 else tl.int32
 
 
-def sum(x, dims=None, keepdim=False, dtype=None):
+def sum(x, dims=None, keepdim=False, dtype=None, out=None):
     """Sum over dims. x: [any shape], any strides. Bool and integer inputs sum to int64 unless
-    dtype is given; floats keep their dtype, accumulating in float32 at least."""
+    dtype is given; floats keep their dtype, accumulating in float32 at least. `out`: an
+    existing contiguous array of the result's shape and dtype to write into."""
     in_dtype = dtype_of(x)
     if dtype is None:
         dtype = in_dtype if in_dtype.is_floating_point else dtypes.int64
@@ -348,7 +349,12 @@ def sum(x, dims=None, keepdim=False, dtype=None):
     acc = (tl.float64 if dtype is dtypes.float64 else tl.float32) if dtype.is_floating_point \
         else tl.int64
     dims = _normalise("sum", x, dims)
-    out = torch.empty(_out_shape(x, dims, keepdim), dtype=dtype.torch, device=x.device)
+    shape = _out_shape(x, dims, keepdim)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype.torch, device=x.device)
+    elif tuple(out.shape) != tuple(shape) or out.dtype != dtype.torch or not out.is_contiguous():
+        raise ValueError(f"sum: out must be a contiguous {tuple(shape)} {dtype.name} array, got "
+                         f"{tuple(out.shape)} {dtype_of(out).name}")
     _reduce("sum", x, dims, out, acc)
     return out
 
@@ -422,3 +428,51 @@ def argmax(x, dim=None, keepdim=False):
 def argmin(x, dim=None, keepdim=False):
     """int64 index of the first smallest value along dim (the first NaN, if any)."""
     return _arg("argmin", x, dim, keepdim)
+
+
+@triton.jit
+def _count_correct_kernel(logits_ptr, target_ptr, counter_ptr, n_rows, n_cols,
+                          stride_lr, stride_lc, stride_t,
+                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # One program: BLOCK_R rows. Each row's first largest logit (NOTE: NaN is taken as +inf) is
+    # compared with the row's target; the program adds its hits to the counter atomically.
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < n_rows
+    row_off = rows.to(tl.int64) * stride_lr
+    best = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    best_at = tl.zeros([BLOCK_R], tl.int64)
+    for start in range(0, n_cols, BLOCK_C):
+        cols = start + tl.arange(0, BLOCK_C)
+        ok = row_ok[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(logits_ptr + row_off[:, None] + cols[None, :] * stride_lc, mask=ok,
+                    other=float("-inf")).to(tl.float32)
+        x = tl.where(x != x, float("inf"), x)
+        m = tl.max(x, axis=1)
+        first = tl.min(tl.where((x == m[:, None]) & ok, cols[None, :], n_cols), axis=1)
+        better = m > best  # strictly: an earlier block keeps its ties
+        best_at = tl.where(better, first.to(tl.int64), best_at)
+        best = tl.where(better, m, best)
+    target = tl.load(target_ptr + rows * stride_t, mask=row_ok, other=-1).to(tl.int64)
+    hits = tl.sum((row_ok & (best_at == target)).to(tl.int64), axis=0)
+    tl.atomic_add(counter_ptr, hits)
+
+
+def count_correct_(logits, target, counter):
+    """counter += number of rows whose first largest logit is at the target: one launch, no
+    host sync. logits: [N, C] float (any strides), target: [N] int, counter: 1 int64 element."""
+    if logits.dim() != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"count_correct_: expected logits [N, C] and target [N], got "
+                         f"{tuple(logits.shape)} and {tuple(target.shape)}")
+    if counter.numel() != 1 or counter.dtype != torch.int64:
+        raise ValueError(f"count_correct_: counter must be one int64 element, got "
+                         f"{tuple(counter.shape)} {dtype_of(counter).name}")
+    n, c = logits.shape
+    if n == 0:
+        return counter
+    block_c = next_power_of_2(c) if 0 < c < 1024 else 1024
+    block_r = 256 if INTERPRET else (64 if block_c <= 64 else 4096 // block_c)
+    _count_correct_kernel[(cdiv(n, block_r),)](
+        logits, target, counter, n, c, logits.stride(0), logits.stride(1), target.stride(0),
+        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+    return counter
+
