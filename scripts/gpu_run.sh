@@ -27,6 +27,9 @@ for step in "$@"; do
         cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
         bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
+        mnist-*)      run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench" --models "${step#mnist-}" --skip-compile --skip-numpy ;;
+        profile)      run profile 200 python3 benchmarks/profile_host.py ;;
+        sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
     esac
