@@ -160,6 +160,32 @@ def test_conv2d_channel_inner_tiles_and_split_k(algo, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("pack, channels_last", [(False, False), (True, True)])
+def test_conv2d_operand_layouts(pack, channels_last, monkeypatch):
+    """The implicit GEMM with the weights read in place or packed K-major, and the gathered
+    source read NCHW or copied channels-last first (strided x and dy included)."""
+    monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
+    monkeypatch.setattr(conv, "PACK_WEIGHTS", pack)
+    monkeypatch.setattr(conv, "CHANNELS_LAST", channels_last)
+    _check_conv(2, 16, 5, 6, 17, 3, stride=(1, 2), padding=1, dilation=1)
+    _check_conv(1, 32, 4, 4, 16, 2, stride=2, padding=0, dilation=2, groups=2, bias=False)
+    ref = NumpyBackend()
+    x = random_array((2, 5, 6, 16), low=-1, high=1).permute(0, 3, 1, 2)  # [2, 16, 5, 6]
+    w = random_array((16, 16, 3, 3), low=-1, high=1, seed=1)
+    dy = random_array((2, 5, 6, 16), low=-1, high=1, seed=2).permute(0, 3, 1, 2)
+    got = conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), (1, 1))
+    want = ref.conv2d_backward(dy.double(), x.double(), w.double(), (1, 1), (1, 1), (1, 1))
+    for name, g, e in zip(("dx", "dw", "db"), got, want):
+        assert_close(g, e, 1e-4, 1e-5, name=name)
+
+
+def test_conv2d_weight_grad_rows_wider_than_a_block(monkeypatch):
+    """Output rows wider than the weight gradient's pixel block: rows split in column blocks."""
+    monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
+    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    _check_conv(1, 2, 3, 70, 3, 3, stride=1, padding=1, dilation=1, grads=(False, True, True))
+
+
 def test_conv2d_mnist_like_first_layer(algo, monkeypatch):
     """C_in = 1, k5 p2 (K = 25 fits one tile) with the batch split across programs."""
     monkeypatch.setattr(conv, "DW_SPLIT", 2)
@@ -327,6 +353,31 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
     finally:
         td.set_matmul_precision("highest")
     want = _torch_conv_grads(x, w, b, dy, (1, 1), (pad, pad))
+    limit = 1e-4 if precision == "highest" else 1e-2
+    for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pack, channels_last", [(False, False), (True, True)])
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_gpu_conv_operand_layouts(pack, channels_last, precision, monkeypatch):
+    """The implicit GEMM's layout knobs at the MNIST conv2 shape, both precisions."""
+    monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
+    monkeypatch.setattr(conv, "PACK_WEIGHTS", pack)
+    monkeypatch.setattr(conv, "CHANNELS_LAST", channels_last)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand((100, 32, 14, 14), device="cuda", generator=gen) * 2 - 1
+    w = (torch.rand((64, 32, 5, 5), device="cuda", generator=gen) * 2 - 1) / 32 ** 0.5
+    b = torch.rand(64, device="cuda", generator=gen)
+    td.set_matmul_precision(precision)
+    try:
+        y = conv.conv2d(x, w, b, (1, 1), (2, 2), (1, 1))
+        dy = torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1
+        got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (2, 2), (1, 1))
+    finally:
+        td.set_matmul_precision("highest")
+    want = _torch_conv_grads(x, w, b, dy, (1, 1), (2, 2))
     limit = 1e-4 if precision == "highest" else 1e-2
     for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))

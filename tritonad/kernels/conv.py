@@ -22,11 +22,23 @@ Two ways to run them, both kept and tested:
   order afterwards (deterministic, no atomics), with the bias gradient fused in.
 CONV_ALGO picks one ("auto" chooses per direction by the rules in `_algorithm`).
 
-GEMM orientation: output pixels run along the tile's last axis, because in NCHW they are the
-contiguous axis: loads of x / dy and stores of y / dx are then coalesced. Gathered tiles with
-C_src >= 16 walk K as (i, j) outer, channel blocks inner ("channel-inner": the spatial offset and
-bounds test are per pixel, not per element); with few channels (the MNIST input, C = 1) K is the
-flat (c, i, j) index so that a K = 25 problem is one 32-wide tile, not 25 mostly-empty ones.
+GEMM orientation (what makes the implicit kernels fast on Hopper):
+- forward / input gradient: acc[pixels, out channels] = X_col^T[pixels, K] @ W^T[K, channels].
+  Pixels are M (thousands: enough programs), the gathered tile is the A operand and the weights
+  the B operand. The weights are first copied K-major ([Co, kh, kw, C] for the forward,
+  [C, kh, kw, Co] for dx; PACK_WEIGHTS), so B loads are 16-byte vectors and tf32 / half dots
+  lower to wgmma. CHANNELS_LAST also copies the gathered source to NHWC so that A loads are
+  vectors too (a copy pass of the activations; measured by benchmarks/sweep_conv.py).
+- weight gradient: acc[Co, K columns] = dY[Co, pixels] @ X_col[pixels, K]: both operands are
+  K-major (pixel-contiguous) in NCHW as they stand.
+- index arithmetic: the per-pixel (n, p, q) decomposition runs once per program, outside the K
+  loop; inside it a tap adds scalar offsets. The weight gradient walks its pixels in blocks of
+  whole output rows of one image, so a pixel's (p, q) is a shift and a mask (BLOCK_Q, a power
+  of two >= the row width), never a division per element.
+Gathered tiles with C_src >= 16 walk K as (i, j) outer, channel blocks inner ("channel-inner":
+the spatial offset and bounds test are per pixel, not per element); with few channels (the
+MNIST input, C = 1) K is the flat (c, i, j) index so that a K = 25 problem is one 32-wide tile,
+not 25 mostly-empty ones.
 
 NOTE: products accumulate in float32 (tl.dot); float32 inputs multiply in IEEE float32 or TF32
 as matmul_precision() says, float16 / bfloat16 on their tensor cores; results are rounded once.
@@ -51,6 +63,8 @@ CONV_ALGO = "auto"       # "auto" | "im2col" | "implicit"
 DW_SPLIT = None          # split-K count of the implicit weight gradient; None: sized to the GPU
 CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K channel-inner
 AUTOTUNE = True          # False: the first config of each family, no tuning (quick GPU tests)
+PACK_WEIGHTS = True      # channel-inner implicit GEMM: weights copied K-major first (vector loads)
+CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied to NHWC first
 _ALGOS = ("auto", "im2col", "implicit")
 
 
@@ -61,7 +75,8 @@ _ALGOS = ("auto", "im2col", "implicit")
 def _source_coord(base, shift, DIV, SIZE, TRANSPOSED: tl.constexpr):
     """Coordinate in the source of tap `shift` for a pixel whose window starts at `base`, and
     whether it exists: forward t = base + shift inside [0, SIZE); transposed (t / DIV) exact and
-    inside. NOTE: t is clamped at 0 before dividing so no negative number is ever divided."""
+    inside. NOTE: t is clamped at 0 before dividing so no negative number is ever divided; with
+    DIV = 1 (specialised to a constant) the division folds away."""
     t = base + shift
     if TRANSPOSED:
         coord = tl.maximum(t, 0) // DIV
@@ -72,44 +87,46 @@ def _source_coord(base, shift, DIV, SIZE, TRANSPOSED: tl.constexpr):
     return coord, ok
 
 
-# Shape and stride arguments that differ from layer to layer are not specialised (every
-# specialisation is one more compilation of every autotuning config); unit strides and taps are.
-_GEMM_SIZES = ["N_IMG", "M", "K_CH", "SRC_H", "SRC_W", "OUT_H", "OUT_W", "stride_sn", "stride_sc",
-               "stride_sh", "stride_wm", "stride_wk", "stride_wi", "stride_on", "stride_om",
-               "stride_oh"]
-_WGRAD_SIZES = ["N_IMG", "C_OUT", "C_IN", "H", "W", "OUT_H", "OUT_W", "CHUNK", "stride_dn",
-                "stride_dc", "stride_dh", "stride_xn", "stride_xc", "stride_xh", "stride_ws",
-                "stride_wo", "stride_wc", "stride_wi", "stride_bs"]
+# Spatial sizes that differ from layer to layer are not specialised (every specialisation is
+# one more compilation of every autotuning config). Channel counts and strides are: a unit
+# stride, strides and channel bounds divisible by 16 (packed weights, channels-last) are what
+# lets the compiler prove 16-byte vector loads.
+_GEMM_SIZES = ["N_IMG", "SRC_H", "SRC_W", "OUT_H", "OUT_W"]
+_WGRAD_SIZES = ["N_IMG", "H", "W", "OUT_H", "OUT_W"]
 
 
 @triton.jit(do_not_specialize=_GEMM_SIZES)
 def _conv_gemm_kernel(
         src_ptr, w_ptr, bias_ptr, out_ptr,
-        N_IMG, M, K_CH, SRC_H, SRC_W, OUT_H, OUT_W, KH, KW,
+        N_IMG, K_CH, N_CH, SRC_H, SRC_W, OUT_H, OUT_W, KH, KW,
         stride_sn, stride_sc, stride_sh, stride_sw,
-        stride_wm, stride_wk, stride_wi, stride_wj,
-        stride_on, stride_om, stride_oh, stride_ow, stride_bias,
+        stride_wk, stride_wn, stride_wi, stride_wj,
+        stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
         MUL_H, MUL_W, OFF_H, OFF_W, DIL_H, DIL_W, DIV_H, DIV_W,
         HAS_BIAS: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNEL_INNER: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # out[n, m, p, q] = bias[m] + sum_{k,i,j} w[m, k, i, j] * src[n, k, y(p, i), x(q, j)] with
-    # y = (p*MUL + OFF + i*DIL) / DIV (forward: x gathered; transposed: dy gathered for dx).
-    # One program: a [BLOCK_M channels, BLOCK_N output pixels] tile; pixels are (n, p, q) flat.
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    # out[n, c, p, q] = bias[c] + sum_{k,i,j} src[n, k, y(p, i), x(q, j)] * wk[k, c, i, j] with
+    # y = (p*MUL + OFF + i*DIL) / DIV (forward: x gathered, wk = w^T; transposed: dy gathered for
+    # dx, wk = w). One program: a [BLOCK_M output pixels (n, p, q) flat, BLOCK_N channels] tile.
+    # Pixels are the GEMM's M: the gathered tile is the A operand, the weights the B operand
+    # [K, N] (K-major in memory when packed), which lets Hopper use wgmma for tf32/half types.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_p = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N_CH
     plane = OUT_H * OUT_W
-    pix_ok = offs_p < N_IMG * plane
-    img = offs_p // plane
-    rem = offs_p - img * plane
+    pix_ok = offs_m < N_IMG * plane
+    # the per-pixel decomposition: once per program, outside the K loop
+    img = offs_m // plane
+    rem = offs_m - img * plane
     p = rem // OUT_W
     q = rem - p * OUT_W
     base_y = p * MUL_H + OFF_H
     base_x = q * MUL_W + OFF_W
-    src_img = src_ptr + img.to(tl.int64) * stride_sn
+    src_pix = src_ptr + img.to(tl.int64) * stride_sn
+    w_cols = w_ptr + offs_n * stride_wn
     taps = KH * KW
     if CHANNEL_INNER:
         ch_blocks = tl.cdiv(K_CH, BLOCK_K)
@@ -120,7 +137,7 @@ def _conv_gemm_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for it in range(0, n_iter):
         if CHANNEL_INNER:
-            # one tap (i, j) and a block of channels: bounds and offsets are per pixel
+            # one tap (i, j) and a block of channels: coordinates and bounds are per pixel
             tap = it // ch_blocks
             i = tap // KW
             j = tap - i * KW
@@ -128,46 +145,42 @@ def _conv_gemm_kernel(
             ch_ok = ch < K_CH
             y, y_ok = _source_coord(base_y, i * DIL_H, DIV_H, SRC_H, TRANSPOSED)
             x, x_ok = _source_coord(base_x, j * DIL_W, DIV_W, SRC_W, TRANSPOSED)
-            b_ptrs = src_img[None, :] + ch[:, None] * stride_sc + \
-                (y * stride_sh + x * stride_sw)[None, :]
-            b_mask = ch_ok[:, None] & (pix_ok & y_ok & x_ok)[None, :]
-            a_ptrs = w_ptr + offs_m[:, None] * stride_wm + ch[None, :] * stride_wk + \
-                i * stride_wi + j * stride_wj
-            a_mask = m_ok[:, None] & ch_ok[None, :]
+            a_ptrs = (src_pix + y * stride_sh + x * stride_sw)[:, None] + \
+                (ch * stride_sc)[None, :]
+            a_mask = (pix_ok & y_ok & x_ok)[:, None] & ch_ok[None, :]
+            b_ptrs = w_cols[None, :] + (ch * stride_wk + i * stride_wi + j * stride_wj)[:, None]
         else:
             # flat k = (channel, i, j): every element has its own tap
             k = it * BLOCK_K + tl.arange(0, BLOCK_K)
-            k_ok = k < K_CH * taps
+            ch_ok = k < K_CH * taps
             ch = k // taps
             tap = k - ch * taps
             i = tap // KW
             j = tap - i * KW
-            y, y_ok = _source_coord(base_y[None, :], (i * DIL_H)[:, None], DIV_H, SRC_H, TRANSPOSED)
-            x, x_ok = _source_coord(base_x[None, :], (j * DIL_W)[:, None], DIV_W, SRC_W, TRANSPOSED)
-            b_ptrs = src_img[None, :] + (ch * stride_sc)[:, None] + y * stride_sh + x * stride_sw
-            b_mask = k_ok[:, None] & pix_ok[None, :] & y_ok & x_ok
-            a_ptrs = w_ptr + offs_m[:, None] * stride_wm + \
-                (ch * stride_wk + i * stride_wi + j * stride_wj)[None, :]
-            a_mask = m_ok[:, None] & k_ok[None, :]
+            y, y_ok = _source_coord(base_y[:, None], (i * DIL_H)[None, :], DIV_H, SRC_H, TRANSPOSED)
+            x, x_ok = _source_coord(base_x[:, None], (j * DIL_W)[None, :], DIV_W, SRC_W, TRANSPOSED)
+            a_ptrs = src_pix[:, None] + (ch * stride_sc)[None, :] + y * stride_sh + x * stride_sw
+            a_mask = pix_ok[:, None] & ch_ok[None, :] & y_ok & x_ok
+            b_ptrs = w_cols[None, :] + (ch * stride_wk + i * stride_wi + j * stride_wj)[:, None]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        b = tl.load(b_ptrs, mask=ch_ok[:, None] & n_ok[None, :], other=0.0)
         if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong; products are exact in fp32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc=acc, input_precision=INPUT_PRECISION)
 
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_m * stride_bias, mask=m_ok, other=0.0)
-        acc += bias.to(tl.float32)[:, None]
-    out_ptrs = out_ptr + (img.to(tl.int64) * stride_on + p * stride_oh + q * stride_ow)[None, :] \
-        + offs_m[:, None] * stride_om
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & pix_ok[None, :])
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0)
+        acc += bias.to(tl.float32)[None, :]
+    out_ptrs = out_ptr + (img.to(tl.int64) * stride_on + p * stride_oh + q * stride_ow)[:, None] \
+        + (offs_n * stride_oc)[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=pix_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit(do_not_specialize=_WGRAD_SIZES)
 def _conv_wgrad_kernel(
         dy_ptr, x_ptr, dw_ptr, db_ptr,
-        N_IMG, C_OUT, C_IN, H, W, OUT_H, OUT_W, KH, KW, CHUNK,
+        N_IMG, C_OUT, C_IN, H, W, OUT_H, OUT_W, KH, KW,
         stride_dn, stride_dc, stride_dh, stride_dv,
         stride_xn, stride_xc, stride_xh, stride_xw,
         stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
@@ -175,10 +188,14 @@ def _conv_wgrad_kernel(
         SH, SW, PH, PW, DH, DW,
         HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # dw[s, o, c, i, j] = sum over pixels (n, p, q) of chunk s of dy[n, o, p, q] * x[n, c, y, x],
-    # y = p*SH - PH + i*DH; db[s, o] = the same chunk's sum of dy (programs of the first column
-    # tile only). One program: a [BLOCK_M out channels, BLOCK_N (c, i, j) columns] tile, chunk s.
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        BLOCK_Q: tl.constexpr):
+    # dw[s, o, c, i, j] = sum over the pixels (n, p, q) of split s of dy[n, o, p, q] * x[n, c, y, x]
+    # with y = p*SH - PH + i*DH; db[s, o] = the same pixels' sum of dy (programs of the first
+    # column tile only). One program: a [BLOCK_M out channels, BLOCK_N (c, i, j) columns] tile
+    # of split s. The pixels (the GEMM's K) come in blocks of BLOCK_K // BLOCK_Q whole output
+    # rows x BLOCK_Q columns of one image, so a pixel's (p, q) is a shift and a mask of its
+    # place in the block: no division per element. Split s takes an even share of the blocks.
     pid = tl.program_id(0)
     split = tl.program_id(1)
     taps = KH * KW
@@ -197,7 +214,6 @@ def _conv_wgrad_kernel(
         j = tap - i * KW
         ch = (pid_n - tap * ch_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = ch < C_IN
-        dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
     else:  # columns: flat (c, i, j)
         k = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = k < C_IN * taps
@@ -205,55 +221,79 @@ def _conv_wgrad_kernel(
         tap = k - ch * taps
         i = tap // KW
         j = tap - i * KW
-        dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
+    dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
     shift_h = i * DH - PH
     shift_w = j * DW - PW
-    col_off = ch * stride_xc
+    dy_rows = dy_ptr + offs_m * stride_dc
+    x_cols = x_ptr + ch * stride_xc
 
-    plane = OUT_H * OUT_W
-    p_lo = split * CHUNK
-    p_hi = tl.minimum(p_lo + CHUNK, N_IMG * plane)
+    ROWS: tl.constexpr = BLOCK_K // BLOCK_Q
+    row_blocks = tl.cdiv(OUT_H, ROWS)
+    col_blocks = tl.cdiv(OUT_W, BLOCK_Q)
+    per_image = row_blocks * col_blocks
+    units = N_IMG * per_image
+    share = tl.cdiv(units, tl.num_programs(1))
+    u_lo = split * share
+    u_hi = tl.minimum(u_lo + share, units)
+    dp = tl.arange(0, BLOCK_K) // BLOCK_Q   # a power of two: shifts and masks
+    dq = tl.arange(0, BLOCK_K) % BLOCK_Q
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for start in range(p_lo, p_hi, BLOCK_K):
-        offs_p = start + tl.arange(0, BLOCK_K)
-        p_ok = offs_p < p_hi
-        img = offs_p // plane
-        rem = offs_p - img * plane
-        p = rem // OUT_W
-        q = rem - p * OUT_W
-        img64 = img.to(tl.int64)
-        a_ptrs = dy_ptr + (img64 * stride_dn + p * stride_dh + q * stride_dv)[None, :] + \
-            offs_m[:, None] * stride_dc
+    db_acc = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)  # summed over pixels at the end
+    for u in range(u_lo, u_hi):
+        n = u // per_image
+        r = u - n * per_image
+        rb = r // col_blocks
+        p = rb * ROWS + dp
+        q = (r - rb * col_blocks) * BLOCK_Q + dq
+        p_ok = (p < OUT_H) & (q < OUT_W)
+        a_ptrs = dy_rows[:, None] + (n.to(tl.int64) * stride_dn + p * stride_dh +
+                                     q * stride_dv)[None, :]
         a = tl.load(a_ptrs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
-        # the x_col tile, loaded as [columns, pixels] (pixels contiguous) and transposed for dot
+        # the x_col tile [pixels, columns]: pixels are K
+        x_img = n.to(tl.int64) * stride_xn
         if CHANNEL_INNER:
             y = p * SH + shift_h
             x = q * SW + shift_w
             pix_ok = p_ok & (y >= 0) & (y < H) & (x >= 0) & (x < W)
-            b_ptrs = x_ptr + (img64 * stride_xn + y * stride_xh + x * stride_xw)[None, :] + \
-                col_off[:, None]
-            b_mask = col_ok[:, None] & pix_ok[None, :]
+            b_ptrs = (x_img + y * stride_xh + x * stride_xw)[:, None] + x_cols[None, :]
+            b_mask = pix_ok[:, None] & col_ok[None, :]
         else:
-            y = p[None, :] * SH + shift_h[:, None]
-            x = q[None, :] * SW + shift_w[:, None]
-            b_ptrs = x_ptr + (img64 * stride_xn)[None, :] + col_off[:, None] + \
-                y * stride_xh + x * stride_xw
-            b_mask = col_ok[:, None] & p_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
+            y = (p * SH)[:, None] + shift_h[None, :]
+            x = (q * SW)[:, None] + shift_w[None, :]
+            b_ptrs = x_cols[None, :] + x_img + y * stride_xh + x * stride_xw
+            b_mask = p_ok[:, None] & col_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         if HAS_BIAS_GRAD:
-            db_acc += tl.sum(a.to(tl.float32), axis=1)
+            db_acc += a.to(tl.float32)
         if DOT_FP32:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, tl.trans(b), acc=acc, input_precision=INPUT_PRECISION)
+        acc = tl.dot(a, b, acc=acc, input_precision=INPUT_PRECISION)
 
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         dw_cols[None, :]
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
     if HAS_BIAS_GRAD:
         tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
-                 db_acc.to(db_ptr.dtype.element_ty), mask=m_ok & (offs_m * 0 + pid_n == 0))
+                 tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
+                 mask=m_ok & (offs_m * 0 + pid_n == 0))
+
+
+@triton.jit
+def _channels_last_kernel(src_ptr, out_ptr, C, HW, W,
+                          stride_sn, stride_sc, stride_sh, stride_sw,
+                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    # out[n, (h, w), c] = src[n, c, h, w]: [N, C, H, W] (any strides) to contiguous [N, H*W, C].
+    # Used for the activations (channels-last gathers) and to pack weights K-major.
+    # One program: [BLOCK_P pixels, BLOCK_C channels] of image n.
+    pix = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    ch = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    n = tl.program_id(2).to(tl.int64)
+    h = pix // W
+    ok = (pix < HW)[:, None] & (ch < C)[None, :]
+    v = tl.load(src_ptr + n * stride_sn + (h * stride_sh + (pix - h * W) * stride_sw)[:, None] +
+                (ch * stride_sc)[None, :], mask=ok)
+    tl.store(out_ptr + n * HW * C + (pix * C)[:, None] + ch[None, :], v, mask=ok)
 
 
 @triton.jit
@@ -458,53 +498,75 @@ def _autotune_options():
     return {"cache_results": True} if "cache_results" in params else {}
 
 
-def _gemm_configs(block_m, max_k, precision):
-    """Configs for _conv_gemm_kernel. BLOCK_M is fixed by the channel count (the smallest power
-    of two >= 16 covering it, at most 128); pixels per tile, K step, warps and stages are tuned.
-    Few configs: every one costs seconds of compilation (the FMA path of "ieee" the most)."""
+# Config menus, GEMM: (BLOCK_M pixels, K step, warps, stages); weight gradient: (K step in
+# pixels, warps, stages). Few configs: every one costs seconds of compilation (the FMA path of
+# "ieee" the most) and the first epoch pays for them. benchmarks/sweep_conv.py swaps these
+# tables for wider ones to time the space on a GPU.
+GEMM_MENU = {
+    "ieee": [(64, 16, 4, 2), (128, 16, 4, 2), (128, 32, 8, 2)],   # CUDA-core FMA
+    "tf32": [(128, 32, 4, 3), (64, 32, 4, 4), (128, 32, 8, 3)],   # wgmma, cp.async pipelined
+    "half": [(128, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 3)],
+}
+WGRAD_MENU = {
+    "ieee": [(32, 4, 2), (16, 4, 2), (64, 8, 2)],
+    "tf32": [(32, 4, 4), (64, 8, 3), (128, 8, 3)],
+    "half": [(64, 4, 3), (64, 8, 3), (128, 8, 3)],
+}
+
+
+def _menu_kind(precision, dtype):
+    return "half" if dtype in (torch.float16, torch.bfloat16) else precision
+
+
+def _gemm_configs(block_n, max_k, single, kind):
+    """Configs for _conv_gemm_kernel. BLOCK_N (output channels) is fixed by the channel count
+    (the smallest power of two >= 16 covering it, at most 128); the pixels per tile (BLOCK_M),
+    the K step, warps and stages are tuned. A K that fits one step is not pipelined (software
+    pipelining a one-trip loop only duplicates its address arithmetic)."""
     if INTERPRET:
-        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": 128, "BLOCK_K": min(32, max_k)},
+        return [triton.Config({"BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": min(32, max_k)},
                               num_warps=4, num_stages=1)]
-    if precision == "ieee":   # CUDA-core FMA: per-thread work and register use decide
-        shapes = [(128, 16, 4, 2), (128, 32, 8, 2), (64, 32, 4, 2)]
-    else:                     # tensor cores, cp.async pipelined
-        shapes = [(128, 32, 4, 3), (64, 32, 4, 4), (256, 32, 8, 3), (128, 64, 8, 3)]
     configs = {}
-    for bn, bk, warps, stages in shapes:
-        bk = min(bk, max_k)
-        configs[bn, bk, warps, stages] = triton.Config(
-            {"BLOCK_M": block_m, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=warps,
+    for bm, bk, warps, stages in GEMM_MENU[kind]:
+        if bk >= max_k:
+            bk, stages = max_k, (1 if single else stages)
+        configs[bm, bk, warps, stages] = triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": block_n, "BLOCK_K": bk}, num_warps=warps,
             num_stages=stages)
     return list(configs.values())
 
 
-def _wgrad_configs(block_m, block_n, precision):
-    """Configs for _conv_wgrad_kernel: the tile is fixed by the channel counts, the K step (a
-    run of pixels), warps and stages are tuned."""
+def _wgrad_configs(block_m, block_n, block_q, kind):
+    """Configs for _conv_wgrad_kernel: the tile is fixed by the channel counts; the K step (a
+    block of BLOCK_K // BLOCK_Q output rows of BLOCK_Q pixels), warps and stages are tuned."""
     if INTERPRET:
-        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 64},
-                              num_warps=4, num_stages=1)]
-    shapes = [(32, 4, 2), (64, 8, 2)] if precision == "ieee" else \
-        [(32, 4, 4), (64, 4, 3), (64, 8, 3)]
-    return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk},
-                          num_warps=warps, num_stages=stages) for bk, warps, stages in shapes]
+        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 64,
+                               "BLOCK_Q": min(block_q, 64)}, num_warps=4, num_stages=1)]
+    configs = {}
+    for bk, warps, stages in WGRAD_MENU[kind]:
+        bk = max(bk, 16)
+        configs[bk, warps, stages] = triton.Config(
+            {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk, "BLOCK_Q": min(block_q, bk)},
+            num_warps=warps, num_stages=stages)
+    return list(configs.values())
 
 
-def _tuned(kernel_name, block_m, block_x, precision):
-    return _tuned_family(kernel_name, block_m, block_x, precision, AUTOTUNE)
+def _tuned(kernel_name, block_a, block_b, block_c, kind):
+    return _tuned_family(kernel_name, block_a, block_b, block_c, kind, AUTOTUNE)
 
 
 @functools.lru_cache(maxsize=None)
-def _tuned_family(kernel_name, block_m, block_x, precision, autotune):
+def _tuned_family(kernel_name, block_a, block_b, block_c, kind, autotune):
     """The autotuned kernel of one tile family (tuning key: the problem sizes)."""
     if kernel_name == "gemm":
-        configs = _gemm_configs(block_m, block_x, precision)
-        key = ["N_IMG", "M", "K_CH", "SRC_H", "SRC_W", "OUT_H", "OUT_W", "KH", "KW", "MUL_H",
+        configs = _gemm_configs(block_a, block_b, block_c, kind)
+        key = ["N_IMG", "K_CH", "N_CH", "SRC_H", "SRC_W", "OUT_H", "OUT_W", "KH", "KW", "MUL_H",
                "DIV_H", "TRANSPOSED", "INPUT_PRECISION"]
         kernel = _conv_gemm_kernel
     else:
-        configs = _wgrad_configs(block_m, block_x, precision)
-        key = ["N_IMG", "C_OUT", "C_IN", "H", "W", "KH", "KW", "SH", "CHUNK", "INPUT_PRECISION"]
+        configs = _wgrad_configs(block_a, block_b, block_c, kind)
+        key = ["N_IMG", "C_OUT", "C_IN", "H", "W", "OUT_H", "OUT_W", "KH", "KW", "SH",
+               "INPUT_PRECISION"]
         kernel = _conv_wgrad_kernel
     return triton.autotune(configs if autotune else configs[:1], key=key,
                            **_autotune_options())(kernel)
@@ -514,28 +576,46 @@ def _block(n, cap=128):
     return max(16, min(cap, next_power_of_2(max(int(n), 1))))
 
 
+def _channels_last(t):
+    """t [N, C, H, W] (any strides) copied to channels-last memory: returns the [N, C, H, W] view
+    of a contiguous [N, H, W, C] buffer (stride along C = 1)."""
+    n, c, h, w = t.shape
+    out = empty((n, h * w, c), t.dtype, t.device)
+    block_p, block_c = (64, 32) if not INTERPRET else (256, 64)
+    grid = (cdiv(h * w, block_p), cdiv(c, block_c), n)
+    _channels_last_kernel[grid](t, out, c, h * w, w, *t.stride(), BLOCK_P=block_p,
+                                BLOCK_C=block_c, num_warps=4)
+    return out.view(n, h, w, c).permute(0, 3, 1, 2)
+
+
 def _implicit_gemm(src, w, bias, out, g, transposed):
     """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y) or the input
     gradient (src = dy, out = dx). Arrays may be strided views (groups slice them)."""
-    if transposed:  # dx: channels m = C, reduced k = Co, gathered from dy
-        m, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
-        w_strides = (w.stride(1), w.stride(0), w.stride(2), w.stride(3))
+    if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
+        n_ch, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
         mul, off, dil, div = (1, 1), (g.ph, g.pw), (-g.dh, -g.dw), (g.sh, g.sw)
+        wk = w.permute(0, 1, 2, 3)          # [k = Co, n = C, kh, kw]
     else:
-        m, k_ch, src_hw, out_hw = w.shape[0], w.shape[1], (g.h, g.w), (g.oh, g.ow)
-        w_strides = tuple(w.stride())
+        n_ch, k_ch, src_hw, out_hw = w.shape[0], w.shape[1], (g.h, g.w), (g.oh, g.ow)
         mul, off, dil, div = (g.sh, g.sw), (-g.ph, -g.pw), (g.dh, g.dw), (1, 1)
+        wk = w.permute(1, 0, 2, 3)          # [k = C, n = Co, kh, kw]
     channel_inner = k_ch >= CHANNEL_INNER_MIN
-    block_m = _block(m)
+    if channel_inner and PACK_WEIGHTS:
+        # K-major B operand: [n, kh, kw, k] memory, so a K step's weights are vector loads
+        wk = _channels_last(wk.permute(1, 0, 2, 3)).permute(1, 0, 2, 3)
+    if channel_inner and CHANNELS_LAST and src.stride(1) != 1:
+        src = _channels_last(src)           # a pixel's channels contiguous: vector gathers
+    block_n = _block(n_ch)
     max_k = _block(k_ch, 64) if channel_inner else _block(k_ch * g.kh * g.kw, 64)
+    single = not channel_inner and k_ch * g.kh * g.kw <= max_k   # K fits one step
     precision = _precision(src.dtype)
-    kernel = _tuned("gemm", block_m, max_k, precision)
+    kernel = _tuned("gemm", block_n, max_k, single, _menu_kind(precision, src.dtype))
     pixels = g.n * out_hw[0] * out_hw[1]
-    grid = lambda meta: (cdiv(pixels, meta["BLOCK_N"]), cdiv(m, meta["BLOCK_M"]))  # noqa: E731
+    grid = lambda meta: (cdiv(pixels, meta["BLOCK_M"]), cdiv(n_ch, meta["BLOCK_N"]))  # noqa: E731
     kernel[grid](
-        src, w, bias if bias is not None else w, out,
-        g.n, m, k_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
-        *src.stride(), *w_strides, *out.stride(), bias.stride(0) if bias is not None else 0,
+        src, wk, bias if bias is not None else wk, out,
+        g.n, k_ch, n_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
+        *src.stride(), *wk.stride(), *out.stride(), bias.stride(0) if bias is not None else 0,
         mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1],
         HAS_BIAS=bias is not None, TRANSPOSED=transposed, CHANNEL_INNER=channel_inner,
         INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype))
@@ -569,8 +649,6 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
                                  else cdiv(k_total, block_n))
     pixels = g.n * g.oh * g.ow
     splits = _wgrad_splits(tiles, pixels, dy.device)
-    chunk = max(1, cdiv(cdiv(pixels, splits), 128)) * 128   # whole BLOCK_K steps per split
-    splits = max(1, cdiv(pixels, chunk))
     if splits == 1:
         part, dpart = dw.unsqueeze(0), (db.unsqueeze(0) if db is not None else None)
     else:
@@ -579,10 +657,10 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
         part = work[:, :co * k_total].view(splits, *dw.shape)
         dpart = work[:, co * k_total:] if db is not None else None
     precision = _precision(x.dtype)
-    kernel = _tuned("wgrad", block_m, block_n, precision)
+    kernel = _tuned("wgrad", block_m, block_n, next_power_of_2(g.ow), _menu_kind(precision, x.dtype))
     kernel[(tiles, splits)](
         dy, x, part, dpart if dpart is not None else part,
-        g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, chunk,
+        g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
         *dy.stride(), *x.stride(), *part.stride(),
         *(dpart.stride() if dpart is not None else (0, 0)), *g.args,
         HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner,
