@@ -1,60 +1,124 @@
-"""Sweep the implicit-GEMM convolution kernels' tile configurations at the MNIST CNN layers.
+"""Sweep the implicit-GEMM convolution kernels: operand layouts and tile configs, against cuDNN.
 
-For each layer, direction (forward, input gradient, weight gradient) and precision, every
-configuration below is timed by Triton's autotuner (its per-config timings are read back), and
-the best is printed beside cuDNN's time for the same direction. Used to choose the config menus
-in tritonad/kernels/conv.py; not part of `tritonad bench`.
+For each layer, precision (fp32 = IEEE float32, cuDNN TF32 off; tf32 = TF32 on both sides),
+direction (fwd; dx = input gradient; dw = weight + bias gradient) and layout variant of the
+implicit path, every config of a wide menu is timed by Triton's autotuner (its per-config
+timings are read back); the launcher as the library calls it (with its weight-packing /
+channels-last copies and split-K sum) is then timed beside cuDNN in the same run. Layout
+variants (tritonad/kernels/conv.py knobs):
 
-    python benchmarks/sweep_conv.py --out DIR
+    nchw      PACK_WEIGHTS=False CHANNELS_LAST=False  gathers and weights read in place
+    packed    PACK_WEIGHTS=True  CHANNELS_LAST=False  weights copied K-major (the default)
+    nhwc      PACK_WEIGHTS=True  CHANNELS_LAST=True   the gathered source copied to NHWC too
+
+The whole run keeps within --budget seconds (compilation dominates): the most important items
+come first, later ones are skipped with a note when the budget is spent. Used to choose the
+config menus (conv.GEMM_MENU / conv.WGRAD_MENU) and the layout defaults; not part of
+`tritonad bench`.
+
+    python benchmarks/sweep_conv.py --out DIR [--budget 330] [--quick]
 """
 from __future__ import annotations
 
-import itertools
 import json
 import os
+import sys
 import time
 
 import torch
-import triton
 
-import common
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
-LAYERS = {"conv1": ((100, 1, 28, 28), 32), "conv2": ((100, 32, 14, 14), 64)}
+# name: (input shape, C_out, kernel, padding)
+LAYERS = {"conv1": ((100, 1, 28, 28), 32, 5, 2), "conv2": ((100, 32, 14, 14), 64, 5, 2),
+          "56x56-k3": ((256, 64, 56, 56), 64, 3, 1)}
+VARIANTS = {"nchw": (False, False), "packed": (True, False), "nhwc": (True, True)}
 
 
 def gemm_space():
-    out = []
-    for bm, bn, bk, warps, stages in itertools.product((32, 64), (32, 64, 128, 256), (16, 32),
-                                                       (4, 8), (2, 3)):
-        if bm * bn // (warps * 32) > 128 or (bn == 32 and warps == 8):
-            continue  # too many accumulators per thread, or idle warps
-        out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
-                                 num_warps=warps, num_stages=stages))
-    return out
+    """(BLOCK_M pixels, BLOCK_K, warps, stages) per kind: wider than conv.GEMM_MENU (a BLOCK_K
+    above the channel count is clamped, duplicates dropped)."""
+    return {"ieee": [(32, 16, 4, 2), (64, 16, 4, 2), (64, 32, 4, 2), (128, 16, 4, 2),
+                     (128, 16, 8, 2), (128, 32, 8, 2), (256, 16, 8, 2), (128, 16, 4, 1)],
+            "tf32": [(64, 32, 4, 3), (64, 32, 4, 4), (128, 32, 4, 3), (128, 32, 4, 4),
+                     (128, 32, 8, 3), (256, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)]}
 
 
-def wgrad_space(block_m, block_n):
-    return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk},
-                          num_warps=warps, num_stages=stages)
-            for bk, warps, stages in itertools.product((16, 32, 64, 128), (4, 8), (2, 3))]
+def wgrad_space():
+    """(BLOCK_K pixels, warps, stages) per kind: wider than conv.WGRAD_MENU."""
+    return {"ieee": [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 8, 2), (16, 4, 1), (32, 4, 3)],
+            "tf32": [(32, 4, 3), (32, 4, 4), (64, 4, 3), (64, 8, 3), (64, 8, 4), (128, 8, 3),
+                     (128, 4, 2)]}
 
 
-def timings(kernel):
-    found = getattr(kernel, "configs_timings", None) or {}
-    rows = []
-    for cfg, t in found.items():
-        t = t[0] if isinstance(t, (list, tuple)) else t
-        rows.append((float(t), str(cfg)))
-    return sorted(rows)
+def _set_precision(name):
+    from tritonad.backend import set_matmul_precision
+
+    tf32 = name == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    set_matmul_precision("high" if tf32 else "highest")
+
+
+def _problem(shape, co, k, pad):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(shape, device="cuda", generator=gen) * 2 - 1
+    w = (torch.rand((co, shape[1], k, k), device="cuda", generator=gen) * 2 - 1) / \
+        (shape[1] * k * k) ** 0.5
+    b = torch.rand(co, device="cuda", generator=gen)
+    dy = torch.rand(torch.nn.functional.conv2d(x, w, b, padding=pad).shape, device="cuda",
+                    generator=gen) * 2 - 1
+    return x, w, b, dy
+
+
+def _cases(conv, x, w, b, dy, pad):
+    """direction -> (ours, cuDNN): the primitives as the library calls them, raw ATen ops."""
+    args = ((1, 1), (pad, pad), (1, 1))
+    aten = torch.ops.aten.convolution_backward
+    shape = [w.shape[0]]
+    return {
+        "fwd": (lambda: conv.conv2d(x, w, b, *args),
+                lambda: torch.nn.functional.conv2d(x, w, b, 1, pad)),
+        "dx": (lambda: conv.conv2d_backward(dy, x, w, *args, weight_grad=False, bias_grad=False),
+               lambda: aten(dy, x, w, shape, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1,
+                            [True, False, False])),
+        "dw": (lambda: conv.conv2d_backward(dy, x, w, *args, input_grad=False),
+               lambda: aten(dy, x, w, shape, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1,
+                            [False, True, True])),
+    }
+
+
+def _plan(quick):
+    """(layer, precision, direction, variant, wide menu?) in order of importance."""
+    items = []
+    for layer in ("conv2", "conv1"):
+        for precision in ("tf32", "fp32"):
+            for direction in ("fwd", "dx", "dw"):
+                if layer == "conv1" and direction == "dx":
+                    continue  # the image needs no gradient (and auto runs it on im2col)
+                items.append((layer, precision, direction, "packed", True))
+    for precision in ("tf32", "fp32"):
+        for direction in ("fwd", "dx"):
+            items += [("conv2", precision, direction, v, False) for v in ("nhwc", "nchw")]
+    if not quick:
+        for precision in ("tf32", "fp32"):
+            items += [("56x56-k3", precision, d, "packed", False) for d in ("fwd", "dx", "dw")]
+    return items
 
 
 def main(argv=None):
-    args = common.parse_args(__doc__.splitlines()[0], argv)
+    def extra(parser):
+        parser.add_argument("--budget", type=float, default=330.0,
+                            help="seconds after which remaining items are skipped")
+    args = common.parse_args(__doc__.splitlines()[0], argv, extra)
     common.require_gpu("sweep_conv")
-    from tritonad.backend import set_matmul_precision
     from tritonad.kernels import conv
 
+    start_all = time.perf_counter()
     conv.AUTOTUNE = True
+    conv._autotune_options = dict   # no on-disk tuning cache: time every config here
+    default_gemm, default_wgrad = dict(conv.GEMM_MENU), dict(conv.WGRAD_MENU)
     seen = []
     tuned = conv._tuned
 
@@ -64,55 +128,70 @@ def main(argv=None):
         return kernel
 
     conv._tuned = recording
-    conv._gemm_configs = lambda block_m, max_k, precision: gemm_space()
-    conv._wgrad_configs = lambda block_m, block_n, precision: wgrad_space(block_m, block_n)
-    results = []
-    for precision in ("highest", "high"):
-        set_matmul_precision(precision)
-        torch.backends.cudnn.allow_tf32 = precision == "high"
-        for name, (shape, co) in LAYERS.items():
-            x = torch.randn(shape, device="cuda")
-            w = torch.randn(co, shape[1], 5, 5, device="cuda") * 0.1
-            b = torch.randn(co, device="cuda")
-            y = torch.nn.functional.conv2d(x, w, b, padding=2)
-            dy = torch.randn_like(y)
-            cases = {
-                "forward": (lambda: conv.conv2d(x, w, b, (1, 1), (2, 2)),
-                            lambda: torch.nn.functional.conv2d(x, w, b, padding=2), "gemm"),
-                "weight": (lambda: conv.conv2d_backward(dy, x, w, (1, 1), (2, 2), input_grad=False),
-                           lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=2),
-                           "wgrad"),
-            }
-            if shape[1] > 1:
-                cases["input"] = (
-                    lambda: conv.conv2d_backward(dy, x, w, (1, 1), (2, 2), weight_grad=False,
-                                                 bias_grad=False),
-                    lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, padding=2), "gemm")
-            for direction, (ours, theirs, family) in cases.items():
-                conv._tuned_family.cache_clear()
-                seen.clear()
-                start = time.perf_counter()
-                ours()
-                torch.cuda.synchronize()
-                tune_s = time.perf_counter() - start
-                best = []
-                for k in {id(k): k for k in seen}.values():
-                    best += timings(k)
-                best.sort()
-                t_ours = common.bench(ours)
-                t_torch = common.bench(theirs)
-                row = {"layer": name, "precision": precision, "direction": direction,
-                       "ours_ms": t_ours, "cudnn_ms": t_torch, "ratio": t_torch / t_ours,
-                       "tune_s": tune_s, "top": best[:6], "worst": best[-2:]}
-                results.append(row)
-                print(f"{name} {precision:7s} {direction:7s} ours {t_ours:.4f} ms  cudnn "
-                      f"{t_torch:.4f} ms  x{t_torch / t_ours:.2f}  (tuned {tune_s:.0f} s)",
-                      flush=True)
-                for t, cfg in best[:4]:
-                    print(f"      {t:.4f}  {cfg}", flush=True)
+    problems, results, skipped = {}, [], []
+    for layer, precision, direction, variant, wide in _plan(args.quick):
+        if time.perf_counter() - start_all > args.budget:
+            skipped.append(f"{layer} {precision} {direction} {variant}")
+            continue
+        if layer not in problems:
+            problems = {layer: _problem(*LAYERS[layer])}   # one layer's tensors at a time
+        x, w, b, dy = problems[layer]
+        _set_precision(precision)
+        conv.PACK_WEIGHTS, conv.CHANNELS_LAST = VARIANTS[variant]
+        kind = "tf32" if precision == "tf32" else "ieee"
+        conv.GEMM_MENU = dict(default_gemm, **({kind: gemm_space()[kind]} if wide else {}))
+        conv.WGRAD_MENU = dict(default_wgrad, **({kind: wgrad_space()[kind]} if wide else {}))
+        conv.CONV_ALGO = "implicit"
+        ours, theirs = _cases(conv, x, w, b, dy, LAYERS[layer][3])[direction]
+        conv._tuned_family.cache_clear()
+        seen.clear()
+        t0 = time.perf_counter()
+        ours()
+        torch.cuda.synchronize()
+        tune_s = time.perf_counter() - t0
+        configs = []
+        for kernel in {id(k): k for k in seen}.values():
+            for cfg, t in (getattr(kernel, "configs_timings", None) or {}).items():
+                configs.append((float(t[0] if isinstance(t, (list, tuple)) else t), str(cfg)))
+        configs.sort()
+        t_ours, t_cudnn = common.bench(ours), common.bench(theirs)
+        row = {"layer": layer, "precision": precision, "direction": direction,
+               "variant": variant, "menu": "wide" if wide else "default", "ours_ms": t_ours,
+               "cudnn_ms": t_cudnn, "ratio": t_cudnn / t_ours, "tune_s": tune_s,
+               "kernel_ms": configs[0][0] if configs else None, "configs": configs}
+        results.append(row)
+        print(f"{layer:8s} {precision} {direction:3s} {variant:6s} ({row['menu']:7s}) ours "
+              f"{t_ours:.4f} ms  cudnn {t_cudnn:.4f} ms  x{t_cudnn / t_ours:.2f}  "
+              f"(tuned {tune_s:.0f} s, {len(configs)} configs)", flush=True)
+        for t, cfg in configs[:3]:
+            print(f"        {t:.4f}  {cfg}", flush=True)
+
+    # per layer and precision: the best variant of each direction, and their sum (the target)
+    print("\nbest per direction (x = cuDNN ms / ours ms; above 1: faster than cuDNN)")
+    summary = []
+    for layer in LAYERS:
+        for precision in ("fp32", "tf32"):
+            rows = [r for r in results if r["layer"] == layer and r["precision"] == precision]
+            if not rows:
+                continue
+            best = {}
+            for r in rows:
+                if r["direction"] not in best or r["ours_ms"] < best[r["direction"]]["ours_ms"]:
+                    best[r["direction"]] = r
+            ours_sum = sum(r["ours_ms"] for r in best.values())
+            cudnn_sum = sum(r["cudnn_ms"] for r in best.values())
+            parts = "  ".join(f"{d} {r['ours_ms']:.3f}/{r['cudnn_ms']:.3f} ({r['variant']})"
+                              for d, r in best.items())
+            print(f"{layer:8s} {precision}  {parts}  | sum {ours_sum:.3f} vs {cudnn_sum:.3f} "
+                  f"x{cudnn_sum / ours_sum:.2f}")
+            summary.append({"layer": layer, "precision": precision, "ours_ms": ours_sum,
+                            "cudnn_ms": cudnn_sum, "directions": sorted(best)})
+    if skipped:
+        print(f"\nskipped (budget {args.budget:.0f} s spent): {'; '.join(skipped)}")
+    print(f"\ntotal {time.perf_counter() - start_all:.0f} s")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "sweep_conv.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump({"rows": results, "summary": summary, "skipped": skipped}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -560,7 +560,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         dtype = values.dtype if isinstance(data, np.ndarray) else _infer_dtype(values)
     dtype = dtypes.get_dtype(dtype)
     raw = raw_from_numpy(values, dtype).to(_device(device))
-    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+    return _leaf(raw, requires_grad)
 
 
 def from_numpy(array: np.ndarray, device=None) -> Tensor:
@@ -579,7 +579,7 @@ def from_torch(t: torch.Tensor) -> Tensor:
 def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
     dtype = dtypes.get_dtype(dtype or dtypes.default_float)
     raw = get_backend().empty(_shape(shape), dtype, _device(device))
-    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+    return _leaf(raw, requires_grad)
 
 
 def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -589,9 +589,9 @@ def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Ten
     dtype = dtypes.get_dtype(dtype or dtypes.scalar_dtype(fill_value))
     device = _device(device)
     get_backend().check_device("full", device)
-    t = Tensor._wrap(get_backend().full(_shape((shape,)), fill_value, dtype, device))
+    t = _leaf(get_backend().full(_shape((shape,)), fill_value, dtype, device), requires_grad)
     t._const = fill_value
-    return t.requires_grad_(requires_grad) if requires_grad else t
+    return t
 
 
 def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -629,15 +629,7 @@ def rand(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def uniform(shape, low=0.0, high=1.0, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform on [low, high)."""
-    shape = _shape((shape,))
-    dtype = dtypes.get_dtype(dtype or dtypes.default_float)
-    if not dtype.is_floating_point:
-        raise TypeError(f"uniform: expected a floating point dtype, got {dtype}")
-    device = _device(device)
-    get_backend().check_device("uniform", device)
-    seed, offset = generator.take(math.prod(shape))
-    raw = get_backend().uniform(shape, float(low), float(high), seed, offset, dtype, device)
-    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+    return _draw("uniform", shape, low, high, dtype, device, requires_grad)
 
 
 def randn(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -646,15 +638,27 @@ def randn(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 
 def normal(shape, mean=0.0, std=1.0, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Normal samples with the given mean and standard deviation."""
+    return _draw("normal", shape, mean, std, dtype, device, requires_grad)
+
+
+def _draw(kind, shape, a, b, dtype, device, requires_grad):
+    """A random draw of `kind` from the global (seed, counter) stream."""
     shape = _shape((shape,))
     dtype = dtypes.get_dtype(dtype or dtypes.default_float)
     if not dtype.is_floating_point:
-        raise TypeError(f"normal: expected a floating point dtype, got {dtype}")
+        raise TypeError(f"{kind}: expected a floating point dtype, got {dtype}")
     device = _device(device)
-    get_backend().check_device("normal", device)
+    get_backend().check_device(kind, device)
     seed, offset = generator.take(math.prod(shape))
-    raw = get_backend().normal(shape, float(mean), float(std), seed, offset, dtype, device)
-    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+    raw = getattr(get_backend(), kind)(shape, float(a), float(b), seed, offset, dtype, device)
+    return _leaf(raw, requires_grad)
+
+
+def _leaf(raw, requires_grad=False) -> Tensor:
+    """A new leaf Tensor around freshly made raw memory."""
+    t = Tensor._wrap(raw)
+    return t.requires_grad_() if requires_grad else t
 
 
 def rand_like(t, dtype=None, device=None) -> Tensor:
@@ -686,7 +690,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     device = _device(device)
     get_backend().check_device("arange", device)
     raw = get_backend().arange(start, end, step, dtype, device)
-    return Tensor._wrap(raw).requires_grad_(requires_grad) if requires_grad else Tensor._wrap(raw)
+    return _leaf(raw, requires_grad)
 
 
 def is_tensor(obj) -> bool:

@@ -657,7 +657,8 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
         part = work[:, :co * k_total].view(splits, *dw.shape)
         dpart = work[:, co * k_total:] if db is not None else None
     precision = _precision(x.dtype)
-    kernel = _tuned("wgrad", block_m, block_n, next_power_of_2(g.ow), _menu_kind(precision, x.dtype))
+    kernel = _tuned("wgrad", block_m, block_n, next_power_of_2(g.ow),
+                    _menu_kind(precision, x.dtype))
     kernel[(tiles, splits)](
         dy, x, part, dpart if dpart is not None else part,
         g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
