@@ -35,8 +35,9 @@ def _triton_backend():
 
 @pytest.fixture
 def split(monkeypatch):
-    """Spread reductions over up to 8 programs even under the interpreter."""
+    """Spread reductions over up to 8 programs even under the interpreter and on small inputs."""
     monkeypatch.setattr(rd, "split_target_override", 8)
+    monkeypatch.setattr(rd, "SPLIT_MIN_ELEMENTS", 0)
 
 
 # ----------------------------------------------------------------------------- inputs

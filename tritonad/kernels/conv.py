@@ -500,11 +500,12 @@ def _autotune_options():
 
 # Config menus, GEMM: (BLOCK_M pixels, K step, warps, stages); weight gradient: (K step in
 # pixels, warps, stages). Few configs: every one costs seconds of compilation (the FMA path of
-# "ieee" the most) and the first epoch pays for them. benchmarks/sweep_conv.py swaps these
-# tables for wider ones to time the space on a GPU.
+# "ieee" the most) and the first epoch pays for them. The first entry is what AUTOTUNE = False
+# runs: one that compiles without spills at every layer checked (sm_90, Triton 3.6).
+# benchmarks/sweep_conv.py swaps these tables for wider ones to time the space on a GPU.
 GEMM_MENU = {
     "ieee": [(64, 16, 4, 2), (128, 16, 4, 2), (128, 32, 8, 2)],   # CUDA-core FMA
-    "tf32": [(128, 32, 4, 3), (64, 32, 4, 4), (128, 32, 8, 3)],   # wgmma, cp.async pipelined
+    "tf32": [(128, 32, 8, 3), (128, 32, 4, 3), (64, 32, 4, 4)],   # wgmma, cp.async pipelined
     "half": [(128, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 3)],
 }
 WGRAD_MENU = {

@@ -38,6 +38,7 @@ TILE, ARG_TILE = 4096, 2048    # elements of the accumulator tile (arg ops carry
 INTERPRET_TILE = 1 << 15       # the interpreter pays per op, not per element: large tiles
 MAX_BLOCK_M_COLS = 256         # lanes across a contiguous kept dim
 MIN_CHUNKS_PER_PROGRAM = 2     # split the loop no finer than this
+SPLIT_MIN_ELEMENTS = 1 << 17   # below this a second launch costs more than one program's loop
 _sm_count = {}
 _abs, _max, _min, _sum = abs, max, min, sum  # this module defines its own sum, max and min
 # programs per SM the split aims for; the interpreter runs programs one by one: no split
@@ -258,7 +259,8 @@ def _reduce(op, x, dims, out, acc, x_index=None, mean=None, divisor=None, values
     inner_chunks = cdiv(n_inner, block_r)
     n_chunks = inner_chunks * r_sizes[0] * r_sizes[1]
     split, target = 1, _split_target(x.device)
-    if allow_split and m_blocks < target and n_chunks >= 2 * MIN_CHUNKS_PER_PROGRAM:
+    if allow_split and m_blocks < target and n_chunks >= 2 * MIN_CHUNKS_PER_PROGRAM \
+            and n_kept * n_reduced >= SPLIT_MIN_ELEMENTS:
         split = _min(cdiv(target, m_blocks), n_chunks // MIN_CHUNKS_PER_PROGRAM)
     chunks_per_split = cdiv(n_chunks, split) if n_chunks else 0
     split = cdiv(n_chunks, chunks_per_split) if n_chunks else 1
