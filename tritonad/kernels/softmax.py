@@ -540,7 +540,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
     loss: [N] ("none") or 0-d ("sum", "mean" = sum / rows not ignored), logits' dtype.
     dlogits: [N, C] contiguous, logits' dtype, already divided for "mean"; 0 on ignored rows.
     Launches: one kernel when N * C is small, else count + rows (+ reduce); one host read of
-    the target check (skipped during CUDA graph capture).
+    the target check, right after the count kernel (skipped during CUDA graph capture).
     """
     _check_cross_entropy(logits, target, reduction, label_smoothing)
     n_rows, n_cols = logits.shape
@@ -561,6 +561,9 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
     else:
         _ce_count_kernel[(1,)](info, target, n_rows, n_cols, target.stride(0), ignore_index,
                                BLOCK_T=TARGET_BLOCK, num_warps=4)
+        # check before the heavy kernels: the host then waits for this tiny kernel only, and the
+        # row pass runs while Python goes on (a bad target never reaches the main kernel)
+        _raise_bad_target(info, logits, ignore_index)
         loss_dtype = torch.float64 if acc == tl.float64 else torch.float32
         rows_loss = out if reduction == "none" else empty((n_rows,), loss_dtype, device)
         if n_rows:
@@ -571,5 +574,6 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
         if reduction != "none":
             _ce_reduce_kernel[(1,)](out, rows_loss, info, n_rows, MEAN=reduction == "mean",
                                     BLOCK=TARGET_BLOCK, ACC=acc, num_warps=4)
+        return out, grad
     _raise_bad_target(info, logits, ignore_index)
     return out, grad
