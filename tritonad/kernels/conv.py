@@ -595,7 +595,7 @@ def _implicit_gemm(src, w, bias, out, g, transposed):
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
         n_ch, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
         mul, off, dil, div = (1, 1), (g.ph, g.pw), (-g.dh, -g.dw), (g.sh, g.sw)
-        wk = w.permute(0, 1, 2, 3)          # [k = Co, n = C, kh, kw]
+        wk = w                              # [k = Co, n = C, kh, kw]
     else:
         n_ch, k_ch, src_hw, out_hw = w.shape[0], w.shape[1], (g.h, g.w), (g.oh, g.ow)
         mul, off, dil, div = (g.sh, g.sw), (-g.ph, -g.pw), (g.dh, g.dw), (1, 1)
