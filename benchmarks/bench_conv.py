@@ -42,7 +42,7 @@ def _set_precision(name):
     tf32 = name == "tf32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    td.set_matmul_precision("high" if tf32 else "highest")
+    td.set_conv_precision("high" if tf32 else "highest")
 
 
 def _problem(shape, co, k, pad, seed=0):

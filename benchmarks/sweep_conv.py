@@ -53,12 +53,12 @@ def wgrad_space():
 
 
 def _set_precision(name):
-    from tritonad.backend import set_matmul_precision
+    from tritonad.backend import set_conv_precision
 
     tf32 = name == "tf32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    set_matmul_precision("high" if tf32 else "highest")
+    set_conv_precision("high" if tf32 else "highest")
 
 
 def _problem(shape, co, k, pad):

@@ -227,14 +227,15 @@ def test_conv2d_half_precision(algo, dtype):
                 atol=rtol)
 
 
-def test_matmul_precision_selects_the_dot_input_precision():
-    assert conv._precision(torch.float32) == "ieee"
+def test_conv_precision_selects_the_dot_input_precision():
+    # TF32 by default, as PyTorch's cuDNN convolutions (torch.backends.cudnn.allow_tf32)
+    assert td.conv_precision() == "high" and conv._precision(torch.float32) == "tf32"
     try:
-        td.set_matmul_precision("high")
-        assert conv._precision(torch.float32) == "tf32"
+        td.set_conv_precision("highest")
+        assert conv._precision(torch.float32) == "ieee"
         _check_conv(1, 2, 5, 5, 3, 3, stride=1, padding=1, dilation=1, rtol=1e-3, atol=1e-3)
     finally:
-        td.set_matmul_precision("highest")
+        td.set_conv_precision("high")
 
 
 def test_auto_picks_per_direction(monkeypatch):
@@ -345,13 +346,13 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
     x = torch.rand(xs, device="cuda", generator=gen) * 2 - 1
     w = (torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / ws[1] ** 0.5
     b = torch.rand(ws[0], device="cuda", generator=gen)
-    td.set_matmul_precision(precision)
+    td.set_conv_precision(precision)
     try:
         y = conv.conv2d(x, w, b, (1, 1), (pad, pad), (1, 1))
         dy = torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1
         got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1))
     finally:
-        td.set_matmul_precision("highest")
+        td.set_conv_precision("high")
     want = _torch_conv_grads(x, w, b, dy, (1, 1), (pad, pad))
     limit = 1e-4 if precision == "highest" else 1e-2
     for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
@@ -370,13 +371,13 @@ def test_gpu_conv_operand_layouts(pack, channels_last, precision, monkeypatch):
     x = torch.rand((100, 32, 14, 14), device="cuda", generator=gen) * 2 - 1
     w = (torch.rand((64, 32, 5, 5), device="cuda", generator=gen) * 2 - 1) / 32 ** 0.5
     b = torch.rand(64, device="cuda", generator=gen)
-    td.set_matmul_precision(precision)
+    td.set_conv_precision(precision)
     try:
         y = conv.conv2d(x, w, b, (1, 1), (2, 2), (1, 1))
         dy = torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1
         got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (2, 2), (1, 1))
     finally:
-        td.set_matmul_precision("highest")
+        td.set_conv_precision("high")
     want = _torch_conv_grads(x, w, b, dy, (1, 1), (2, 2))
     limit = 1e-4 if precision == "highest" else 1e-2
     for name, g, e in zip(("y", "dx", "dw", "db"), got, want):

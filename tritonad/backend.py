@@ -327,7 +327,7 @@ class Backend:
 
 # -------------------------------------------------------------------- settings shared by backends
 _MATMUL_PRECISIONS = ("highest", "high")
-_settings = {"matmul_precision": "highest"}
+_settings = {"matmul_precision": "highest", "conv_precision": "high"}
 
 
 def set_matmul_precision(precision: str) -> None:
@@ -340,6 +340,19 @@ def set_matmul_precision(precision: str) -> None:
 
 def matmul_precision() -> str:
     return _settings["matmul_precision"]
+
+
+def set_conv_precision(precision: str) -> None:
+    """Float32 convolutions, set apart from matmul as PyTorch does: "high" (default) runs them
+    on TF32 tensor cores, like PyTorch's cuDNN default (torch.backends.cudnn.allow_tf32 = True);
+    "highest" computes them in exact IEEE float32 (several times slower on the GPU)."""
+    if precision not in _MATMUL_PRECISIONS:
+        raise ValueError(f"conv precision must be one of {_MATMUL_PRECISIONS}, got {precision!r}")
+    _settings["conv_precision"] = precision
+
+
+def conv_precision() -> str:
+    return _settings["conv_precision"]
 
 
 # -------------------------------------------------------------------- registry and selection

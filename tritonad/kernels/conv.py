@@ -41,7 +41,7 @@ MNIST input, C = 1) K is the flat (c, i, j) index so that a K = 25 problem is on
 not 25 mostly-empty ones.
 
 NOTE: products accumulate in float32 (tl.dot); float32 inputs multiply in IEEE float32 or TF32
-as matmul_precision() says, float16 / bfloat16 on their tensor cores; results are rounded once.
+as conv_precision() says, float16 / bfloat16 on their tensor cores; results are rounded once.
 On the im2col path the weight gradient's per-image products come out of the matmul in the
 input dtype before their float32 sum over the batch (one more rounding for half types).
 """
@@ -54,7 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..backend import matmul_precision
+from ..backend import conv_precision
 from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2
 
 PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
@@ -482,9 +482,9 @@ def _check_float(op, *arrays, allow_f64=False):
 
 
 def _precision(dtype):
-    """tl.dot input precision: IEEE float32 unless matmul_precision() is "high" (TF32); half
+    """tl.dot input precision: TF32 unless conv_precision() is "highest" (IEEE float32); half
     types use their tensor cores whatever it says (the flag only concerns float32)."""
-    if dtype == torch.float32 and matmul_precision() == "highest":
+    if dtype == torch.float32 and conv_precision() == "highest":
         return "ieee"
     return "tf32"
 
@@ -503,14 +503,16 @@ def _autotune_options():
 # "ieee" the most) and the first epoch pays for them. The first entry is what AUTOTUNE = False
 # runs: one that compiles without spills at every layer checked (sm_90, Triton 3.6).
 # benchmarks/sweep_conv.py swaps these tables for wider ones to time the space on a GPU.
+# The entries are ordered by the H200 sweep of 2026-11-21 (benchmarks/sweep_conv.py): the best
+# at the MNIST layers and at 256x64x56x56 first.
 GEMM_MENU = {
-    "ieee": [(64, 16, 4, 2), (128, 16, 4, 2), (128, 32, 8, 2)],   # CUDA-core FMA
-    "tf32": [(128, 32, 8, 3), (128, 32, 4, 3), (64, 32, 4, 4)],   # wgmma, cp.async pipelined
+    "ieee": [(128, 16, 4, 2), (64, 16, 4, 2), (128, 32, 8, 2)],   # CUDA-core FMA
+    "tf32": [(64, 32, 4, 3), (64, 32, 4, 4), (128, 32, 4, 3)],    # wgmma, cp.async pipelined
     "half": [(128, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 3)],
 }
 WGRAD_MENU = {
-    "ieee": [(32, 4, 2), (16, 4, 2), (64, 8, 2)],
-    "tf32": [(32, 4, 4), (64, 8, 3), (128, 8, 3)],
+    "ieee": [(16, 4, 1), (16, 4, 2), (32, 4, 2)],
+    "tf32": [(32, 4, 4), (32, 4, 3), (64, 8, 3)],
     "half": [(64, 4, 3), (64, 8, 3), (128, 8, 3)],
 }
 
@@ -700,12 +702,13 @@ def _bias_grad(dy, db):
 
 
 def _matmul():
+    """Our matmul, at the convolution's precision (conv_precision(), not matmul_precision())."""
     try:
         from .matmul import matmul
     except ImportError as err:
         raise RuntimeError("conv2d: the im2col path needs tritonad.kernels.matmul, which is "
                            f"not available ({err}); set conv.CONV_ALGO = 'implicit'") from err
-    return matmul
+    return functools.partial(matmul, precision=conv_precision())
 
 
 def _have_matmul():

@@ -225,10 +225,10 @@ _LARGE_TILES = {
 _SMALL_BK = {"half": 64, "tf32": 32, "ieee": 32, "fp64": 8}
 
 
-def _kind(dtype) -> str:
+def _kind(dtype, precision=None) -> str:
     """The compute path of a dtype: half (fp16/bf16), tf32, ieee (exact fp32) or fp64."""
     if dtype == torch.float32:
-        return "tf32" if matmul_precision() == "high" else "ieee"
+        return "tf32" if (precision or matmul_precision()) == "high" else "ieee"
     return "fp64" if dtype == torch.float64 else "half"
 
 
@@ -579,7 +579,7 @@ def _check(a, b, bias, activation):
     return a, b
 
 
-def matmul(a, b, bias=None, activation=None, out=None):
+def matmul(a, b, bias=None, activation=None, out=None, precision=None):
     """act(a @ b + bias) in one kernel (two with split-K).
 
     a: [*batch, M, K], b: [*batch, K, N] (any strides; broadcast batch dims as stride 0),
@@ -587,6 +587,7 @@ def matmul(a, b, bias=None, activation=None, out=None):
     follow td.set_matmul_precision ("highest": exact IEEE fp32, "high": TF32); fp16/bf16
     multiply on tensor cores; everything accumulates in float32 (float64 in float64).
     Returns a new contiguous [*batch, M, N] array of the inputs' dtype, or `out` filled in.
+    `precision` overrides matmul_precision() (convolution's im2col path passes its own).
     """
     a, b = _check(a, b, bias, activation)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -599,7 +600,7 @@ def matmul(a, b, bias=None, activation=None, out=None):
                          f"{a.device}, got {tuple(out.shape)} {dtype_of(out).name}")
     if out.numel() == 0:
         return out
-    kind = _kind(a.dtype)
+    kind = _kind(a.dtype, precision)
     relu = activation == "relu"
     groups = _batch_groups(a, b, out)
 
