@@ -355,11 +355,16 @@ class Autotuner:
         return plan
 
     def _measure(self, key, candidates, run):
+        import triton.testing
+
+        # NOTE: timing each plan replayed from a CUDA graph (do_bench_cudagraph) was tried on an
+        # H200 and picked slower plans for the few-microsecond MNIST products; eager timing stays
         best, best_ms, first_error = None, float("inf"), None
         timings = self.timings.setdefault(key, {})
         for plan in candidates:
             try:
-                ms = _gpu_time(lambda plan=plan: run(plan))
+                ms = triton.testing.do_bench(lambda plan=plan: run(plan), warmup=5, rep=20,
+                                             return_mode="median")
             except Exception as err:  # e.g. out of shared memory for this tile on this GPU
                 first_error = first_error or err
                 timings[describe(plan)] = type(err).__name__
@@ -370,20 +375,6 @@ class Autotuner:
         if best is None:
             raise RuntimeError("matmul: no candidate plan compiled and ran") from first_error
         return best
-
-
-def _gpu_time(fn):
-    """Median ms of fn on the GPU alone, replayed from a CUDA graph: eager timing of an MNIST-
-    sized product would measure the ~40 us of Python per launch, not the kernels, and pick
-    plans at random; a captured training step pays only the GPU time."""
-    import triton.testing
-
-    if hasattr(triton.testing, "do_bench_cudagraph"):
-        try:
-            return triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
-        except TypeError:  # an older signature without return_mode
-            return triton.testing.do_bench_cudagraph(fn, rep=20)
-    return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
 
 
 def describe(plan) -> str:
