@@ -54,23 +54,14 @@ def run_torch(name, data, epochs, compiled, seed=0):
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
     loss_fn = torch.nn.functional.cross_entropy
 
+    fwd = torch.compile(model) if compiled else model
+
     def step(x, y):
-        logits = model(x)
-        loss = loss_fn(logits, y)
+        loss = loss_fn(fwd(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return loss
-
-    fwd = torch.compile(model) if compiled else model
-    if compiled:
-        def step(x, y):  # noqa: F811
-            logits = fwd(x)
-            loss = loss_fn(logits, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times = []
