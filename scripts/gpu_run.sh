@@ -29,6 +29,7 @@ for step in "$@"; do
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
         mnist-*)      run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench" --models "${step#mnist-}" --skip-compile --skip-numpy ;;
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;
+        profile-step) run profile-step 400 python3 benchmarks/profile_step.py --plans ;;
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;

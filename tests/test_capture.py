@@ -94,17 +94,16 @@ def test_no_memory_leak_over_300_steps(graph):
     loader = _loader(300 * 32, 32)
     model = models.build("mlp").to("cuda")
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    trainer = train.Trainer(model, opt, loader, graph=graph)
-    order = loader.permutation()
-    step = trainer.captured_step or trainer.eager_step
+    sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=300)
+    trainer = train.Trainer(model, opt, loader, sched, graph=graph)
     usage = {}
-    for i in range(300):
-        step(order[i * 32:(i + 1) * 32])
+    for i, _ in enumerate(trainer.steps()):
         if i + 1 in (3, 300):
             gc.collect()
             torch.cuda.synchronize()
             usage[i + 1] = torch.cuda.memory_allocated()
     assert usage[300] == usage[3]
+    assert trainer.captured_step is None or trainer.captured_step.captured
 
 
 def _our_kernel_names():
@@ -132,13 +131,14 @@ def test_a_captured_cnn_step_runs_only_our_kernels():
     model = models.build("cnn").to("cuda")
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     trainer = train.Trainer(model, opt, loader, graph=True)
-    order = loader.permutation()
-    for i in range(3):  # warm-up, capture
-        trainer.captured_step(order[i * 100:(i + 1) * 100])
+    steps = trainer.steps()
+    for _ in range(3):  # warm-up, capture
+        next(steps)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        trainer.captured_step(order[300:400])
+        next(steps)
         torch.cuda.synchronize()
+    assert trainer.captured_step.captured
     kernels = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
     ours = _our_kernel_names()
     foreign = {k for k in kernels if k not in ours and not k.lower().startswith(("memcpy", "memset"))}

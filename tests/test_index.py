@@ -143,6 +143,43 @@ def test_indexing_gradient_matches_numpy_backend():
     check_op(lambda t: t[td.tensor(idx)] * 2.0, x)
 
 
+# ----------------------------------------------------------------------------- take_row_
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.int64])
+@pytest.mark.parametrize("cursor_value", [0, 2, 7, -1, 2**40 + 3])
+@pytest.mark.parametrize("width", [1, 5, 1500])
+def test_take_row_against_reference(dtype, cursor_value, width):
+    """out = table[cursor % R] (a cursor past the end wraps), cursor += 1 with advance."""
+    table = random_array((3, width), dtype, DEVICE, seed=cursor_value % 5)
+    results = []
+    for be in (backend(), REFERENCE):
+        cursor = torch.tensor([cursor_value], dtype=torch.int64, device=DEVICE)
+        out = torch.zeros(width, dtype=table.dtype, device=DEVICE)
+        be.take_row_(table, cursor, out, advance=True)
+        be.take_row_(table, cursor, out.view(width)[:width])  # again, without advancing
+        results.append((out.cpu().clone(), int(cursor.item())))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][0], table[(cursor_value + 1) % 3].cpu())
+    assert results[0][1] == results[1][1] == cursor_value + 1
+
+
+@pytest.mark.parametrize("be", ["triton", "numpy"])
+def test_take_row_validates(be):
+    table = torch.zeros(4, 3, device=DEVICE if be == "triton" else "cpu")
+    cursor = torch.zeros(1, dtype=torch.int64, device=table.device)
+    out = torch.zeros(3, device=table.device)
+    b = backend() if be == "triton" else REFERENCE
+    with pytest.raises(ValueError, match=r"take_row_: table must be \[R >= 1, \*\(2,\)\]"):
+        b.take_row_(table, cursor, out[:2])
+    with pytest.raises(TypeError, match="take_row_: table dtype float32 differs"):
+        b.take_row_(table, cursor, out.to(torch.int64))
+    with pytest.raises(TypeError, match="cursor must be one int64 value"):
+        b.take_row_(table, cursor.float(), out)
+    with pytest.raises(ValueError, match="must be contiguous"):
+        b.take_row_(table.t().contiguous().t(), cursor, torch.zeros(3, 4)[:, 0])
+
+
 # ----------------------------------------------------------------------------- GPU tier
 
 

@@ -477,12 +477,40 @@ def test_device_lr_follows_the_python_value():
     opt = optim.SGD([p], lr=0.5, momentum=0.9)
     sched = lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
     bucket = opt._buckets[0][0]
-    assert float(bucket.scalars["lr"][1][0]) == pytest.approx(0.5)
+    assert float(bucket.hyper[0]) == pytest.approx(0.5)
     sched.step()  # no optimizer.step() in between: the scheduler itself updates the scalar
-    assert float(bucket.scalars["lr"][1][0]) == pytest.approx(0.05)
+    assert float(bucket.hyper[0]) == pytest.approx(0.05)
     opt.param_groups[0]["momentum"] = 0.5
     opt.sync()
-    assert float(bucket.scalars["momentum"][1][0]) == pytest.approx(0.5)
+    assert float(bucket.hyper[1]) == pytest.approx(0.5)
+
+
+def test_fed_hyperparameters_are_left_to_the_caller():
+    """While fed, a scheduler changes the Python value only; the step reads whatever the caller
+    put in the device slots (a captured training step copies them from a table row); leaving
+    hands the slots back to sync()."""
+    p = td.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.SGD([p], lr=0.5, momentum=0.9)
+    sched = lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+    table = td.tensor([[0.25, 0.0], [2.0, 0.0]])
+    cursor = td.tensor([1], dtype="int64")
+    with opt.fed_hyperparameters() as arrays:
+        (hyper,) = arrays
+        sched.step()
+        assert opt.hyperparameter_values() == pytest.approx([0.05, 0.9])
+        assert hyper.tolist() == pytest.approx([0.5, 0.9])  # untouched by the scheduler
+        td.get_backend().take_row_(table._data, cursor._data, hyper, advance=True)
+        p.grad = td.tensor([1.0, 1.0])
+        opt.step()  # lr 2, momentum 0: p - 2 * g
+        assert p.tolist() == pytest.approx([-1.0, 0.0])
+        assert cursor.tolist() == [2]
+    opt.sync()
+    assert hyper.tolist() == pytest.approx([0.05, 0.9])
+    lr = td.tensor([0.1])
+    opt.param_groups[0]["lr"] = lr
+    with pytest.raises(ValueError, match="cannot be fed"):
+        with opt.fed_hyperparameters():
+            pass
 
 
 # ---------------------------------------------------------------------- state dicts

@@ -274,6 +274,15 @@ class Backend:
         duplicate indices accumulate."""
         raise NotImplementedError
 
+    def take_row_(self, table, cursor, out, advance=False):
+        """out[...] = table[cursor % R] with cursor read on the device, then cursor += 1 if
+        `advance`. table: [R, *out.shape] of out's dtype (contiguous), cursor: a 1-element int64
+        array, out: contiguous, written in place. No host synchronisation: this is how a captured
+        training step reads the values of its step (the batch's sample indices, the learning
+        rate) from a table filled ahead of time. On a GPU the table may also live in pinned host
+        memory (read through its mapped address); returns out."""
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- random numbers
     # Counter-based: element i of a draw uses Philox4x32-10 with key `seed` and counter
     # `offset + i`; both backends compute the same stream, so the same seed gives the same
@@ -328,6 +337,24 @@ class Backend:
 # -------------------------------------------------------------------- settings shared by backends
 _MATMUL_PRECISIONS = ("highest", "high")
 _settings = {"matmul_precision": "highest", "conv_precision": "high"}
+
+
+def check_take_row(table, cursor, out):
+    """The argument checks of Backend.take_row_, shared by the backends."""
+    if table.dim() < 1 or table.shape[0] == 0 or tuple(table.shape[1:]) != tuple(out.shape):
+        raise ValueError(f"take_row_: table must be [R >= 1, *{tuple(out.shape)}] (out's shape), "
+                         f"got {tuple(table.shape)}")
+    if table.dtype != out.dtype:
+        raise TypeError(f"take_row_: table dtype {dtypes.get_dtype(table.dtype).name} differs from "
+                        f"out's {dtypes.get_dtype(out.dtype).name}")
+    if cursor.numel() != 1 or cursor.dtype != torch.int64:
+        raise TypeError(f"take_row_: cursor must be one int64 value, got shape "
+                        f"{tuple(cursor.shape)} {dtypes.get_dtype(cursor.dtype).name}")
+    if not (table.is_contiguous() and out.is_contiguous()):
+        raise ValueError("take_row_: table and out must be contiguous")
+    if cursor.device != out.device or (table.device != out.device and not table.is_pinned()):
+        raise RuntimeError(f"take_row_: table on {table.device}, cursor on {cursor.device}, out "
+                           f"on {out.device}: all on one device (or a pinned host table)")
 
 
 def set_matmul_precision(precision: str) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import dtypes
-from .backend import Backend, register_backend
+from .backend import Backend, check_take_row, register_backend
 from .dtypes import DType
 
 # ------------------------------------------------------------------------ numpy <-> raw arrays
@@ -635,6 +635,14 @@ class NumpyBackend(Backend):
         out = np.zeros((num_rows,) + v.shape[idx.ndim:], v.dtype)
         np.add.at(out, idx.reshape(-1), v.reshape((-1,) + v.shape[idx.ndim:]))
         return self._new(out, dtype)
+
+    def take_row_(self, table, cursor, out, advance=False):
+        check_take_row(table, cursor, out)
+        c = to_numpy(cursor)
+        write(out, to_numpy(table)[int(c.reshape(-1)[0]) % table.shape[0]])
+        if advance:
+            c[...] = c + 1
+        return out
 
     # random -----------------------------------------------------------------------------------
     def uniform(self, shape, low, high, seed, offset, dtype, device):

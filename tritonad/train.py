@@ -7,6 +7,7 @@ the progress bar refreshes, so the host never waits for the GPU between steps.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -17,7 +18,7 @@ from .autodiff import nn_ops
 from .autodiff.grad_mode import no_grad
 from .backend import get_backend
 from .capture import CapturedStep
-from .tensor import zeros
+from .tensor import Tensor, empty, zeros
 
 
 class Progress:
@@ -55,7 +56,15 @@ class Progress:
 
 
 class Trainer:
-    """Trains `model` on a DataLoader with cross-entropy; `graph=True` captures the step."""
+    """Trains `model` on a DataLoader with cross-entropy; `graph=True` captures the step.
+
+    A captured step takes no arguments from the host. The epoch's sample order sits in a static
+    device buffer and a device cursor says which batch comes next; the learning rate (and any
+    device hyperparameter of the optimizer) of each step is written by the host into a row of
+    a pinned table, which the step copies onto the device itself (Optimizer.fed_hyperparameters).
+    So the host work of a step is one graph launch and the scheduler's arithmetic: no input
+    copy, no launch per changed learning rate. The last, partial batch of an epoch runs eagerly.
+    """
 
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2):
         self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
@@ -66,7 +75,29 @@ class Trainer:
         self.loss_tail = zeros((), device=device)
         self.correct = zeros((), dtype="int64", device=device)
         self.eager_step = self._step
-        self.captured_step = CapturedStep(self._step, warmup=warmup) if graph else None
+        self.captured_step = None
+        full = loader.num_samples // loader.batch_size
+        if graph and full:
+            backend = get_backend()
+            batch = loader.batch_size
+            self._order = empty(loader.num_samples, dtype="int64", device=device)
+            self._batches = self._order._data[:full * batch].view(full, batch)
+            self._index = empty(batch, dtype="int64", device=device)
+            self._cursor = zeros((), dtype="int64", device=device)  # the next captured batch
+            # one pinned host table per optimizer bucket: row b holds step b's hyperparameters
+            self._feed = not any(isinstance(group.get(name), Tensor)
+                                 for group in optimizer.param_groups
+                                 for name in getattr(optimizer, "_device_hyperparameters", ()))
+            self._feed = self._feed and hasattr(optimizer, "fed_hyperparameters")
+            self._tables = []
+            if self._feed:
+                with optimizer.fed_hyperparameters() as arrays:
+                    self._hyper = arrays
+                self._tables = [torch.empty((full, a.numel()), dtype=torch.float32,
+                                            pin_memory=True) for a in arrays]
+                self._table_rows = [t.numpy() for t in self._tables]
+            self._backend = backend
+            self.captured_step = CapturedStep(self._fed_step, warmup=warmup)
 
     def _step(self, index):
         x, y = self.loader.images[index], self.loader.labels[index]
@@ -83,33 +114,70 @@ class Trainer:
             count_correct_(logits, y, self.correct)
         return loss
 
+    def _fed_step(self):
+        """The captured step: this step's hyperparameters and batch indices come from device
+        memory at the cursor, which it advances."""
+        backend = self._backend
+        for table, array in zip(self._tables, self._hyper):
+            backend.take_row_(table, self._cursor._data, array)
+        backend.take_row_(self._batches, self._cursor._data, self._index._data, advance=True)
+        self._index._bump_version()
+        return self._step(self._index)
+
     def _mean_loss(self, seen):
         """Mean loss of the `seen` samples so far (the partial batch, if any, comes last)."""
         return (self.loss_sum.item() * self.loader.batch_size + self.loss_tail.item()) / seen
 
-    def train_epoch(self, epoch=1, epochs=1, progress=True, refresh_seconds=0.25):
-        """One pass over the data; returns {"loss", "accuracy", "images_per_s", "seconds"}."""
+    def _scheduler_step(self):
+        if self.scheduler is not None:
+            self.scheduler.step()
+            self.optimizer.sync()  # the new learning rate reaches the device before a replay
+
+    def steps(self):
+        """One pass over the data, step by step: a generator that launches each step and
+        yields its number of samples (the GPU may still be running it)."""
         self.model.train()
         for counter in (self.loss_sum, self.loss_tail, self.correct):
             counter.zero_()
         order = self.loader.permutation()
         batch = self.loader.batch_size
-        n = self.loader.num_samples
-        full_batches = n // batch
+        first_eager = 0
+        if self.captured_step is not None:
+            first_eager = len(self._batches)
+            self._backend.copy_(self._order._data, order._data)
+            self._cursor.zero_()
+            feeding = self.optimizer.fed_hyperparameters() if self._feed else \
+                contextlib.nullcontext()
+            with feeding:
+                for b in range(first_eager):
+                    for row, values in zip(self._table_rows, self._hyperparameter_rows()):
+                        row[b] = values
+                    self.captured_step()
+                    self._scheduler_step()
+                    yield batch
+        # the last, partial batch (and every batch without capture) runs eagerly
+        for b in range(first_eager, len(self.loader)):
+            index = order[b * batch:(b + 1) * batch]
+            self.eager_step(index)
+            self._scheduler_step()
+            yield index.shape[0]
+
+    def _hyperparameter_rows(self):
+        """optimizer.hyperparameter_values() cut into one row per bucket table."""
+        values, rows, start = self.optimizer.hyperparameter_values(), [], 0
+        for table in self._tables:
+            rows.append(values[start:start + table.shape[1]])
+            start += table.shape[1]
+        return rows
+
+    def train_epoch(self, epoch=1, epochs=1, progress=True, refresh_seconds=0.25):
+        """One pass over the data; returns {"loss", "accuracy", "images_per_s", "seconds"}."""
         bar = Progress(len(self.loader), f"epoch {epoch}/{epochs}", enabled=progress)
         seen, last_refresh, pending = 0, time.perf_counter(), 0
         _synchronize()
         start = time.perf_counter()
-        for b in range(len(self.loader)):
-            index = order[b * batch:(b + 1) * batch]
-            # a captured graph has one batch size: the last, partial batch runs eagerly
-            step = self.captured_step if (self.captured_step and b < full_batches) else \
-                self.eager_step
-            step(index)
-            if self.scheduler is not None:
-                self.scheduler.step()
-                self.optimizer.sync()  # the new learning rate reaches the device before a replay
-            seen += index.shape[0]
+        for b, n in enumerate(self.steps()):
+            seen += n
             pending += 1
             now = time.perf_counter()
             if progress and (now - last_refresh > refresh_seconds or b == len(self.loader) - 1):

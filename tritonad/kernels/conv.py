@@ -299,18 +299,22 @@ def _channels_last_kernel(src_ptr, out_ptr, C, HW, W,
 @triton.jit
 def _sum_splits_kernel(part_ptr, out_ptr, S, ROWS, COLS,
                        stride_ps, stride_pr, stride_pc, stride_or, stride_oc,
-                       BLOCK: tl.constexpr):
-    # out[r, c] = sum_s part[s, r, c], s in increasing order (the same result every run).
+                       BLOCK_S: tl.constexpr, BLOCK: tl.constexpr):
+    # out[r, c] = sum_s part[s, r, c]: BLOCK_S splits at a time, summed down a [BLOCK_S, BLOCK]
+    # tile, the chunks in increasing order (the same result every run).
     # One program: BLOCK (r, c) elements.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < ROWS * COLS
     r = offs // COLS
     c = offs - r * COLS
     src = part_ptr + r * stride_pr + c * stride_pc
+    splits = tl.arange(0, BLOCK_S)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for _ in range(0, S):
-        acc += tl.load(src, mask=ok, other=0.0).to(tl.float32)
-        src += stride_ps
+    for start in range(0, S, BLOCK_S):
+        s = start + splits
+        v = tl.load(src[None, :] + s[:, None] * stride_ps, mask=(s[:, None] < S) & ok[None, :],
+                    other=0.0)
+        acc += tl.sum(v.to(tl.float32), axis=0)
     tl.store(out_ptr + r * stride_or + c * stride_oc, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
@@ -683,9 +687,16 @@ def _sum_splits(part, out):
     s, rows, cols = part.shape
     if rows * cols == 0:
         return out
-    block = 1024 if not INTERPRET else 4096
+    # many splits of a small output (conv1's weight gradient: 264 x 832) are summed as tiles,
+    # BLOCK_S splits per load, over enough programs to keep the SMs busy
+    if INTERPRET:
+        block_s, block = min(16, next_power_of_2(s)), 4096
+    else:
+        block_s = min(32, next_power_of_2(s))
+        block = max(32, min(4096 // block_s, next_power_of_2(cdiv(rows * cols,
+                                                                   2 * _sm_count(out.device)))))
     _sum_splits_kernel[(cdiv(rows * cols, block),)](
-        part, out, s, rows, cols, *part.stride(), *out.stride(), BLOCK=block,
+        part, out, s, rows, cols, *part.stride(), *out.stride(), BLOCK_S=block_s, BLOCK=block,
         num_warps=4)
 
 

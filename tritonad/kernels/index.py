@@ -19,10 +19,11 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
+from ..backend import check_take_row
 from .elementwise import collapse, contiguous, copy_, fill_
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 
-PRIMITIVES = ("gather_rows", "scatter_add_rows")
+PRIMITIVES = ("gather_rows", "scatter_add_rows", "take_row_")
 
 TILE, MAX_BLOCK_D = 4096, 512
 INTERPRET_TILE = 1 << 16
@@ -69,6 +70,22 @@ def _scatter_add_rows_kernel(src_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_r
     v = tl.load(src_ptr + i.to(tl.int64)[:, None] * width + d[None, :], mask=mask, other=0)
     v = v.to(out_ptr.dtype.element_ty)
     tl.atomic_add(out_ptr + row[:, None] * width + d[None, :], v, mask=mask)
+
+
+@triton.jit
+def _take_row_kernel(table_ptr, cursor_ptr, out_ptr, n_rows, width, ADVANCE: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    # One program: out = table[cursor % n_rows], then cursor += 1. NOTE: a single program, so
+    # that the cursor is read before it is advanced, with no other program in between.
+    cursor = tl.load(cursor_ptr)
+    row = cursor % n_rows
+    row = tl.where(row < 0, row + n_rows, row)
+    src = table_ptr + row * width
+    for start in range(0, width, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(src + offs, mask=offs < width), mask=offs < width)
+    if ADVANCE:
+        tl.store(cursor_ptr, cursor + 1)
 
 
 # ----------------------------------------------------------------------------------- launchers
@@ -173,4 +190,15 @@ def scatter_add_rows(src, index, num_rows):
         _raise_if_bad("scatter_add_rows", flags, index, num_rows)
     if acc is not out:
         copy_(out, acc)
+    return out
+
+
+def take_row_(table, cursor, out, advance=False):
+    """out[...] = table[cursor % R], read on the device; cursor += 1 if `advance` (one program,
+    no host sync). table [R, *out.shape] may be pinned host memory on a GPU."""
+    check_take_row(table, cursor, out)
+    width = out.numel()
+    block = max(16, min(1024, next_power_of_2(max(width, 1))))
+    _take_row_kernel[(1,)](table, cursor, out, table.shape[0], width, ADVANCE=bool(advance),
+                           BLOCK=block, num_warps=4)
     return out

@@ -37,6 +37,7 @@ PRIMITIVES = ("sum", "mean", "max", "min", "argmax", "argmin", "var", "count_cor
 TILE, ARG_TILE = 4096, 2048    # elements of the accumulator tile (arg ops carry an index too)
 INTERPRET_TILE = 1 << 15       # the interpreter pays per op, not per element: large tiles
 MAX_BLOCK_M_COLS = 256         # lanes across a contiguous kept dim
+SMALL_BLOCK_M_COLS = 32        # ... in a reduction too small to split
 MIN_CHUNKS_PER_PROGRAM = 2     # split the loop no finer than this
 SPLIT_MIN_ELEMENTS = 1 << 17   # below this a second launch costs more than one program's loop
 _sm_count = {}
@@ -251,6 +252,10 @@ def _reduce(op, x, dims, out, acc, x_index=None, mean=None, divisor=None, values
     tile = INTERPRET_TILE if INTERPRET else (ARG_TILE if arg else TILE)
     if cols:
         block_m = _max(1, _min(next_power_of_2(n_kept), tile if INTERPRET else MAX_BLOCK_M_COLS))
+        if not INTERPRET and n_kept * n_reduced < SPLIT_MIN_ELEMENTS:
+            # a small sum (a bias gradient [128, 256] -> [256]) is not split: narrower column
+            # blocks give it more programs, each summing its rows in one tile
+            block_m = _min(block_m, SMALL_BLOCK_M_COLS)
         block_r = _max(1, _min(tile // block_m, next_power_of_2(n_inner)))
     else:
         block_r = _max(1, _min(next_power_of_2(n_inner), tile))

@@ -9,6 +9,8 @@ everything. Subclasses (tritonad/optim/__init__.py) implement `_update`.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .. import dtypes
@@ -43,7 +45,7 @@ class _FlatBucket:
     scalars of the hyperparameters, Adam's step counters and which slots have state.
     """
 
-    def __init__(self, params, device):
+    def __init__(self, params, device, hyper_names=("lr",)):
         backend = get_backend()
         # aligned sizes first: every slice of them starts on a 16-byte boundary (stable sort)
         self.params = sorted(params, key=lambda p: p.numel() % ALIGN != 0)
@@ -68,7 +70,13 @@ class _FlatBucket:
                 backend.copy_(self.grad_views[i], p.grad._data)
                 p.grad = Tensor._wrap(self.grad_views[i])
         self.buffers = {}          # state name -> flat buffer
-        self.scalars = {}          # hyperparameter name -> (Python value, device scalar [1])
+        # the device scalars of the hyperparameters: one slot per name in `hyper`, and the Python
+        # value each slot holds; while `fed`, someone else writes the slots (see
+        # Optimizer.fed_hyperparameters)
+        self.hyper_names = tuple(hyper_names)
+        self.hyper = backend.empty([len(self.hyper_names)], dtypes.float32, device)
+        self.scalars = {}          # hyperparameter name -> the Python value in its slot
+        self.fed = False
         self.initialized = [False] * len(self.params)   # slots that have state
         self.cohort = [0] * len(self.params)            # Adam: slots sharing a step counter
         self.counters = {}                              # cohort -> step count, float32 [1]
@@ -97,15 +105,17 @@ class _FlatBucket:
                 raise ValueError(f"a tensor {name} must hold one float32 value on {self.device}, "
                                  f"got shape {value.shape}, {value.dtype} on {value.device}")
             return value._data.reshape(1)
-        cached = self.scalars.get(name)
-        if cached is not None and (cached[0] == value or _capturing()):
+        slot = self.hyper_names.index(name)
+        raw = self.hyper[slot:slot + 1]
+        if self.fed:
+            return raw
+        if name in self.scalars and (self.scalars[name] == value or _capturing()):
             # NOTE: a captured step never refills: at replay it reads what sync() last wrote
-            return cached[1]
-        if cached is None:
-            _refuse_under_capture(f"creating the device scalar {name!r}")
-        raw = cached[1] if cached else get_backend().empty([1], dtypes.float32, self.device)
+            return raw
+        if name not in self.scalars:
+            _refuse_under_capture(f"setting the device scalar {name!r} for the first time")
         get_backend().fill_(raw, float(value))
-        self.scalars[name] = (value, raw)
+        self.scalars[name] = value
         return raw
 
     def collect_grads(self):
@@ -239,7 +249,8 @@ class Optimizer:
         for p in params:
             by_device.setdefault(p.device, []).append(p)
         self.param_groups.append(group)
-        self._buckets.append([_FlatBucket(ps, device) for device, ps in by_device.items()])
+        self._buckets.append([_FlatBucket(ps, device, self._device_hyperparameters)
+                              for device, ps in by_device.items()])
 
     def _check_group(self, group):
         if not isinstance(group["lr"], Tensor) and not group["lr"] >= 0:
@@ -257,6 +268,38 @@ class Optimizer:
                     continue
                 for bucket in buckets:
                     bucket.scalar(name, group[name])
+
+    def hyperparameter_values(self):
+        """The device hyperparameters as Python floats, flat: for each group, each of its buckets
+        (one per device), each name of _device_hyperparameters. fed_hyperparameters() yields the
+        device arrays that hold them, in the same order."""
+        return [float(group.get(name, 0.0)) for group, buckets in
+                zip(self.param_groups, self._buckets) for _ in buckets
+                for name in self._device_hyperparameters]
+
+    @contextlib.contextmanager
+    def fed_hyperparameters(self):
+        """Hand the device scalars of the hyperparameters to the caller for a while.
+
+        Inside, sync() and step() never write them: the caller does, for instance a captured
+        training step that copies each step's values from a table the host fills ahead
+        (tritonad.train.Trainer: no launch per step for a learning-rate schedule). Yields the
+        device arrays, one per bucket, holding hyperparameter_values() in order. On leaving,
+        the next sync() writes every value again. Tensor hyperparameters cannot be fed."""
+        for group in self.param_groups:
+            for name in self._device_hyperparameters:
+                if isinstance(group.get(name), Tensor):
+                    raise ValueError(f"{type(self).__name__}: a tensor {name} is read in place "
+                                     "and cannot be fed")
+        buckets = [b for bs in self._buckets for b in bs]
+        for bucket in buckets:
+            bucket.fed = True
+        try:
+            yield [bucket.hyper for bucket in buckets]
+        finally:
+            for bucket in buckets:
+                bucket.fed = False
+                bucket.scalars.clear()
 
     def step(self, closure=None):
         """Update every parameter that has a gradient; returns closure()'s loss if given."""
