@@ -31,6 +31,7 @@ for step in "$@"; do
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;
         profile-step) run profile-step 400 python3 benchmarks/profile_step.py --plans ;;
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
+        sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
     esac

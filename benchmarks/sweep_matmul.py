@@ -1,0 +1,104 @@
+"""Sweep matmul plans for the float32 products of the MNIST training steps, timed the way a
+captured step runs them (a CUDA graph of repeated launches), to choose the tuner's menu for
+small problems. Prints, per product, the fastest plans and the fastest of the tuner's current
+candidates. Not part of `tritonad bench`.
+
+    python benchmarks/sweep_matmul.py
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import torch
+
+import common
+
+# (name, M, N, K, layout of a [M, K], of b [K, N]) in the MNIST steps: "k" = K contiguous (a
+# row-major activation, or w.t() as b), "mn" = the other axis (a transposed gradient, w as b)
+PROBLEMS = [
+    ("mlp fc1 fwd", 128, 256, 784, "k", "k"),
+    ("mlp fc2 fwd", 128, 100, 256, "k", "k"),
+    ("mlp fc3 fwd", 128, 10, 100, "k", "k"),
+    ("mlp fc3 dx", 128, 100, 10, "k", "mn"),
+    ("mlp fc3 dW", 10, 100, 128, "mn", "mn"),
+    ("mlp fc2 dx", 128, 256, 100, "k", "mn"),
+    ("mlp fc2 dW", 100, 256, 128, "mn", "mn"),
+    ("mlp fc1 dW", 256, 784, 128, "mn", "mn"),
+    ("cnn fc1 fwd", 100, 512, 3136, "k", "k"),
+    ("cnn fc1 dx", 100, 3136, 512, "k", "mn"),
+    ("cnn fc1 dW", 512, 3136, 100, "mn", "mn"),
+]
+
+
+def problem_operands(M, N, K, la, lb):
+    """a [M, K] and b [K, N] in the layouts of the step."""
+    a = torch.randn(M, K, device="cuda") if la == "k" else torch.randn(K, M, device="cuda").t()
+    b = torch.randn(N, K, device="cuda").t() if lb == "k" else torch.randn(K, N, device="cuda")
+    return a, b
+
+
+def sweep_plans(M, N, K, sms, mm):
+    plans = []
+    for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), (8, 16, 32)):
+        if bm > max(16, 2 * M) or bn > max(32, 2 * N):
+            continue
+        for warps in ((1, 2) if bm * bn <= 1024 else (2, 4) if bm * bn <= 2048 else (4, 8)):
+            base = mm._plan(bm, bn, bk, warps, 3)
+            split = mm.split_k_heuristic(1, M, N, K, bm, bn, bk, sms)
+            plans.append(base)
+            for s in sorted({split, max(2, split // 2)}):
+                if s > 1 and mm.cdiv(K, bk) >= 2 * s:
+                    plans.append({**base, "split": s})
+                    plans.append({**base, "split": s, "fixup": True})
+    return plans
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__.splitlines()[0], argv, extra=lambda p: (
+        p.add_argument("--only", default="", help="comma list of problem names to run"),
+        p.add_argument("--top", type=int, default=6)))
+    common.require_gpu("sweep_matmul")
+    import tritonad as td
+    from profile_step import graph_us
+    from tritonad.kernels import matmul as mm
+
+    td.set_backend("triton")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for name, M, N, K, la, lb in PROBLEMS:
+        if args.only and name not in args.only.split(","):
+            continue
+        a, b = problem_operands(M, N, K, la, lb)
+        out = torch.empty(M, N, device="cuda")
+        groups = mm._batch_groups(a, b, out)
+
+        def run(plan):
+            for B0, B1, a_g, b_g, out_g in groups:
+                mm._launch(plan, B0, B1, a_g, b_g, out_g, None, False, "ieee")
+
+        start = time.perf_counter()
+        timed = []
+        menu = mm.candidate_plans(1, M, N, K, "ieee", la == "k", lb == "k", sms)
+        for plan in sweep_plans(M, N, K, sms, mm) + menu:
+            try:
+                run(plan)
+                torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+                timed.append((graph_us(lambda: run(plan)), plan))
+            except Exception as err:  # noqa: BLE001
+                print(f"  {mm.describe(plan)}: {type(err).__name__}: {str(err)[:80]}")
+        timed.sort(key=lambda t: t[0])
+        best_menu = min((t for t in timed if t[1] in menu), key=lambda t: t[0])
+        flops = 2 * M * N * K
+        print(f"\n{name} {M}x{N}x{K} ({la}{lb}): {len(timed)} plans in "
+              f"{time.perf_counter() - start:.0f} s; {flops / 1e6:.1f} MFLOP")
+        for us, plan in timed[:args.top]:
+            print(f"  {us:7.2f} us  {mm.describe(plan)}")
+        print(f"  menu best {best_menu[0]:.2f} us  {mm.describe(best_menu[1])}", flush=True)
+        rows.append({"problem": name, "best_us": timed[0][0], "best": mm.describe(timed[0][1]),
+                     "menu_us": best_menu[0], "menu": mm.describe(best_menu[1])})
+    common.save(args.out, "sweep_matmul", rows, {})
+
+
+if __name__ == "__main__":
+    main()
