@@ -40,7 +40,7 @@ def problem_operands(M, N, K, la, lb):
 
 def sweep_plans(M, N, K, sms, mm):
     plans = []
-    for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), (8, 16, 32)):
+    for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), (16, 32)):
         if bm > max(16, 2 * M) or bn > max(32, 2 * N):
             continue
         for warps in ((1, 2) if bm * bn <= 1024 else (2, 4) if bm * bn <= 2048 else (4, 8)):
@@ -50,7 +50,6 @@ def sweep_plans(M, N, K, sms, mm):
             for s in sorted({split, max(2, split // 2)}):
                 if s > 1 and mm.cdiv(K, bk) >= 2 * s:
                     plans.append({**base, "split": s})
-                    plans.append({**base, "split": s, "fixup": True})
     return plans
 
 
@@ -83,7 +82,7 @@ def main(argv=None):
         for plan in sweep_plans(M, N, K, sms, mm) + menu:
             try:
                 run(plan)
-                torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
                 timed.append((graph_us(lambda: run(plan)), plan))
             except Exception as err:  # noqa: BLE001
                 print(f"  {mm.describe(plan)}: {type(err).__name__}: {str(err)[:80]}")

@@ -247,29 +247,21 @@ def test_small_tiles_and_grouped_ordering(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16, td.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("split", [2, 3, 100])
-@pytest.mark.parametrize("fixup", [False, True], ids=["reduce-kernel", "fixup"])
-def test_split_k(monkeypatch, dtype, split, fixup):
-    """K in slices summed by the reduction kernel (or by the tile's last split: fixup), then
-    bias and relu; K not a multiple of the block, more slices asked than K tiles (clamped),
-    batched. The fixup's arrival counters are left at zero for the next launch."""
-    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=split, BK=16, fixup=fixup))
+def test_split_k(monkeypatch, dtype, split):
+    """K in slices summed by the reduction kernel, then bias and relu; K not a multiple of the
+    block, more slices asked than K tiles (clamped), batched."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=split, BK=16))
     a, b = random_array((2, 30, 100), dtype, seed=33), random_array((2, 100, 20), dtype, seed=34)
     bias = random_array((20,), dtype, seed=35)
     check(run(a, b, bias, "relu"), a, b, bias, "relu")
     check(run(a, b), a, b)
-    for locks in mm._lock_buffers.values():
-        assert not locks.any()
 
 
-@pytest.mark.parametrize("fixup", [False, True], ids=["reduce-kernel", "fixup"])
-def test_split_k_is_deterministic(monkeypatch, fixup):
-    """The slices are added in split order either way: equal bits run to run and path to path."""
-    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=4, BK=16, fixup=fixup))
+def test_split_k_is_deterministic(monkeypatch):
+    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=4, BK=16))
     a, b = random_array((30, 130), seed=36), random_array((130, 20), seed=37)
     first, second = as_numpy(run(a, b)), as_numpy(run(a, b))
     np.testing.assert_array_equal(first, second)
-    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=4, BK=16, fixup=not fixup))
-    np.testing.assert_array_equal(first, as_numpy(run(a, b)))
 
 
 def test_tf32_setting_and_k_major_staging(monkeypatch):
@@ -348,7 +340,7 @@ def test_split_k_heuristic():
 def test_candidate_plans(kind, shape):
     m, n, k = shape
     plans = mm.candidate_plans(1, m, n, k, kind, True, False, 132)
-    assert plans and len(plans) <= 16
+    assert plans and len(plans) <= 20  # each is compiled and timed once per GPU
     assert len({tuple(sorted(p.items())) for p in plans}) == len(plans), "duplicate plans"
     for p in plans:
         assert set(p) == set(mm.INTERPRET_PLAN)
@@ -496,18 +488,17 @@ def test_gpu_mnist_shapes(kind, prec, precision):
 def test_gpu_forced_split_and_staging(precision, monkeypatch):
     precision("high")
     dy, x = random_array((100, 512), seed=1), random_array((100, 3136), seed=2)
-    for plan in (dict(split=6), dict(split=6, fixup=True), dict(stage_a=True, stage_b=True),
-                 dict(split=4, stage_a=True, stage_b=True, fixup=True)):
+    for plan in (dict(split=6), dict(stage_a=True, stage_b=True),
+                 dict(split=4, stage_a=True, stage_b=True)):
         monkeypatch.setattr(mm, "FORCE_PLAN", plan)
         _gpu_check(run(dy.t(), x), dy.t(), x, kind="tf32")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", [None, dict(split=8, fixup=False), dict(split=8, fixup=True)],
-                         ids=["tuned", "split", "split-fixup"])
+@pytest.mark.parametrize("plan", [None, dict(split=8)], ids=["tuned", "split"])
 def test_gpu_cuda_graph_capture(plan, monkeypatch):
-    """A warmed-up matmul (split-K paths included) replays correctly from a CUDA graph, again
-    and again (the fixup's counters reset themselves)."""
+    """A warmed-up matmul (split-K path included) replays correctly from a CUDA graph, again
+    and again."""
     monkeypatch.setattr(mm, "FORCE_PLAN", plan)
     a, b = random_array((100, 3136), seed=1), random_array((3136, 512), seed=2)
     bias = random_array((512,), seed=3)
@@ -516,7 +507,7 @@ def test_gpu_cuda_graph_capture(plan, monkeypatch):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = run(a, b, bias, "relu")
-    for seed in (4, 5, 6):
+    for seed in (4, 5):
         a.copy_(random_array((100, 3136), seed=seed))
         graph.replay()
         torch.cuda.synchronize()

@@ -24,7 +24,8 @@ Design (the numbers are for Hopper, H100/H200):
   K-major workspace (one memory-bound pass) when the tuner measures that this pays off.
 - Autotuning. The launcher keys each problem on (batch, M, N, K, dtype/precision, operand
   layouts), builds candidate plans (tile, warps, stages, split, staging) with a function, times
-  every candidate end to end with triton.testing.do_bench and keeps the fastest. Choices
+  every candidate end to end (measure_ms: from a CUDA graph for the microsecond problems, as a
+  captured training step runs them) and keeps the fastest. Choices
   persist in ~/.cache/tritonad/autotune/ (one JSON file per GPU name and Triton version,
   stamped with a hash of this file), so a second run does not tune again. Under the
   interpreter there is one small plan and no tuning.
@@ -57,22 +58,19 @@ _INT32_LIMIT = 2**31 - 1
 
 
 @triton.jit
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr, lock_ptr,
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,
                    M, N, K, batch_inner, tiles_per_split,
                    stride_a0, stride_a1, stride_am, stride_ak,
                    stride_b0, stride_b1, stride_bk, stride_bn,
                    stride_c0, stride_c1, stride_cm, stride_cn, stride_csplit,
                    stride_bias,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr, SPLIT: tl.constexpr, FIXUP: tl.constexpr,
-                   EVEN_K: tl.constexpr,
+                   GROUP_M: tl.constexpr, SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
                    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr,
                    FP64: tl.constexpr, UPCAST: tl.constexpr, INT64: tl.constexpr):
     # program (pid, split): the BLOCK_M x BLOCK_N tile `pid` of the batch (batch-major order),
-    # over all of K, or over the K tiles of `split` when SPLIT (then c is the fp32 workspace;
-    # with FIXUP the last split of a tile to finish adds the slices into out, see the end)
+    # over all of K, or over the K tiles of `split` when SPLIT (then c is the fp32 workspace)
     pid = tl.program_id(0)
-    tile_id = pid
     if INT64:  # NOTE: also under the interpreter, where int32 arithmetic is overflow-checked
         pid = pid.to(tl.int64)
         M = tl.cast(M, tl.int64)  # tl.cast: a size of 1 arrives as a constexpr
@@ -97,7 +95,6 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr, lock_ptr,
     a_ptr += outer * stride_a0 + inner * stride_a1
     b_ptr += outer * stride_b0 + inner * stride_b1
     c_ptr += outer * stride_c0 + inner * stride_c1
-    out_ptr += batch.to(tl.int64) * M * N  # FIXUP only: out is contiguous [batch, M, N]
 
     # rows and columns past the edge wrap around (modulo) instead of being masked: their loads
     # stay in bounds and their results are never stored
@@ -146,42 +143,17 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr, lock_ptr,
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
-    c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
     if SPLIT:
-        tl.store(c_ptrs + tl.program_id(1).to(tl.int64) * stride_csplit, acc, mask=c_mask)
-        if FIXUP:
-            # Split-K without a second launch: every split stores its slice, then counts itself
-            # in at the tile's lock (bar.sync, then one acq_rel atomic: the CTA's stores are
-            # released with it); the split that arrives last reads all slices back in split
-            # order (the same sum every run: deterministic) and finishes the tile. It resets
-            # the lock for the next launch (or graph replay) on this stream.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(lock_ptr + tile_id, 1)
-            n_split = tl.num_programs(1)
-            if arrived == n_split - 1:
-                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc.dtype)
-                for s in range(0, n_split):
-                    total += tl.load(c_ptrs + s * stride_csplit, mask=c_mask,
-                                     cache_modifier=".cg")
-                total = _epilogue(total, bias_ptr, offs_cn, N, stride_bias, HAS_BIAS, RELU)
-                tl.store(out_ptr + offs_cm[:, None] * N + offs_cn[None, :],
-                         total.to(out_ptr.dtype.element_ty), mask=c_mask)
-                tl.atomic_xchg(lock_ptr + tile_id, 0)
+        c_ptr += tl.program_id(1).to(tl.int64) * stride_csplit
     else:
-        acc = _epilogue(acc, bias_ptr, offs_cn, N, stride_bias, HAS_BIAS, RELU)
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-@triton.jit
-def _epilogue(acc, bias_ptr, offs_n, N, stride_bias, HAS_BIAS: tl.constexpr,
-              RELU: tl.constexpr):
-    """The fused epilogue on a float32 tile: bias row, then relu (the cast comes at the store)."""
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
-        acc += bias.to(acc.dtype)[None, :]
-    if RELU:
-        acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
-    return acc
+        # fused epilogue on the accumulator: bias row, relu, then one rounding to c's dtype
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + offs_cn * stride_bias, mask=offs_cn < N, other=0.0)
+            acc += bias.to(acc.dtype)[None, :]
+        if RELU:
+            acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
+    c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit
@@ -230,7 +202,7 @@ def _stage_kernel(src_ptr, dst_ptr, R, C, batch_inner,
 # the number of K splits, and whether to stage a or b K-major first (TF32 only).
 
 INTERPRET_PLAN = dict(BM=64, BN=64, BK=64, GM=8, warps=4, stages=1, split=1,
-                      stage_a=False, stage_b=False, fixup=False)
+                      stage_a=False, stage_b=False)
 
 # Tests set FORCE_PLAN = {"split": 3, "BK": 16, ...} to force a path on any device.
 FORCE_PLAN: dict | None = None
@@ -252,6 +224,11 @@ _LARGE_TILES = {
     "fp64": [(32, 32, 8, 4, 2), (64, 32, 8, 4, 2)],
 }
 _SMALL_BK = {"half": 64, "tf32": 32, "ieee": 32, "fp64": 8}
+# Problems too small to fill the GPU with 128x128 tiles (the MNIST layers): small tiles, many
+# programs, most with split-K. Order and sizes from benchmarks/sweep_matmul.py on an H200,
+# where 16x32 and 32x64 tiles beat 64x64 by 1.3-2x on every fp32 MNIST product.
+_SMALL_TILES = [(16, 32), (32, 64), (64, 32), (16, 64), (32, 32), (64, 64), (64, 128),
+                (128, 64)]
 
 
 def _kind(dtype, precision=None) -> str:
@@ -261,9 +238,9 @@ def _kind(dtype, precision=None) -> str:
     return "fp64" if dtype == torch.float64 else "half"
 
 
-def _plan(BM, BN, BK, warps, stages, split=1, stage_a=False, stage_b=False, fixup=False):
+def _plan(BM, BN, BK, warps, stages, split=1, stage_a=False, stage_b=False):
     return dict(BM=BM, BN=BN, BK=BK, GM=8, warps=warps, stages=stages, split=split,
-                stage_a=stage_a, stage_b=stage_b, fixup=fixup)
+                stage_a=stage_a, stage_b=stage_b)
 
 
 def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
@@ -281,9 +258,9 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
     """The plans the tuner times for one problem, best guess first.
 
     Large problems (the 128x128 tiles fill the SMs) try the large-tile menu of their kind.
-    Smaller ones try tiles no larger than the matrix, each without and with split-K (the split
-    from split_k_heuristic and half of it). TF32 adds K-major staged variants of the first
-    plans when an operand's K stride is not 1.
+    Smaller ones try the small tiles (_SMALL_TILES) that fit the matrix, each with the split
+    of split_k_heuristic and without. TF32 adds K-major staged variants of the first plans
+    when an operand's K stride is not 1.
     """
     if kind == "fp64":
         return [_plan(*t) for t in _LARGE_TILES["fp64"]]
@@ -292,16 +269,17 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
     if large:
         plans = [_plan(*t) for t in _LARGE_TILES[kind]]
     else:
-        bk = min(_SMALL_BK[kind], max(16, next_power_of_2(K)))
-        bms = [v for v in (16, 32, 64, 128) if v <= max(16, next_power_of_2(M))][-2:]
-        bns = [v for v in (32, 64, 128) if v <= max(32, next_power_of_2(N))][-2:]
-        tiles = sorted({(bm, bn) for bm in bms for bn in bns},
-                       key=lambda t: (-min(t[0], 64) * min(t[1], 64), t))
+        tiles = [(bm, bn) for bm, bn in _SMALL_TILES
+                 if bm <= max(16, next_power_of_2(M)) and bn <= max(32, next_power_of_2(N))]
         for bm, bn in tiles:
-            warps = 4 if bm * bn >= 64 * 64 else 2
-            base = _plan(bm, bn, bk, warps, 3)
+            small = bm * bn <= 2048
+            # NOTE: exact fp32 (FMA) tiles of 2048 outputs or fewer hold their K slice in
+            # registers: BLOCK_K 16 keeps them there (32 spills on the MNIST shapes)
+            bk = 16 if (kind == "ieee" and small) else _SMALL_BK[kind]
+            bk = min(bk, max(16, next_power_of_2(K)))
+            base = _plan(bm, bn, bk, 2 if small else 4, 3)
             split = split_k_heuristic(batch, M, N, K, bm, bn, bk, sms)
-            for s in dict.fromkeys((split, max(1, split // 2), 1)):
+            for s in dict.fromkeys((split, 1)):
                 plans.append({**base, "split": s})
     if kind == "tf32" and not (a_kmajor and b_kmajor):
         plans += [{**p, "stage_a": not a_kmajor, "stage_b": not b_kmajor} for p in plans[:3]]
@@ -384,16 +362,11 @@ class Autotuner:
         return plan
 
     def _measure(self, key, candidates, run):
-        import triton.testing
-
-        # NOTE: timing each plan replayed from a CUDA graph (do_bench_cudagraph) was tried on an
-        # H200 and picked slower plans for the few-microsecond MNIST products; eager timing stays
         best, best_ms, first_error = None, float("inf"), None
         timings = self.timings.setdefault(key, {})
         for plan in candidates:
             try:
-                ms = triton.testing.do_bench(lambda plan=plan: run(plan), warmup=5, rep=20,
-                                             return_mode="median")
+                ms = measure_ms(lambda plan=plan: run(plan))
             except Exception as err:  # e.g. out of shared memory for this tile on this GPU
                 first_error = first_error or err
                 timings[describe(plan)] = type(err).__name__
@@ -406,11 +379,52 @@ class Autotuner:
         return best
 
 
+def measure_ms(fn, launches=10, reps=5):
+    """Milliseconds of GPU time per call of fn.
+
+    Calls of a few microseconds (the MNIST products) are timed as a captured step runs them:
+    `launches` calls captured in a CUDA graph, the best of `reps` replays, so launch gaps count
+    and the ~20-40 us of Python per eager call does not (timed eagerly, every small plan looks
+    alike and two-kernel plans look worse than they are). Longer calls are timed eagerly
+    (triton.testing.do_bench), where host time hides behind the GPU anyway."""
+    import triton.testing
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()  # compile and allocate outside any timing
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    if start.elapsed_time(end) > 0.2:
+        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
+    # NOTE: capture_begin on a side stream rather than `with torch.cuda.graph()`, whose entry
+    # runs gc.collect() and empty_cache(): tens of ms per candidate
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        try:
+            for _ in range(launches):
+                fn()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    best = float("inf")
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / launches)
+    return best
+
+
 def describe(plan) -> str:
     """A plan in a few words: '128x256x64 w8 s3', then 'split 4', 'stage a', 'stage b'."""
     words = [f"{plan['BM']}x{plan['BN']}x{plan['BK']} w{plan['warps']} s{plan['stages']}"]
     if plan["split"] > 1:
-        words.append(f"split {plan['split']}" + (" fixup" if plan.get("fixup") else ""))
+        words.append(f"split {plan['split']}")
     words += [f"stage {x}" for x in "ab" if plan[f"stage_{x}"]]
     return ", ".join(words)
 
@@ -526,8 +540,6 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind):
     tiles_per_split = cdiv(k_tiles, split) if k_tiles else 0
     split = cdiv(k_tiles, tiles_per_split) if k_tiles else 1  # no empty slices
     batch = B0 * B1
-    grid = (batch * cdiv(M, BM) * cdiv(N, BN), split)
-    locks = _locks(out.t.device, grid[0]) if split > 1 and plan.get("fixup") else None
     if split > 1:
         acc_dtype = torch.float64 if kind == "fp64" else torch.float32
         target = empty((split, batch, M, N), acc_dtype, out.t.device)
@@ -537,46 +549,23 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind):
         c_strides = out.strides() + (0,)
     bias_arg = bias if bias is not None else out.t
     bias_stride = bias.stride(0) if bias is not None else 0
+    grid = (batch * cdiv(M, BM) * cdiv(N, BN), split)
     _matmul_kernel[grid](
-        a.t, b.t, target, bias_arg, out.t, locks if locks is not None else target,
-        M, N, K, B1, tiles_per_split,
+        a.t, b.t, target, bias_arg, M, N, K, B1, tiles_per_split,
         *a.strides(), *b.strides(), *c_strides, bias_stride,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=plan["GM"], SPLIT=split > 1,
-        FIXUP=locks is not None, EVEN_K=K % BK == 0, HAS_BIAS=bias is not None,
-        RELU=relu, PRECISION="ieee" if kind == "ieee" else "tf32",
+        EVEN_K=K % BK == 0, HAS_BIAS=bias is not None and split == 1,
+        RELU=relu and split == 1, PRECISION="ieee" if kind == "ieee" else "tf32",
         FP64=kind == "fp64", UPCAST=INTERPRET and kind == "half",
         INT64=INTERPRET or max(a.span(), b.span(), M * N) > _INT32_LIMIT,
         num_warps=plan["warps"], num_stages=plan["stages"])
-    if split > 1 and locks is None:
+    if split > 1:
         # out of one group is one contiguous block [B0, B1, M, N] (out is contiguous)
         n = batch * M * N
         BLOCK = 1024
         _splitk_reduce_kernel[(cdiv(n, BLOCK),)](
             target, out.t, bias_arg, n, N, split, bias_stride,
             HAS_BIAS=bias is not None, RELU=relu, BLOCK=BLOCK, num_warps=4)
-
-
-LOCKS = 4096  # tiles a split-K launch with fixup may have
-_lock_buffers: dict = {}
-
-
-def _locks(device, tiles):
-    """The per-tile arrival counters of split-K with fixup on `device` (zero between launches:
-    each launch leaves them zero again), or None, and the slices are summed by a second
-    kernel: too many tiles, or no counters yet while a CUDA graph is being captured (an eager
-    launch creates them first, as a captured step's warm-up does).
-    NOTE: one set per device: two split-K launches running at once on two streams of one
-    device would share it. tritonad launches everything on the current stream."""
-    if tiles > LOCKS:
-        return None
-    locks = _lock_buffers.get(device)
-    if locks is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        from .elementwise import fill_
-
-        locks = _lock_buffers[device] = fill_(empty((LOCKS,), torch.int32, device), 0)
-    return locks
 
 
 def _check(a, b, bias, activation):
