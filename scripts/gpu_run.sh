@@ -29,7 +29,8 @@ for step in "$@"; do
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
         mnist-*)      run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench" --models "${step#mnist-}" --skip-compile --skip-numpy ;;
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;
-        profile-step) run profile-step 400 python3 benchmarks/profile_step.py --plans ;;
+        profile-step) run profile-step 300 python3 benchmarks/profile_step.py ;;
+        profile-step-plans) run profile-step-plans 400 python3 benchmarks/profile_step.py --plans ;;
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
