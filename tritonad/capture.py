@@ -96,9 +96,16 @@ class CapturedStep:
         self._static_inputs = [Tensor._wrap(get_backend().contiguous(a._data))
                                if isinstance(a, Tensor) else a for a in args]
         torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._outputs = self.fn(*self._static_inputs)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self._outputs = self.fn(*self._static_inputs)
+        except BaseException:
+            # NOTE: free the failed graph now: left to the garbage collector, it may be
+            # destroyed while another capture runs, which invalidates that capture
+            graph.reset()
+            raise
+        self.graph = graph
         self.graph.replay()  # capturing recorded the step without running it
         return self._outputs
 

@@ -401,23 +401,28 @@ def measure_ms(fn, launches=10, reps=5):
     # runs gc.collect() and empty_cache(): tens of ms per candidate
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
-            for _ in range(launches):
-                fn()
-        finally:
-            graph.capture_end()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph.replay()
-    best = float("inf")
-    for _ in range(reps):
-        start.record()
+    try:
+        with torch.cuda.stream(stream):
+            graph.capture_begin()
+            try:
+                for _ in range(launches):
+                    fn()
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream().wait_stream(stream)
         graph.replay()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / launches)
-    return best
+        best = float("inf")
+        for _ in range(reps):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end) / launches)
+        return best
+    finally:
+        # NOTE: destroyed here, not by the garbage collector, which might do it in the middle of
+        # a later capture (a graph destroyed while a stream captures invalidates that capture)
+        graph.reset()
 
 
 def describe(plan) -> str:
