@@ -85,11 +85,10 @@ class Trainer:
             self._index = empty(batch, dtype="int64", device=device)
             self._cursor = zeros((), dtype="int64", device=device)  # the next captured batch
             # one pinned host table per optimizer bucket: row b holds step b's hyperparameters
-            self._feed = not any(isinstance(group.get(name), Tensor)
-                                 for group in optimizer.param_groups
-                                 for name in getattr(optimizer, "_device_hyperparameters", ()))
-            self._feed = self._feed and hasattr(optimizer, "fed_hyperparameters")
-            self._tables = []
+            # (not for a tensor learning rate, which the optimizer reads in place)
+            self._feed = isinstance(optimizer, optim.Optimizer) and not any(
+                isinstance(value, Tensor) for value in optimizer.hyperparameter_values())
+            self._hyper, self._tables, self._table_rows = [], [], []
             if self._feed:
                 with optimizer.fed_hyperparameters() as arrays:
                     self._hyper = arrays

@@ -33,6 +33,10 @@ def _refuse_under_capture(what):
                            "replayed at every step; run one step() eagerly before capturing")
 
 
+def _number(value):
+    return value if isinstance(value, Tensor) else float(value)
+
+
 def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and
                       a.stride() == b.stride() and a.device == b.device and a.dtype == b.dtype)
@@ -270,10 +274,10 @@ class Optimizer:
                     bucket.scalar(name, group[name])
 
     def hyperparameter_values(self):
-        """The device hyperparameters as Python floats, flat: for each group, each of its buckets
-        (one per device), each name of _device_hyperparameters. fed_hyperparameters() yields the
-        device arrays that hold them, in the same order."""
-        return [float(group.get(name, 0.0)) for group, buckets in
+        """The device hyperparameters, flat: for each group, each of its buckets (one per
+        device), each name of _device_hyperparameters; numbers as floats (a tensor lr stays a
+        Tensor). fed_hyperparameters() yields the device arrays that hold them, in this order."""
+        return [_number(group.get(name, 0.0)) for group, buckets in
                 zip(self.param_groups, self._buckets) for _ in buckets
                 for name in self._device_hyperparameters]
 
