@@ -16,7 +16,9 @@ that changes between steps from device memory: the learning rate (and SGD's mome
 1-element device scalars, Adam's step count from a device counter that step() increments with a
 kernel. A captured step never refills those scalars: a scheduler's step() copies the new lr
 (and OneCycleLR's momentum) into them itself, outside the graph; after setting
-`param_groups[i]["lr"]` by hand between replays, call `opt.sync()`. A tensor lr
+`param_groups[i]["lr"]` by hand between replays, call `opt.sync()`. (tritonad.train.Trainer
+saves even that launch: inside `opt.fed_hyperparameters()` its captured step copies each
+step's values from a row of a pinned host table the loop fills.) A tensor lr
 (`SGD(params, lr=td.tensor([0.1]))`) is read in place. Frozen at capture (re-capture after
 changing them): the structure of the update (which parameters have a gradient, momentum zero or
 not, nesterov, maximize, the number of launches), weight_decay, dampening, eps and Adam's betas.
