@@ -63,7 +63,8 @@ class Trainer:
     device hyperparameter of the optimizer) of each step is written by the host into a row of
     a pinned table, which the step copies onto the device itself (Optimizer.fed_hyperparameters).
     So the host work of a step is one graph launch and the scheduler's arithmetic: no input
-    copy, no launch per changed learning rate. The last, partial batch of an epoch runs eagerly.
+    copy, no launch per changed learning rate. The last, partial batch of an epoch is a second
+    captured step (a fixed slice of the order; its learning rate set by sync()).
     """
 
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2):
@@ -97,6 +98,13 @@ class Trainer:
                 self._table_rows = [t.numpy() for t in self._tables]
             self._backend = backend
             self.captured_step = CapturedStep(self._fed_step, warmup=warmup)
+            # the last, partial batch has its own graph: its indices are a fixed slice of the
+            # epoch's order, so it reads nothing at a cursor
+            self._tail_step = None
+            if loader.num_samples > full * batch and not loader.drop_last:
+                self._tail_index = Tensor._wrap(self._order._data[full * batch:])
+                self._tail_step = CapturedStep(lambda: self._step(self._tail_index),
+                                               warmup=warmup)
 
     def _step(self, index):
         x, y = self.loader.images[index], self.loader.labels[index]
@@ -140,22 +148,25 @@ class Trainer:
             counter.zero_()
         order = self.loader.permutation()
         batch = self.loader.batch_size
-        first_eager = 0
         if self.captured_step is not None:
-            first_eager = len(self._batches)
             self._backend.copy_(self._order._data, order._data)
             self._cursor.zero_()
             feeding = self.optimizer.fed_hyperparameters() if self._feed else \
                 contextlib.nullcontext()
             with feeding:
-                for b in range(first_eager):
+                for b in range(len(self._batches)):
                     for row, values in zip(self._table_rows, self._hyperparameter_rows()):
                         row[b] = values
                     self.captured_step()
                     self._scheduler_step()
                     yield batch
-        # the last, partial batch (and every batch without capture) runs eagerly
-        for b in range(first_eager, len(self.loader)):
+            if self._tail_step is not None:
+                self.optimizer.sync()  # no longer fed: the device scalars get this step's values
+                self._tail_step()
+                self._scheduler_step()
+                yield self._tail_index.shape[0]
+            return
+        for b in range(len(self.loader)):
             index = order[b * batch:(b + 1) * batch]
             self.eager_step(index)
             self._scheduler_step()
