@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from .backend import get_backend
+from .kernels.launch import gc_paused
 from .tensor import Tensor
 
 
@@ -98,7 +99,7 @@ class CapturedStep:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with gc_paused(), torch.cuda.graph(graph):
                 self._outputs = self.fn(*self._static_inputs)
         except BaseException:
             # NOTE: free the failed graph now: left to the garbage collector, it may be

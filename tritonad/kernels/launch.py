@@ -6,6 +6,8 @@ is imported, so tritonad imports this first).
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 
 import torch
@@ -23,6 +25,24 @@ TRITON_VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2])
 
 cdiv = triton.cdiv
 next_power_of_2 = triton.next_power_of_2
+
+
+@contextlib.contextmanager
+def gc_paused(collect=True):
+    """Around a CUDA graph capture: collect garbage first (unless collect=False), then keep the
+    collector off until the capture ends. A CUDA graph that is garbage in a reference cycle
+    (say a dropped Trainer's captured step) would otherwise be destroyed whenever the collector
+    runs, possibly in the middle of this capture, which invalidates it (torch's `graph` context
+    no longer collects before capturing)."""
+    if collect:
+        gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def empty(shape, dtype, device) -> torch.Tensor:

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ..backend import matmul_precision
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2
+from .launch import INTERPRET, cdiv, dtype_of, empty, gc_paused, next_power_of_2
 
 PRIMITIVES = ("matmul",)
 
@@ -402,7 +402,7 @@ def measure_ms(fn, launches=10, reps=5):
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream), gc_paused(collect=False):  # many captures: no collect
             graph.capture_begin()
             try:
                 for _ in range(launches):
