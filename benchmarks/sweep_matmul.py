@@ -38,7 +38,9 @@ def problem_operands(M, N, K, la, lb):
     return a, b
 
 
-def sweep_plans(M, N, K, sms, mm):
+def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k"):
+    """Small tiles x warps x splits; with x3, each also on tensor cores as 3xTF32 (K-major
+    staged too where an operand's K stride is not 1)."""
     plans = []
     for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), (16, 32)):
         if bm > max(16, 2 * M) or bn > max(32, 2 * N):
@@ -50,13 +52,26 @@ def sweep_plans(M, N, K, sms, mm):
             for s in sorted({split, max(2, split // 2)}):
                 if s > 1 and mm.cdiv(K, bk) >= 2 * s:
                     plans.append({**base, "split": s})
+    if x3:
+        fp32 = list(plans)
+        plans += [{**p, "x3": True} for p in fp32]
+        if la != "k" or lb != "k":
+            plans += [{**p, "x3": True, "stage_a": la != "k", "stage_b": lb != "k"} for p in fp32]
     return plans
+
+
+def max_error(out, a, b):
+    """Largest |out - a @ b| (float64) relative to (|a| @ |b|): the product's rounding error."""
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    return ((out.double() - ref).abs() / scale.clamp_min(1e-30)).max().item()
 
 
 def main(argv=None):
     args = common.parse_args(__doc__.splitlines()[0], argv, extra=lambda p: (
         p.add_argument("--only", default="", help="comma list of problem names to run"),
-        p.add_argument("--top", type=int, default=6)))
+        p.add_argument("--top", type=int, default=6),
+        p.add_argument("--x3", action="store_true", help="also try 3xTF32 tensor-core plans")))
     common.require_gpu("sweep_matmul")
     import tritonad as td
     from profile_step import graph_us
@@ -79,11 +94,11 @@ def main(argv=None):
         start = time.perf_counter()
         timed = []
         menu = mm.candidate_plans(1, M, N, K, "ieee", la == "k", lb == "k", sms)
-        for plan in sweep_plans(M, N, K, sms, mm) + menu:
+        for plan in sweep_plans(M, N, K, sms, mm, args.x3, la, lb) + menu:
             try:
                 run(plan)
                 torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
-                timed.append((graph_us(lambda: run(plan)), plan))
+                timed.append((graph_us(lambda: run(plan)), plan, max_error(out, a, b)))
             except Exception as err:  # noqa: BLE001
                 print(f"  {mm.describe(plan)}: {type(err).__name__}: {str(err)[:80]}")
         timed.sort(key=lambda t: t[0])
@@ -91,10 +106,16 @@ def main(argv=None):
         flops = 2 * M * N * K
         print(f"\n{name} {M}x{N}x{K} ({la}{lb}): {len(timed)} plans in "
               f"{time.perf_counter() - start:.0f} s; {flops / 1e6:.1f} MFLOP")
-        for us, plan in timed[:args.top]:
-            print(f"  {us:7.2f} us  {mm.describe(plan)}")
+        for us, plan, err in timed[:args.top]:
+            print(f"  {us:7.2f} us  {mm.describe(plan)}  (error {err:.1e})")
+        for tag, x3 in (("fp32 FMA", False), ("3xTF32", True)):
+            kind = [t for t in timed if bool(t[1].get("x3")) == x3]
+            if kind:
+                print(f"  best {tag}: {kind[0][0]:.2f} us {mm.describe(kind[0][1])}, worst error "
+                      f"of its kind {max(t[2] for t in kind):.1e}")
         print(f"  menu best {best_menu[0]:.2f} us  {mm.describe(best_menu[1])}", flush=True)
         rows.append({"problem": name, "best_us": timed[0][0], "best": mm.describe(timed[0][1]),
+                     "best_error": timed[0][2],
                      "menu_us": best_menu[0], "menu": mm.describe(best_menu[1])})
     common.save(args.out, "sweep_matmul", rows, {})
 

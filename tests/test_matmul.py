@@ -234,6 +234,85 @@ def test_empty_outputs(a_shape, b_shape, out_shape):
     assert tuple(got.shape) == out_shape
 
 
+# ---------------------------------------------------------------------------- fused linear backward
+
+
+def gated_reference(dy, y):
+    """where(y > 0, dy, 0) (relu's backward; a selection, exact in any dtype)."""
+    return torch.where(y > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
+
+
+def check_row_sums(got, a, kind):
+    """got == the row sums of a (float64), within the dot-product bound on sum(|a|)."""
+    expected = as_numpy(a).astype(np.float64).sum(axis=1)
+    scale = np.abs(as_numpy(a).astype(np.float64)).sum(axis=1)
+    error = (as_numpy(got).astype(np.float64) - expected) / (scale + 1e-30)
+    assert_close(error, np.zeros_like(error), rtol=0, atol=rtol(kind, a.shape[1]),
+                 name="scaled row-sum error")
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.bfloat16, td.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("split", [1, 3])
+def test_gate_and_row_sums(monkeypatch, dtype, split):
+    """The linear + relu backward: dx = gated(dy) @ w and dw = gated(dy)^T @ x with db = its row
+    sums, in the transposed layouts the autodiff passes; zeros and negatives in the relu output
+    (0 exactly is not > 0), K past the block edge, with split-K's reduction of the row sums."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", dict(split=split, BK=16, BM=16, BN=32))
+    batch, n_in, n_out = 37, 21, 45
+    x, w = random_array((batch, n_in), dtype, seed=50), random_array((n_out, n_in), dtype, seed=51)
+    dy = random_array((batch, n_out), dtype, seed=52)
+    y = random_array((batch, n_out), dtype, seed=53)
+    y[:, ::4] = 0
+    dz = gated_reference(dy, y)
+    backend = td.get_backend()
+    check(backend.matmul(dy, w, a_gate=y), dz, w)
+    db = torch.full((n_out,), 7.0, dtype=dtype.torch)
+    dw = backend.matmul(dy.t(), x, a_gate=y.t(), a_row_sums=db)
+    check(dw, dz.t(), x)
+    check_row_sums(db, dz.t(), dtype.name)
+    db2 = torch.full((n_out,), 7.0, dtype=dtype.torch)  # ungated row sums into a given out
+    out = torch.empty((n_out, n_in), dtype=dtype.torch)
+    assert backend.matmul(dy.t(), x, a_row_sums=db2, out=out) is out
+    check(out, dy.t(), x)
+    check_row_sums(db2, dy.t(), dtype.name)
+
+
+def test_row_sums_of_degenerate_products():
+    """N = 0 (no product tile to fuse into) and K = 0 (empty rows sum to 0) still fill them."""
+    backend = td.get_backend()
+    a, gate = random_array((5, 3), seed=54), random_array((5, 3), seed=55)
+    rows = torch.full((5,), 9.0)
+    out = backend.matmul(a, random_array((3, 0)), a_gate=gate, a_row_sums=rows)
+    assert tuple(out.shape) == (5, 0)
+    check_row_sums(rows, gated_reference(a, gate), "float32")
+    rows = torch.full((5,), 9.0)
+    backend.matmul(random_array((5, 0)), random_array((0, 4)), a_row_sums=rows)
+    assert (rows == 0).all()
+
+
+@pytest.mark.parametrize("backend", ["triton", "numpy"])
+@pytest.mark.parametrize("kwargs, match", [
+    (lambda: dict(a_gate=random_array((4, 6))), "a_gate must"),
+    (lambda: dict(a_row_sums=random_array((5,))), "a_row_sums must"),
+    (lambda: dict(a_gate=random_array((2, 4, 5)), batched=True), "2-d operands"),
+])
+def test_bad_gate_and_row_sums(backend, kwargs, match):
+    kwargs = kwargs()
+    a, b = random_array((4, 5)), random_array((5, 3))
+    if kwargs.pop("batched", False):
+        a, b = random_array((2, 4, 5)), random_array((2, 5, 3))
+    with td.use_backend(backend), pytest.raises(ValueError, match=match):
+        td.get_backend().matmul(a, b, **kwargs)
+
+
+def test_bad_row_sums_dtype_and_layout():
+    a, b = random_array((4, 5)), random_array((5, 3))
+    with pytest.raises(ValueError, match="a_row_sums must be a"):
+        td.get_backend().matmul(a, b, a_row_sums=random_array((4,), td.float64))
+    with pytest.raises(ValueError, match="contiguous"):
+        td.get_backend().matmul(a, b, a_row_sums=random_array((8,))[::2])
+
+
 # ---------------------------------------------------------------------------- forced plans
 
 
@@ -340,7 +419,7 @@ def test_split_k_heuristic():
 def test_candidate_plans(kind, shape):
     m, n, k = shape
     plans = mm.candidate_plans(1, m, n, k, kind, True, False, 132)
-    assert plans and len(plans) <= 20  # each is compiled and timed once per GPU
+    assert plans and len(plans) <= 24  # each is compiled and timed once per GPU
     assert len({tuple(sorted(p.items())) for p in plans}) == len(plans), "duplicate plans"
     for p in plans:
         assert set(p) == set(mm.INTERPRET_PLAN)
@@ -348,6 +427,7 @@ def test_candidate_plans(kind, shape):
         assert p["BK"] >= (16 if kind != "fp64" else 8)
     if kind == "tf32":
         assert any(p["stage_b"] for p in plans), "TF32 with an N-major b should try staging"
+    assert any(p["x3"] for p in plans) == (kind == "ieee"), "3xTF32: tried for exact fp32 only"
     if shape == MNIST["cnn1"] and kind != "fp64":
         assert any(p["split"] > 1 for p in plans), "skinny long-K products should try split-K"
 
@@ -414,6 +494,25 @@ def test_autodiff_matmul_and_linear():
     x, w, bias = rng.uniform(-2, 2, (6, 7)), rng.uniform(-2, 2, (4, 7)), rng.uniform(-2, 2, 4)
     check_op(lambda x, w, b: F.linear(x, w, b, activation="relu"), x, w, bias)
     check_op(lambda x, w: F.linear(x, w), x, w)
+
+
+@pytest.mark.parametrize("frozen", ["x", "w", "b", "x+w"])
+def test_linear_backward_with_frozen_inputs(frozen):
+    """The fused linear backward with only some inputs needing gradients: the bias gradient
+    without a weight gradient takes its own path; relu outputs with exact zeros."""
+    rng = np.random.default_rng(41)
+    values = {"x": rng.uniform(-2, 2, (9, 7)), "w": rng.uniform(-2, 2, (5, 7)),
+              "b": rng.uniform(-2, 2, 5)}
+    values["b"][0] = -100.0  # a column that relu zeroes everywhere
+    names = [n for n in "xwb" if n not in frozen]
+
+    def fn(*leaves):
+        given = dict(zip(names, leaves))
+        args = [given.get(n) if n in given else td.tensor(values[n], dtype=leaves[0].dtype)
+                for n in "xwb"]
+        return F.linear(*args, activation="relu")
+
+    check_op(fn, *[values[n] for n in names])
 
 
 # ---------------------------------------------------------------------------- GPU tier
@@ -492,6 +591,27 @@ def test_gpu_forced_split_and_staging(precision, monkeypatch):
                  dict(split=4, stage_a=True, stage_b=True)):
         monkeypatch.setattr(mm, "FORCE_PLAN", plan)
         _gpu_check(run(dy.t(), x), dy.t(), x, kind="tf32")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", [dict(x3=True, BK=32), dict(x3=True, BM=16, BN=32, BK=16),
+                                  dict(x3=True, BK=32, split=4, stage_a=True, stage_b=True)],
+                         ids=["64x64", "16x32", "split-staged"])
+def test_gpu_3xtf32_keeps_fp32_accuracy(plan, monkeypatch):
+    """3xTF32 plans (tensor cores, operands split into TF32 head + tail) stay within the float32
+    bound on the MNIST products, in the layouts of the autodiff, and on odd sizes and edge
+    values (large and tiny magnitudes, exact zeros)."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", plan)
+    for batch, n_in, n_out in [(128, 784, 256), (128, 100, 10), (100, 3136, 512), (37, 19, 5)]:
+        x, w = random_array((batch, n_in), seed=1), random_array((n_out, n_in), seed=2)
+        dy = random_array((batch, n_out), seed=4)
+        _gpu_check(run(x, w.t()), x, w.t())
+        _gpu_check(run(dy, w), dy, w)
+        _gpu_check(run(dy.t(), x), dy.t(), x)
+    x = random_array((65, 70), seed=5) * torch.logspace(-20, 20, 70, device="cuda")
+    x[:, ::7] = 0
+    w = random_array((70, 33), seed=6)
+    _gpu_check(run(x, w), x, w)
 
 
 @pytest.mark.gpu

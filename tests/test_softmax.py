@@ -307,6 +307,91 @@ def test_cross_entropy_launch_count(monkeypatch, shape, reduction, launches):
     assert len(log) == launches
 
 
+def run_metrics(backend, x, t, reduction, total_dtype=torch.float32):
+    """cross_entropy with metrics on `backend`, from running totals of 1.5 and 4: (loss,
+    loss_total, correct) as numpy."""
+    device = x.device if backend == "triton" else torch.device("cpu")
+    loss_total = torch.full((), 1.5, dtype=total_dtype, device=device)
+    correct = torch.full((), 4, dtype=torch.int64, device=device)
+    with td.use_backend(backend):
+        loss, _ = td.get_backend().cross_entropy(x.to(device), t.to(device), reduction,
+                                                 metrics=(loss_total, correct))
+    return loss.float().cpu().numpy(), loss_total.item(), correct.item()
+
+
+@pytest.mark.parametrize("path", ["small", "rows"])
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("dtype", [td.float32, td.bfloat16, td.float64], ids=lambda d: d.name)
+def test_cross_entropy_metrics(monkeypatch, path, reduction, dtype):
+    """The training loop's totals: loss_total += the summed row losses (ignored rows 0), correct
+    += rows whose first largest logit is at the target, with ties (the first wins), a NaN row
+    (NaN is the largest), ignored rows (never correct); in the one-program kernel and by
+    separate kernels for large losses; the loss itself unchanged."""
+    if path == "rows":
+        monkeypatch.setattr(kernels, "SMALL_PROBLEM", 0)
+    x = random_array((37, 7), dtype, seed=40)
+    x[0] = 1.0                       # all tied: column 0 is the prediction
+    x[1, 2] = x[1, 5] = 9.0          # a tie at 2 and 5: 2
+    x[2, 3] = float("nan")           # NaN at 3: 3
+    t = targets(37, 7, ignore=0.2, seed=41)
+    t[:3] = torch.tensor([0, 5, 3])
+    t[3] = -100
+    got = run_metrics("triton", x, t, reduction)
+    expected = run_metrics("numpy", x, t, reduction)
+    assert got[2] == expected[2] and got[2] >= 4 + 2, (got, expected)
+    ref_loss = kernels.cross_entropy(x, t, reduction)[0].float().cpu().numpy()
+    np.testing.assert_array_equal(got[0], ref_loss)
+    r, a = tolerance(dtype)
+    assert_close(got[1], expected[1], r, a * 37, name="loss_total")
+
+
+def test_cross_entropy_metrics_float64_total_and_launches(monkeypatch):
+    """A float64 total takes float32 losses; MNIST-sized, the metrics cost no extra launch."""
+    x, t = logits(128, 10, seed=42), targets(128, 10, seed=43)
+    got, expected = run_metrics("triton", x, t, "mean", torch.float64), \
+        run_metrics("numpy", x, t, "mean", torch.float64)
+    assert got[2] == expected[2]
+    assert_close(got[1], expected[1], 1e-6, 1e-5, name="loss_total")
+    log = []
+    monkeypatch.setattr(kernels, "_ce_small_kernel", _CountLaunches(kernels._ce_small_kernel, log))
+    run_metrics("triton", x, t, "mean")
+    assert len(log) == 1
+
+
+@pytest.mark.parametrize("backend", ["triton", "numpy"])
+@pytest.mark.parametrize("metrics, match", [
+    (lambda d: "totals", "metrics must be a pair"),
+    (lambda d: (torch.zeros(2, device=d), torch.zeros((), dtype=torch.int64, device=d)),
+     "loss_total must be one floating point element"),
+    (lambda d: (torch.zeros((), device=d), torch.zeros((), device=d)),
+     "correct must be one int64 element"),
+])
+def test_cross_entropy_bad_metrics(backend, metrics, match):
+    device = DEVICE if backend == "triton" else "cpu"
+    x, t = logits(5, 3).to(device), targets(5, 3).to(device)
+    with td.use_backend(backend), pytest.raises((TypeError, ValueError), match=match):
+        td.get_backend().cross_entropy(x, t, metrics=metrics(device))
+
+
+def test_cross_entropy_with_metrics_autodiff():
+    """The Trainer's loss: the same loss and gradient as cross_entropy, the totals added."""
+    x = td.tensor(logits(20, 6, seed=44).cpu().numpy(), device=DEVICE, requires_grad=True)
+    t = td.tensor(targets(20, 6, seed=45).cpu().numpy(), device=DEVICE)
+    loss_total = td.zeros((), device=DEVICE)
+    correct = td.zeros((), dtype="int64", device=DEVICE)
+    from tritonad.autodiff import nn_ops
+
+    loss = nn_ops.cross_entropy_with_metrics(x, t, loss_total, correct)
+    loss.backward()
+    plain = x.detach().requires_grad_()
+    expected = F.cross_entropy(plain, t)
+    expected.backward()
+    assert loss.item() == expected.item()
+    np.testing.assert_array_equal(x.grad.numpy(), plain.grad.numpy())
+    assert_close(loss_total.item(), 20 * expected.item(), 1e-6, 1e-5, name="loss_total")
+    assert correct.item() == int((x.detach().numpy().argmax(1) == t.numpy()).sum())
+
+
 # ----------------------------------------------------------------------------- autodiff level
 
 

@@ -183,13 +183,17 @@ class Backend:
         return out.reshape(shape) if lead or tuple(out.shape) != shape else out
 
     # ---------------------------------------------------------------- matmul
-    def matmul(self, a, b, bias=None, activation=None, out=None):
+    def matmul(self, a, b, bias=None, activation=None, out=None, a_gate=None, a_row_sums=None):
         """a @ b (+ bias) (then activation), one fused kernel where the backend can.
 
         a: [*batch, M, K], b: [*batch, K, N] with identical batch shapes (broadcast batch dims
         come as stride-0), bias: [N] or None, activation: None or "relu". Same floating dtype for
         all; float32 accumulation; float32 inputs follow `matmul_precision()`. Out: [*batch, M, N]
         (written into `out` when given: an existing contiguous array of that shape and dtype).
+        The backward of linear + relu, 2-d operands only: `a_gate` (a's shape) makes the product
+        read a as where(a_gate > 0, a, 0); `a_row_sums` (a contiguous [M] array) receives the
+        sums of those rows of a over K: dz = relu'(y) * dy, dW = dz^T @ x and db = sum_rows(dz^T)
+        in one call.
         """
         raise NotImplementedError
 
@@ -209,7 +213,7 @@ class Backend:
         raise NotImplementedError
 
     def cross_entropy(self, logits, target, reduction="mean", ignore_index=-100,
-                      label_smoothing=0.0, compute_grad=True):
+                      label_smoothing=0.0, compute_grad=True, metrics=None):
         """Fused softmax cross-entropy over classes: returns (loss, dlogits or None).
 
         logits: [N, C] float; target: [N] int64/int32 class indices in [0, C) or ignore_index.
@@ -219,6 +223,10 @@ class Backend:
         reduction "none": loss [N]; "sum": 0-d; "mean": 0-d divided by the count of rows not
         ignored (dlogits divided likewise, so it is d(loss)/d(logits)). dlogits has logits' dtype;
         loss has logits' dtype. A target outside [0, C) other than ignore_index raises ValueError.
+        metrics: None or (loss_total, correct), a training loop's running totals on the device
+        (1-element float and int64 arrays, see check_metrics): loss_total += the sum of the row
+        losses (whatever the reduction), correct += count_correct_ of the rows; in the same
+        kernel where the backend can.
         """
         raise NotImplementedError
 
@@ -339,6 +347,24 @@ _MATMUL_PRECISIONS = ("highest", "high")
 _settings = {"matmul_precision": "highest", "conv_precision": "high"}
 
 
+def check_metrics(op, logits, metrics):
+    """The argument checks of cross_entropy's `metrics`, shared by the backends."""
+    try:
+        loss_total, correct = metrics
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: metrics must be a pair (loss_total, correct), got "
+                        f"{type(metrics).__name__}") from None
+    for name, x, floating in (("loss_total", loss_total, True), ("correct", correct, False)):
+        ok = isinstance(x, torch.Tensor) and x.numel() == 1 and x.device == logits.device and (
+            x.dtype.is_floating_point if floating else x.dtype == torch.int64)
+        if not ok:
+            got = f"{tuple(x.shape)} {x.dtype} on {x.device}" if isinstance(x, torch.Tensor) \
+                else type(x).__name__
+            kind = "floating point" if floating else "int64"
+            raise ValueError(f"{op}: metrics {name} must be one {kind} element on "
+                             f"{logits.device}, got {got}")
+
+
 def check_take_row(table, cursor, out):
     """The argument checks of Backend.take_row_, shared by the backends."""
     if table.dim() < 1 or table.shape[0] == 0 or tuple(table.shape[1:]) != tuple(out.shape):
@@ -358,8 +384,10 @@ def check_take_row(table, cursor, out):
 
 
 def set_matmul_precision(precision: str) -> None:
-    """"highest" (default): float32 matmul in exact IEEE float32, matching torch's default;
-    "high": TF32 tensor cores for float32 inputs (about 1e-3 relative error, much faster)."""
+    """"highest" (default): float32 matmul at float32 accuracy, as torch's default: IEEE fp32
+    FMA, or 3xTF32 on tensor cores (three TF32 products of split operands, error at the same
+    level) where the GPU's tuner measures it faster; "high": TF32 tensor cores for float32
+    inputs (about 1e-3 relative error, much faster)."""
     if precision not in _MATMUL_PRECISIONS:
         raise ValueError(f"matmul precision must be one of {_MATMUL_PRECISIONS}, got {precision!r}")
     _settings["matmul_precision"] = precision

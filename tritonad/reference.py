@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import dtypes
-from .backend import Backend, check_take_row, register_backend
+from .backend import Backend, check_metrics, check_take_row, register_backend
 from .dtypes import DType
 
 # ------------------------------------------------------------------------ numpy <-> raw arrays
@@ -380,10 +380,24 @@ class NumpyBackend(Backend):
         return counter
 
     # matmul -------------------------------------------------------------------------------------
-    def matmul(self, a, b, bias=None, activation=None, out=None):
+    def matmul(self, a, b, bias=None, activation=None, out=None, a_gate=None, a_row_sums=None):
         dtype = dtypes.get_dtype(a.dtype)
         ct = compute_dtype(dtype)
-        y = np.matmul(to_numpy(a).astype(ct, copy=False), to_numpy(b).astype(ct, copy=False))
+        av = to_numpy(a).astype(ct, copy=False)
+        if (a_gate is not None or a_row_sums is not None) and (av.ndim != 2 or b.ndim != 2):
+            raise ValueError(f"matmul: a_gate and a_row_sums need 2-d operands, got a "
+                             f"{tuple(a.shape)} @ b {tuple(b.shape)}")
+        if a_gate is not None:
+            if tuple(a_gate.shape) != av.shape:
+                raise ValueError(f"matmul: a_gate must have a's shape {av.shape}, got "
+                                 f"{tuple(a_gate.shape)}")
+            av = np.where(to_numpy(a_gate) > 0, av, np.zeros((), ct))
+        if a_row_sums is not None:
+            if tuple(a_row_sums.shape) != av.shape[:1]:
+                raise ValueError(f"matmul: a_row_sums must have shape {av.shape[:1]}, got "
+                                 f"{tuple(a_row_sums.shape)}")
+            write(a_row_sums, av.sum(axis=1))
+        y = np.matmul(av, to_numpy(b).astype(ct, copy=False))
         if bias is not None:
             y = y + to_numpy(bias).astype(ct, copy=False)
         if activation == "relu":
@@ -424,7 +438,9 @@ class NumpyBackend(Backend):
         return self._new(g - np.exp(ls) * np.sum(g, axis=dim, keepdims=True), dtype)
 
     def cross_entropy(self, logits, target, reduction="mean", ignore_index=-100,
-                      label_smoothing=0.0, compute_grad=True):
+                      label_smoothing=0.0, compute_grad=True, metrics=None):
+        if metrics is not None:
+            check_metrics("cross_entropy", logits, metrics)
         dtype = dtypes.get_dtype(logits.dtype)
         x = self._float_in(logits, dtype)
         t = to_numpy(target).astype(np.int64)
@@ -465,6 +481,10 @@ class NumpyBackend(Backend):
             with np.errstate(all="ignore"):  # NOTE: ignored rows are 0 even where e / s is NaN
                 grad = np.where(kept[:, None], (e / s - q) * x.dtype.type(scale), 0)
             grad = self._new(grad, dtype)
+        if metrics is not None:
+            loss_total, correct = metrics
+            write(loss_total, to_numpy(loss_total) + loss.sum())
+            self.count_correct_(logits, target, correct)
         return self._new(out_loss, dtype), grad
 
     # convolution ------------------------------------------------------------------------------

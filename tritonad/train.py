@@ -70,10 +70,9 @@ class Trainer:
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2):
         self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
         device = loader.images.device
-        # per-step metrics stay on the device: the sum of full batches' mean losses, the partial
-        # batch's summed loss, and the count of correct predictions
+        # per-step metrics stay on the device, added up by the loss kernel itself: the sum of
+        # every sample's loss and the count of correct predictions
         self.loss_sum = zeros((), device=device)
-        self.loss_tail = zeros((), device=device)
         self.correct = zeros((), dtype="int64", device=device)
         self.eager_step = self._step
         self.captured_step = None
@@ -109,16 +108,10 @@ class Trainer:
     def _step(self, index):
         x, y = self.loader.images[index], self.loader.labels[index]
         logits = self.model(x)
-        loss = nn_ops.cross_entropy(logits, y)
+        loss = nn_ops.cross_entropy_with_metrics(logits, y, self.loss_sum, self.correct)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        with no_grad():
-            if index.shape[0] == self.loader.batch_size:
-                self.loss_sum.add_(loss.detach())
-            else:
-                self.loss_tail.add_(loss.detach() * float(index.shape[0]))
-            count_correct_(logits, y, self.correct)
         return loss
 
     def _fed_step(self):
@@ -132,8 +125,8 @@ class Trainer:
         return self._step(self._index)
 
     def _mean_loss(self, seen):
-        """Mean loss of the `seen` samples so far (the partial batch, if any, comes last)."""
-        return (self.loss_sum.item() * self.loader.batch_size + self.loss_tail.item()) / seen
+        """Mean loss of the `seen` samples so far."""
+        return self.loss_sum.item() / seen
 
     def _scheduler_step(self):
         if self.scheduler is not None:
@@ -144,7 +137,7 @@ class Trainer:
         """One pass over the data, step by step: a generator that launches each step and
         yields its number of samples (the GPU may still be running it)."""
         self.model.train()
-        for counter in (self.loss_sum, self.loss_tail, self.correct):
+        for counter in (self.loss_sum, self.correct):
             counter.zero_()
         order = self.loader.permutation()
         batch = self.loader.batch_size
@@ -202,14 +195,6 @@ class Trainer:
                 "images_per_s": seen / seconds, "seconds": seconds}
 
 
-def count_correct_(logits, target, counter):
-    """counter += how many rows of logits [N, C] have their largest value at target [N]: one
-    kernel, no host sync."""
-    get_backend().count_correct_(logits._data, target._data, counter._data)
-    counter._bump_version()
-    return counter
-
-
 def _synchronize():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -224,9 +209,7 @@ def evaluate(model, loader):
     loss_sum = zeros((), device=device)
     correct = zeros((), dtype="int64", device=device)
     for x, y in loader:
-        logits = model(x)
-        loss_sum.add_(nn_ops.cross_entropy(logits, y, reduction="sum"))
-        count_correct_(logits, y, correct)
+        nn_ops.cross_entropy_with_metrics(model(x), y, loss_sum, correct, reduction="sum")
     model.train(was_training)
     n = loader.num_samples
     return loss_sum.item() / n, correct.item() / n

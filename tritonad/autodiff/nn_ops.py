@@ -86,6 +86,10 @@ class Linear(Function):
 
     Backward (act = relu uses the saved output: y > 0 exactly where x @ w^T + b > 0):
     dz = dy * act'(y); dx = dz @ w; dw = dz^T @ x; db = sum_rows(dz).
+    Without create_graph that is two kernels: dx with relu' applied to dy as it is read, and dw
+    with db from the same reads (matmul's a_gate and a_row_sums), each written straight into
+    an optimizer's flat gradient buffer when the engine offers one. With create_graph, the
+    same formulas in differentiable ops.
     """
     @staticmethod
     def forward(ctx, x, w, b, activation):
@@ -96,21 +100,38 @@ class Linear(Function):
 
     @staticmethod
     def backward(ctx, dy):
+        x, w, y = ctx.saved
+        if is_grad_enabled():
+            return Linear._differentiable_backward(ctx, dy, x, w, y)
+        backend, needs = _b(), ctx.needs_input_grad
+        gate = y._data if ctx.activation == "relu" else None
+        dx = dw = db = None
+        if needs[0]:
+            dx = Tensor._wrap(backend.matmul(dy._data, w._data, a_gate=gate))
+        db_out = None
+        if needs[2]:
+            db_out = ctx.gradient_buffer(2)
+            if db_out is None:
+                db_out = backend.empty((w.shape[0],), dy.dtype, dy.device)
+            db = Tensor._wrap(db_out)
+        if needs[1]:
+            dw = Tensor._wrap(backend.matmul(
+                dy._data.t(), x._data, out=ctx.gradient_buffer(1), a_row_sums=db_out,
+                a_gate=gate.t() if gate is not None else None))
+        elif needs[2]:
+            dz = dy._data if gate is None else backend.relu_backward(dy._data, gate)
+            backend.sum(dz, (0,), out=db_out)
+        return dx, dw, db, None
+
+    @staticmethod
+    def _differentiable_backward(ctx, dy, x, w, y):
         from .ops import ReluBackward
 
-        x, w, y = ctx.saved
         dz = ReluBackward.apply(dy, y) if ctx.activation == "relu" else dy
-        dx = matmul(dz, w) if ctx.needs_input_grad[0] else None
-        dw = db = None
-        # a weight/bias gradient goes straight into an optimizer's flat gradient buffer when the
-        # engine offers it (no copy kernel); otherwise through the differentiable ops
-        if ctx.needs_input_grad[1]:
-            buffer = ctx.gradient_buffer(1)
-            dw = matmul(dz.transpose(0, 1), x) if buffer is None else \
-                Tensor._wrap(_b().matmul(dz._data.t(), x._data, out=buffer))
-        if ctx.needs_input_grad[2]:
-            buffer = ctx.gradient_buffer(2)
-            db = dz.sum(0) if buffer is None else Tensor._wrap(_b().sum(dz._data, (0,), out=buffer))
+        needs = ctx.needs_input_grad
+        dx = matmul(dz, w) if needs[0] else None
+        dw = matmul(dz.transpose(0, 1), x) if needs[1] else None
+        db = dz.sum(0) if needs[2] else None
         return dx, dw, db, None
 
 
@@ -203,10 +224,11 @@ class CrossEntropy(Function):
     once_differentiable = True
 
     @staticmethod
-    def forward(ctx, logits, target, reduction, ignore_index, label_smoothing):
+    def forward(ctx, logits, target, reduction, ignore_index, label_smoothing, metrics=None):
         loss, grad = _b().cross_entropy(logits, target, reduction, ignore_index, label_smoothing,
                                         compute_grad=bool(ctx.needs_input_grad
-                                                          and ctx.needs_input_grad[0]))
+                                                          and ctx.needs_input_grad[0]),
+                                        metrics=metrics)
         ctx.reduction = reduction
         ctx.save_for_backward(grad)
         return loss
@@ -244,6 +266,25 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
         return reshape(out, ()) if reduction == "none" else out
     _check_target("cross_entropy", logits, target)
     return CrossEntropy.apply(logits, target, reduction, ignore_index, float(label_smoothing))
+
+
+def cross_entropy_with_metrics(logits, target, loss_total, correct, reduction="mean"):
+    """cross_entropy(logits [N, C], target [N]), and in the same kernel (where the backend
+    can) a training loop's running totals on the device: loss_total (a float scalar tensor)
+    += the sum of the N row losses, correct (an int64 scalar tensor) += the rows whose first
+    largest logit is at the target. No host sync; the totals are not differentiable."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    _same_float("cross_entropy", logits)
+    _check_target("cross_entropy", logits, target)
+    for name, t in (("loss_total", loss_total), ("correct", correct)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"cross_entropy: {name} must be a tensor, got {type(t).__name__}")
+    loss = CrossEntropy.apply(logits, target, reduction, -100, 0.0,
+                              metrics=(loss_total._data, correct._data))
+    loss_total._bump_version()
+    correct._bump_version()
+    return loss
 
 
 def nll_loss(log_probs, target, reduction="mean", ignore_index=-100):

@@ -5,8 +5,8 @@ problems, and an autotuner whose choices persist across runs.
 
 Design (the numbers are for Hopper, H100/H200):
 - Tiles. One program computes a BLOCK_M x BLOCK_N tile of one matrix of the batch, walking K in
-  BLOCK_K steps with `tl.dot` (tensor cores for fp16/bf16/TF32, FMA for exact fp32) into a
-  float32 accumulator. Programs are numbered batch-major and, inside a matrix, in groups of
+  BLOCK_K steps with `tl.dot` (tensor cores for fp16/bf16/TF32, FMA or 3xTF32 tensor-core
+  products for exact fp32) into a float32 accumulator. Programs are numbered batch-major and, inside a matrix, in groups of
   GROUP_M row-tiles, so neighbouring programs share rows of a and columns of b in L2.
 - Strides. Operands are read in place through their strides: the transposes of the backward
   pass (w.t(), dy.transpose(-1, -2)) and stride-0 broadcast batch dims cost no copy. Batch dims
@@ -58,18 +58,22 @@ _INT32_LIMIT = 2**31 - 1
 
 
 @triton.jit
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,
+def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, gate_ptr, rows_ptr,
                    M, N, K, batch_inner, tiles_per_split,
                    stride_a0, stride_a1, stride_am, stride_ak,
                    stride_b0, stride_b1, stride_bk, stride_bn,
                    stride_c0, stride_c1, stride_cm, stride_cn, stride_csplit,
-                   stride_bias,
+                   stride_bias, stride_gm, stride_gk, stride_rsplit,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr, SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
                    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr,
-                   FP64: tl.constexpr, UPCAST: tl.constexpr, INT64: tl.constexpr):
+                   FP64: tl.constexpr, UPCAST: tl.constexpr, INT64: tl.constexpr,
+                   GATE: tl.constexpr, ROW_SUMS: tl.constexpr):
     # program (pid, split): the BLOCK_M x BLOCK_N tile `pid` of the batch (batch-major order),
-    # over all of K, or over the K tiles of `split` when SPLIT (then c is the fp32 workspace)
+    # over all of K, or over the K tiles of `split` when SPLIT (then c is the fp32 workspace).
+    # GATE: a is read as where(gate > 0, a, 0) (relu's backward on the fly; 2-d problems).
+    # ROW_SUMS: the programs of the first tile column also write the sums of those gated rows
+    # of a over their K range (a linear layer's bias gradient, from its dW product).
     pid = tl.program_id(0)
     if INT64:  # NOTE: also under the interpreter, where int32 arithmetic is overflow-checked
         pid = pid.to(tl.int64)
@@ -113,32 +117,48 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,
         offs_k += first_tile * BLOCK_K
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    g_ptrs = gate_ptr + offs_m[:, None] * stride_gm + offs_k[None, :] * stride_gk
     a_step = BLOCK_K * stride_ak
     b_step = BLOCK_K * stride_bk
+    g_step = BLOCK_K * stride_gk
 
     if FP64:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+        row_sums = tl.zeros((BLOCK_M,), dtype=tl.float64)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        row_sums = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for _ in range(first_tile, last_tile):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
+            if GATE:
+                g = tl.load(g_ptrs)
         else:
             a = tl.load(a_ptrs, mask=offs_k[None, :] < K, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < K, other=0.0)
+            if GATE:
+                g = tl.load(g_ptrs, mask=offs_k[None, :] < K, other=0.0)
             offs_k += BLOCK_K
         if UPCAST:  # the interpreter computes half types wrongly: widen them first
             a = a.to(tl.float32)
             b = b.to(tl.float32)
+            if GATE:
+                g = g.to(tl.float32)
+        if GATE:
+            a = tl.where(g > 0, a, 0.0).to(a.dtype)
+        if ROW_SUMS:
+            row_sums += tl.sum(a.to(row_sums.dtype), axis=1)
         if FP64:  # a broadcast product summed over k (tl.dot has no float64 path everywhere)
             acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
         else:
-            # NOTE: PRECISION "ieee" is exact fp32 (FMA), "tf32" uses tensor cores with 10-bit
-            # mantissas; fp16/bf16 products are exact and accumulate in fp32 either way
+            # NOTE: PRECISION "ieee" is exact fp32 (FMA), "tf32x3" fp32-accurate on tensor cores,
+            # "tf32" tensor cores with 10-bit mantissas; fp16/bf16 products are exact and
+            # accumulate in fp32 either way
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_ptrs += a_step
         b_ptrs += b_step
+        g_ptrs += g_step
 
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -154,25 +174,46 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,
             acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
     c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    if ROW_SUMS:  # rows_ptr: [M] of the output dtype, or the fp32 slices [SPLIT, M]
+        if pid_n == 0:
+            if SPLIT:
+                rows_ptr += tl.program_id(1).to(tl.int64) * stride_rsplit
+            tl.store(rows_ptr + offs_cm, row_sums.to(rows_ptr.dtype.element_ty),
+                     mask=offs_cm < M)
 
 
 @triton.jit
-def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, n_elements, N, split, stride_bias,
-                          HAS_BIAS: tl.constexpr, RELU: tl.constexpr, BLOCK: tl.constexpr):
+def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, rows_ws_ptr, rows_ptr, n_elements, N, M,
+                          split, stride_bias, output_programs,
+                          HAS_BIAS: tl.constexpr, RELU: tl.constexpr, ROW_SUMS: tl.constexpr,
+                          BLOCK: tl.constexpr):
     # one program: BLOCK consecutive outputs, each the sum of its `split` partial products in
-    # split order (the same order every run: deterministic), then bias, relu and the cast
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    ws_ptrs = ws_ptr + offs
-    acc = tl.load(ws_ptrs, mask=mask, other=0.0)
-    for _ in range(1, split):
-        ws_ptrs += n_elements
-        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + (offs % N) * stride_bias, mask=mask, other=0.0).to(acc.dtype)
-    if RELU:
-        acc = tl.where(acc < 0, 0.0, acc)
-    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    # split order (the same order every run: deterministic), then bias, relu and the cast.
+    # With ROW_SUMS, the programs after the first `output_programs` sum the row-sum slices.
+    pid = tl.program_id(0)
+    if ROW_SUMS and pid >= output_programs:
+        offs = (pid - output_programs).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < M
+        ptrs = rows_ws_ptr + offs
+        acc = tl.load(ptrs, mask=mask, other=0.0)
+        for _ in range(1, split):
+            ptrs += M
+            acc += tl.load(ptrs, mask=mask, other=0.0)
+        tl.store(rows_ptr + offs, acc.to(rows_ptr.dtype.element_ty), mask=mask)
+    else:
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n_elements
+        ws_ptrs = ws_ptr + offs
+        acc = tl.load(ws_ptrs, mask=mask, other=0.0)
+        for _ in range(1, split):
+            ws_ptrs += n_elements
+            acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + (offs % N) * stride_bias, mask=mask,
+                           other=0.0).to(acc.dtype)
+        if RELU:
+            acc = tl.where(acc < 0, 0.0, acc)
+        tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -202,7 +243,7 @@ def _stage_kernel(src_ptr, dst_ptr, R, C, batch_inner,
 # the number of K splits, and whether to stage a or b K-major first (TF32 only).
 
 INTERPRET_PLAN = dict(BM=64, BN=64, BK=64, GM=8, warps=4, stages=1, split=1,
-                      stage_a=False, stage_b=False)
+                      stage_a=False, stage_b=False, x3=False)
 
 # Tests set FORCE_PLAN = {"split": 3, "BK": 16, ...} to force a path on any device.
 FORCE_PLAN: dict | None = None
@@ -229,6 +270,12 @@ _SMALL_BK = {"half": 64, "tf32": 32, "ieee": 32, "fp64": 8}
 # where 16x32 and 32x64 tiles beat 64x64 by 1.3-2x on every fp32 MNIST product.
 _SMALL_TILES = [(16, 32), (32, 64), (64, 32), (16, 64), (32, 32), (64, 64), (64, 128),
                 (128, 64)]
+# Exact fp32 may also run as 3xTF32 (input_precision "tf32x3": each operand split into a TF32
+# head and a TF32 tail, three tensor-core products, the tail x tail term dropped). Its error
+# stays at fp32 level: relative 4e-8 to 3e-7 of |a| @ |b| on the MNIST products, against 1e-7 to
+# 3e-7 for the FMA path (benchmarks/sweep_matmul.py --x3). It was 1.05-1.6x faster on the
+# small ones; the tuner tries it on the first tiles of the menu.
+_SMALL_X3_TILES = 4
 
 
 def _kind(dtype, precision=None) -> str:
@@ -238,9 +285,9 @@ def _kind(dtype, precision=None) -> str:
     return "fp64" if dtype == torch.float64 else "half"
 
 
-def _plan(BM, BN, BK, warps, stages, split=1, stage_a=False, stage_b=False):
+def _plan(BM, BN, BK, warps, stages, split=1, stage_a=False, stage_b=False, x3=False):
     return dict(BM=BM, BN=BN, BK=BK, GM=8, warps=warps, stages=stages, split=split,
-                stage_a=stage_a, stage_b=stage_b)
+                stage_a=stage_a, stage_b=stage_b, x3=x3)
 
 
 def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
@@ -266,23 +313,31 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
         return [_plan(*t) for t in _LARGE_TILES["fp64"]]
     large = batch * cdiv(M, 128) * cdiv(N, 128) >= sms
     plans = []
+    staged = {"stage_a": not a_kmajor, "stage_b": not b_kmajor}
     if large:
         plans = [_plan(*t) for t in _LARGE_TILES[kind]]
+        if kind == "ieee":  # 3xTF32 on the TF32 tiles, K-major staged where that is needed
+            x3 = [_plan(*t, x3=True) for t in _LARGE_TILES["tf32"][:2]]
+            plans += x3 + ([{**p, **staged} for p in x3] if not (a_kmajor and b_kmajor) else [])
     else:
         tiles = [(bm, bn) for bm, bn in _SMALL_TILES
                  if bm <= max(16, next_power_of_2(M)) and bn <= max(32, next_power_of_2(N))]
-        for bm, bn in tiles:
+        for i, (bm, bn) in enumerate(tiles):
             small = bm * bn <= 2048
             # NOTE: exact fp32 (FMA) tiles of 2048 outputs or fewer hold their K slice in
             # registers: BLOCK_K 16 keeps them there (32 spills on the MNIST shapes)
             bk = 16 if (kind == "ieee" and small) else _SMALL_BK[kind]
             bk = min(bk, max(16, next_power_of_2(K)))
-            base = _plan(bm, bn, bk, 2 if small else 4, 3)
-            split = split_k_heuristic(batch, M, N, K, bm, bn, bk, sms)
-            for s in dict.fromkeys((split, 1)):
-                plans.append({**base, "split": s})
+            bases = [_plan(bm, bn, bk, 2 if small else 4, 3)]
+            if kind == "ieee" and i < _SMALL_X3_TILES:
+                bk = min(32, max(16, next_power_of_2(K)))
+                bases.append(_plan(bm, bn, bk, 4 if bm * bn >= 2048 else 2, 3, x3=True))
+            for base in bases:
+                split = split_k_heuristic(batch, M, N, K, bm, bn, base["BK"], sms)
+                for s in dict.fromkeys((split, 1)):
+                    plans.append({**base, "split": s})
     if kind == "tf32" and not (a_kmajor and b_kmajor):
-        plans += [{**p, "stage_a": not a_kmajor, "stage_b": not b_kmajor} for p in plans[:3]]
+        plans += [{**p, **staged} for p in plans[:3]]
     return plans
 
 
@@ -431,6 +486,8 @@ def describe(plan) -> str:
     if plan["split"] > 1:
         words.append(f"split {plan['split']}")
     words += [f"stage {x}" for x in "ab" if plan[f"stage_{x}"]]
+    if plan.get("x3"):
+        words.append("3xtf32")
     return ", ".join(words)
 
 
@@ -532,8 +589,17 @@ def _stage(x: _Operand, B0, B1) -> _Operand:
     return _Operand(dst, s0, s1, x.rows, x.cols, x.cols, 1)
 
 
-def _launch(plan, B0, B1, a, b, out, bias, relu, kind):
-    """Run `plan` on one batch group: a [B0, B1, M, K] @ b [B0, B1, K, N] -> out."""
+def _input_precision(plan, kind):
+    """tl.dot's input_precision for a plan: "ieee" (FMA) or "tf32x3" for exact fp32, "tf32"
+    otherwise (ignored for half and fp64)."""
+    if kind == "ieee":
+        return "tf32x3" if plan.get("x3") else "ieee"
+    return "tf32"
+
+
+def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
+    """Run `plan` on one batch group: a [B0, B1, M, K] @ b [B0, B1, K, N] -> out; a gated by
+    `gate` and its row sums into `rows` (2-d problems only: B0 = B1 = 1)."""
     M, K, N = a.rows, a.cols, b.cols
     if plan["stage_a"] and a.sc != 1 and K > 1:
         a = _stage(a, B0, B1)
@@ -545,32 +611,42 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind):
     tiles_per_split = cdiv(k_tiles, split) if k_tiles else 0
     split = cdiv(k_tiles, tiles_per_split) if k_tiles else 1  # no empty slices
     batch = B0 * B1
+    acc_dtype = torch.float64 if kind == "fp64" else torch.float32
     if split > 1:
-        acc_dtype = torch.float64 if kind == "fp64" else torch.float32
         target = empty((split, batch, M, N), acc_dtype, out.t.device)
         c_strides = (B1 * M * N, M * N, N, 1, target.stride(0))
     else:
         target = out.t
         c_strides = out.strides() + (0,)
+    rows_target = rows
+    if rows is not None and split > 1:
+        rows_target = empty((split, M), acc_dtype, out.t.device)
     bias_arg = bias if bias is not None else out.t
     bias_stride = bias.stride(0) if bias is not None else 0
+    gate_strides = (gate.stride(0), gate.stride(1)) if gate is not None else (0, 0)
     grid = (batch * cdiv(M, BM) * cdiv(N, BN), split)
     _matmul_kernel[grid](
-        a.t, b.t, target, bias_arg, M, N, K, B1, tiles_per_split,
-        *a.strides(), *b.strides(), *c_strides, bias_stride,
+        a.t, b.t, target, bias_arg, gate if gate is not None else a.t,
+        rows_target if rows is not None else out.t, M, N, K, B1, tiles_per_split,
+        *a.strides(), *b.strides(), *c_strides, bias_stride, *gate_strides, M,
         BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=plan["GM"], SPLIT=split > 1,
         EVEN_K=K % BK == 0, HAS_BIAS=bias is not None and split == 1,
-        RELU=relu and split == 1, PRECISION="ieee" if kind == "ieee" else "tf32",
+        RELU=relu and split == 1, PRECISION=_input_precision(plan, kind),
         FP64=kind == "fp64", UPCAST=INTERPRET and kind == "half",
         INT64=INTERPRET or max(a.span(), b.span(), M * N) > _INT32_LIMIT,
+        GATE=gate is not None, ROW_SUMS=rows is not None,
         num_warps=plan["warps"], num_stages=plan["stages"])
     if split > 1:
         # out of one group is one contiguous block [B0, B1, M, N] (out is contiguous)
         n = batch * M * N
         BLOCK = 1024
-        _splitk_reduce_kernel[(cdiv(n, BLOCK),)](
-            target, out.t, bias_arg, n, N, split, bias_stride,
-            HAS_BIAS=bias is not None, RELU=relu, BLOCK=BLOCK, num_warps=4)
+        programs = cdiv(n, BLOCK)
+        row_programs = cdiv(M, BLOCK) if rows is not None else 0
+        _splitk_reduce_kernel[(programs + row_programs,)](
+            target, out.t, bias_arg, rows_target if rows is not None else target,
+            rows if rows is not None else out.t, n, N, M, split, bias_stride, programs,
+            HAS_BIAS=bias is not None, RELU=relu, ROW_SUMS=rows is not None, BLOCK=BLOCK,
+            num_warps=4)
 
 
 def _check(a, b, bias, activation):
@@ -618,17 +694,44 @@ def _check(a, b, bias, activation):
     return a, b
 
 
-def matmul(a, b, bias=None, activation=None, out=None, precision=None):
+def _check_fused(a, b, a_gate, a_row_sums):
+    """The operands of the fused backward options: 2-d problems, a gate shaped as a, row sums a
+    contiguous [M] array, all of a's dtype and device."""
+    if a_gate is None and a_row_sums is None:
+        return
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"matmul: a_gate and a_row_sums need 2-d operands, got a "
+                         f"{tuple(a.shape)} @ b {tuple(b.shape)}")
+    for name, x, shape in (("a_gate", a_gate, tuple(a.shape)), ("a_row_sums", a_row_sums,
+                                                                (a.shape[0],))):
+        if x is None:
+            continue
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or x.dtype != a.dtype \
+                or x.device != a.device:
+            got = f"{tuple(x.shape)} {dtype_of(x).name} on {x.device}" \
+                if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"matmul: {name} must be a {shape} {dtype_of(a).name} array on "
+                             f"{a.device} for a {tuple(a.shape)} @ b {tuple(b.shape)}, got {got}")
+    if a_row_sums is not None and not a_row_sums.is_contiguous():
+        raise ValueError("matmul: a_row_sums must be contiguous")
+
+
+def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=None,
+           a_row_sums=None):
     """act(a @ b + bias) in one kernel (two with split-K).
 
     a: [*batch, M, K], b: [*batch, K, N] (any strides; broadcast batch dims as stride 0),
     bias: [N] or None, activation: None or "relu"; one floating dtype for all. float32 inputs
-    follow td.set_matmul_precision ("highest": exact IEEE fp32, "high": TF32); fp16/bf16
+    follow td.set_matmul_precision ("highest": fp32 accuracy, "high": TF32); fp16/bf16
     multiply on tensor cores; everything accumulates in float32 (float64 in float64).
     Returns a new contiguous [*batch, M, N] array of the inputs' dtype, or `out` filled in.
     `precision` overrides matmul_precision() (convolution's im2col path passes its own).
+    For a linear layer's backward (2-d operands): `a_gate` (shaped as a) reads a as
+    where(a_gate > 0, a, 0), relu's backward on the fly; `a_row_sums` ([M]) receives the row
+    sums of that a, the bias gradient of dW = dz^T @ x, from the same kernel.
     """
     a, b = _check(a, b, bias, activation)
+    _check_fused(a, b, a_gate, a_row_sums)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = tuple(a.shape[:-2]) + (M, N)
     if out is None:
@@ -638,6 +741,11 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None):
         raise ValueError(f"matmul: out must be a contiguous {shape} {dtype_of(a).name} array on "
                          f"{a.device}, got {tuple(out.shape)} {dtype_of(out).name}")
     if out.numel() == 0:
+        if a_row_sums is not None:  # no product to fuse them into (N = 0)
+            from .elementwise import relu_backward
+            from .reduce import sum as sum_dims
+
+            sum_dims(a if a_gate is None else relu_backward(a, a_gate), (1,), out=a_row_sums)
         return out
     kind = _kind(a.dtype, precision)
     relu = activation == "relu"
@@ -645,7 +753,7 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None):
 
     def run(plan):
         for B0, B1, a_g, b_g, out_g in groups:
-            _launch(plan, B0, B1, a_g, b_g, out_g, bias, relu, kind)
+            _launch(plan, B0, B1, a_g, b_g, out_g, bias, relu, kind, a_gate, a_row_sums)
 
     if INTERPRET:
         plan = INTERPRET_PLAN
@@ -653,6 +761,7 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None):
         batch = out.numel() // (M * N)
         a_layout, b_layout = _layout(a, -1), _layout(b, -2)
         key = f"{batch}x{M}x{N}x{K}:{dtype_of(a).name}:{kind}:{a_layout}{b_layout}"
+        key += ":gate" * (a_gate is not None) + ":rows" * (a_row_sums is not None)
         plan = tuner.choose(key, lambda: candidate_plans(
             batch, M, N, K, kind, a_layout == "k", b_layout == "k", _sm_count(a.device)), run)
     if FORCE_PLAN:

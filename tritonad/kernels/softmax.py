@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import check_metrics
 from .launch import INTERPRET, cdiv, check_same_shape, dtype_of, empty, next_power_of_2
 from .launch import num_warps_for
 
@@ -339,13 +340,34 @@ def _ce_reduce_kernel(out_ptr, loss_ptr, info_ptr, n_rows, MEAN: tl.constexpr,
 
 
 @triton.jit
-def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, n_rows, n_cols,
+def _row_hits(logits_ptr, target_ptr, rows, n_rows, n_cols, stride_n, stride_c, stride_t,
+              BLOCK_C: tl.constexpr, COL64: tl.constexpr, ACC: tl.constexpr):
+    """How many of `rows` (whole rows of BLOCK_C >= n_cols columns) have their first largest
+    logit at the target; NaN counts as +inf (count_correct_'s rule)."""
+    row_ok = rows < n_rows
+    cols = tl.arange(0, BLOCK_C)
+    mask = row_ok[:, None] & (cols < n_cols)[None, :]
+    x = tl.load(logits_ptr + (rows.to(tl.int64) * stride_n)[:, None]
+                + _col_offsets(cols, stride_c, COL64)[None, :], mask=mask,
+                other=float("-inf")).to(ACC)
+    x = tl.where(x != x, float("inf"), x)
+    m = tl.max(x, 1)
+    first = tl.min(tl.where((x == m[:, None]) & mask, cols[None, :], n_cols), 1)
+    t = tl.load(target_ptr + rows.to(tl.int64) * stride_t, mask=row_ok, other=-1).to(tl.int64)
+    return tl.sum((row_ok & (first.to(tl.int64) == t)).to(tl.int64), 0)
+
+
+@triton.jit
+def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, loss_total_ptr,
+                     correct_ptr, n_rows, n_cols,
                      stride_n, stride_c, stride_gn, stride_gc, stride_t, ignore_index, smoothing,
                      REDUCTION: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr,
-                     COL64: tl.constexpr, ACC: tl.constexpr):
+                     COL64: tl.constexpr, ACC: tl.constexpr, METRICS: tl.constexpr):
     # one program does it all (one launch for MNIST-sized losses): check and count the targets,
-    # every block of rows, the reduction. REDUCTION: 0 none, 1 sum, 2 mean.
+    # every block of rows, the reduction; with METRICS also the training loop's running loss
+    # total and correct count (one program: plain read-modify-write, no atomics).
+    # REDUCTION: 0 none, 1 sum, 2 mean.
     count, first_bad, bad_value = _ce_check_targets(target_ptr, n_rows, n_cols, stride_t,
                                                     ignore_index, BLOCK_T)
     tl.store(info_ptr, count.to(tl.int64))
@@ -355,6 +377,7 @@ def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, n_rows
     if REDUCTION == 2:
         grad_scale = 1.0 / count.to(ACC)
     total = tl.zeros([BLOCK_N], ACC)
+    hits = tl.zeros([], tl.int64)
     for start in range(0, n_rows, BLOCK_N):
         rows = start + tl.arange(0, BLOCK_N)
         loss = _ce_rows(logits_ptr, grad_ptr, target_ptr, rows, n_rows, n_cols, stride_n,
@@ -362,8 +385,15 @@ def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, n_rows
                         grad_scale, True, SMOOTH, COMPUTE_GRAD, BLOCK_N, BLOCK_C, COL64, ACC)
         if REDUCTION == 0:
             tl.store(out_ptr + rows, loss.to(out_ptr.dtype.element_ty), mask=rows < n_rows)
-        else:
+        if REDUCTION != 0 or METRICS:
             total += loss
+        if METRICS:
+            hits += _row_hits(logits_ptr, target_ptr, rows, n_rows, n_cols, stride_n, stride_c,
+                              stride_t, BLOCK_C, COL64, ACC)
+    if METRICS:
+        running = tl.load(loss_total_ptr).to(ACC) + tl.sum(total, 0)
+        tl.store(loss_total_ptr, running.to(loss_total_ptr.dtype.element_ty))
+        tl.store(correct_ptr, tl.load(correct_ptr) + hits)
     if REDUCTION != 0:
         result = tl.sum(total, 0)
         if REDUCTION == 2:
@@ -532,17 +562,34 @@ def _raise_bad_target(info, logits, ignore_index):
                          f"{tuple(logits.shape)}")
 
 
+def _add_metrics(metrics, rows_loss, logits, target):
+    """The metrics of a loss too large for the one-program kernel, by separate kernels."""
+    from .elementwise import add
+    from .reduce import count_correct_
+    from .reduce import sum as sum_dims
+
+    loss_total, correct = metrics
+    total = sum_dims(rows_loss, dtype=dtype_of(loss_total))
+    add(loss_total, total.reshape(loss_total.shape), out=loss_total)
+    count_correct_(logits, target, correct)
+
+
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0,
-                  compute_grad=True):
+                  compute_grad=True, metrics=None):
     """Fused softmax cross-entropy: (loss, dloss/dlogits or None).
 
     logits: [N, C] float, any strides; target: [N] int64/int32 in [0, C) or ignore_index.
     loss: [N] ("none") or 0-d ("sum", "mean" = sum / rows not ignored), logits' dtype.
     dlogits: [N, C] contiguous, logits' dtype, already divided for "mean"; 0 on ignored rows.
-    Launches: one kernel when N * C is small, else count + rows (+ reduce); one host read of
-    the target check, right after the count kernel (skipped during CUDA graph capture).
+    metrics: (loss_total, correct) running totals to add the summed row losses and the count
+    of correct rows to (Backend.cross_entropy).
+    Launches: one kernel when N * C is small (metrics included), else count + rows (+ reduce,
+    + the metrics' sum, add and count_correct_); one host read of the target check, right after
+    the count kernel (skipped during CUDA graph capture).
     """
     _check_cross_entropy(logits, target, reduction, label_smoothing)
+    if metrics is not None:
+        check_metrics("cross_entropy", logits, metrics)
     n_rows, n_cols = logits.shape
     device, acc = logits.device, _acc(logits.dtype)
     grad = empty((n_rows, n_cols), logits.dtype, device) if compute_grad else None
@@ -555,9 +602,12 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
     flags = {"SMOOTH": smoothing > 0.0, "COMPUTE_GRAD": compute_grad, "BLOCK_C": block_c,
              "COL64": _col64(n_cols, logits.stride(1), grad_arg.stride(1)), "ACC": acc}
     if single and n_rows * block_c <= SMALL_PROBLEM:
-        _ce_small_kernel[(1,)](out, grad_arg, info, logits, target, n_rows, n_cols, *strides,
-                               ignore_index, smoothing, REDUCTION=_REDUCTIONS[reduction],
-                               BLOCK_N=block_n, BLOCK_T=TARGET_BLOCK, num_warps=warps, **flags)
+        loss_total, correct = metrics if metrics is not None else (out, info)
+        _ce_small_kernel[(1,)](out, grad_arg, info, logits, target, loss_total, correct, n_rows,
+                               n_cols, *strides, ignore_index, smoothing,
+                               REDUCTION=_REDUCTIONS[reduction], BLOCK_N=block_n,
+                               BLOCK_T=TARGET_BLOCK, num_warps=warps,
+                               METRICS=metrics is not None, **flags)
     else:
         _ce_count_kernel[(1,)](info, target, n_rows, n_cols, target.stride(0), ignore_index,
                                BLOCK_T=TARGET_BLOCK, num_warps=4)
@@ -574,6 +624,8 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
         if reduction != "none":
             _ce_reduce_kernel[(1,)](out, rows_loss, info, n_rows, MEAN=reduction == "mean",
                                     BLOCK=TARGET_BLOCK, ACC=acc, num_warps=4)
+        if metrics is not None:
+            _add_metrics(metrics, rows_loss, logits, target)
         return out, grad
     _raise_bad_target(info, logits, ignore_index)
     return out, grad
