@@ -38,11 +38,14 @@ def problem_operands(M, N, K, la, lb):
     return a, b
 
 
-def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k"):
+def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k", bks=(16, 32), x3_only=False):
     """Small tiles x warps x splits; with x3, each also on tensor cores as 3xTF32 (K-major
-    staged too where an operand's K stride is not 1)."""
+    staged too where an operand's K stride is not 1). x3_only: 3xTF32 plans alone, BLOCK_K up
+    to K (one K step for short products)."""
     plans = []
-    for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), (16, 32)):
+    for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), bks):
+        if bk > max(16, mm.next_power_of_2(K)):
+            continue
         if bm > max(16, 2 * M) or bn > max(32, 2 * N):
             continue
         for warps in ((1, 2) if bm * bn <= 1024 else (2, 4) if bm * bn <= 2048 else (4, 8)):
@@ -52,6 +55,10 @@ def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k"):
             for s in sorted({split, max(2, split // 2)}):
                 if s > 1 and mm.cdiv(K, bk) >= 2 * s:
                     plans.append({**base, "split": s})
+    if x3_only:
+        staged = {"stage_a": la != "k", "stage_b": lb != "k"}
+        return [{**p, "x3": True} for p in plans] + \
+            ([{**p, "x3": True, **staged} for p in plans] if la != "k" or lb != "k" else [])
     if x3:
         fp32 = list(plans)
         plans += [{**p, "x3": True} for p in fp32]
@@ -71,7 +78,9 @@ def main(argv=None):
     args = common.parse_args(__doc__.splitlines()[0], argv, extra=lambda p: (
         p.add_argument("--only", default="", help="comma list of problem names to run"),
         p.add_argument("--top", type=int, default=6),
-        p.add_argument("--x3", action="store_true", help="also try 3xTF32 tensor-core plans")))
+        p.add_argument("--x3", action="store_true", help="also try 3xTF32 tensor-core plans"),
+        p.add_argument("--x3-only", action="store_true", help="3xTF32 plans only"),
+        p.add_argument("--bk", default="16,32", help="BLOCK_K values to sweep")))
     common.require_gpu("sweep_matmul")
     import tritonad as td
     from profile_step import graph_us
@@ -94,7 +103,8 @@ def main(argv=None):
         start = time.perf_counter()
         timed = []
         menu = mm.candidate_plans(1, M, N, K, "ieee", la == "k", lb == "k", sms)
-        for plan in sweep_plans(M, N, K, sms, mm, args.x3, la, lb) + menu:
+        bks = tuple(int(v) for v in args.bk.split(","))
+        for plan in sweep_plans(M, N, K, sms, mm, args.x3, la, lb, bks, args.x3_only) + menu:
             try:
                 run(plan)
                 torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)

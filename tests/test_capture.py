@@ -221,3 +221,36 @@ def test_predict_gets_200_test_digits_right(tmp_path):
     with td.no_grad():
         predicted = model(x).argmax(1).numpy()
     assert (predicted == labels[:200]).mean() >= 0.95
+
+
+def test_programmatic_dependent_launch_keeps_the_stream_order():
+    """On Hopper our kernels launch with PDL (the next kernel is scheduled while this one runs,
+    and waits before touching memory). Replayed from a graph, a chain of dependent kernels must
+    still see every result before it, and a kernel that overwrites a buffer must not overtake
+    the (many-wave) kernel still reading it."""
+    from tritonad.kernels import launch
+
+    backend = td.get_backend()
+    assert launch.PDL["GDC"] == (torch.cuda.get_device_capability()[0] >= 9)
+    x = torch.arange(1 << 24, dtype=torch.float32, device="cuda")
+    copy = torch.empty_like(x)
+    chain = [torch.zeros(1000, device="cuda") for _ in range(30)]
+
+    def step():
+        backend.copy_(copy, x)        # reads all of x ...
+        backend.fill_(x, -1.0)        # ... before this overwrites it
+        for a, b in zip(chain, chain[1:]):
+            backend.add(a, 1.0, out=b)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(3):
+        backend.copy_(x, torch.arange(1 << 24, dtype=torch.float32, device="cuda"))
+        chain[0].fill_(5.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(copy, torch.arange(1 << 24, dtype=torch.float32, device="cuda"))
+        assert (x == -1).all() and (chain[-1] == 5.0 + 29).all()

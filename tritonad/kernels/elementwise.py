@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
-from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
 
 PRIMITIVES = ("fill_", "copy_", "contiguous", "cast", "arange", "neg", "exp", "log", "sqrt",
               "abs", "sign", "relu", "sigmoid", "tanh", "pow_scalar", "clamp", "relu_backward",
@@ -242,7 +242,10 @@ def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value, b_value, c_value,
                         stride_c0, stride_c1, stride_c2, stride_c3,
                         OP: tl.constexpr, A_KIND: tl.constexpr, B_KIND: tl.constexpr,
                         C_KIND: tl.constexpr, COMPUTE: tl.constexpr, CONTIGUOUS: tl.constexpr,
-                        INT64: tl.constexpr, BLOCK: tl.constexpr):
+                        INT64: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # One program: BLOCK consecutive elements of the output in C order. Strided: the flat index
     # splits into coordinates (i0, i1, i2, i3) of the collapsed shape, and each operand's offset
     # is sum(i_k * stride_k) (stride 0 on broadcast dimensions).
@@ -413,7 +416,7 @@ def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute):
         out, *arrays, *values, n, *sizes[1:], *(s for st in strides for s in st),
         OP=op, A_KIND=kinds[0], B_KIND=kinds[1], C_KIND=kinds[2], COMPUTE=compute,
         CONTIGUOUS=contiguous, INT64=needs_int64(n, sizes, strides), BLOCK=block,
-        num_warps=warps)
+        num_warps=warps, **PDL)
 
 
 def _launch_outer_loop(op, out, arrays, kinds, values, sizes, strides, compute):

@@ -21,7 +21,7 @@ import triton.language as tl
 from .. import dtypes
 from ..backend import check_take_row
 from .elementwise import collapse, contiguous, copy_, fill_
-from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
 
 PRIMITIVES = ("gather_rows", "scatter_add_rows", "take_row_")
 
@@ -47,7 +47,10 @@ def _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK: tl.constexpr):
 @triton.jit
 def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
                         stride_row, stride_col, CHECK: tl.constexpr, BLOCK_I: tl.constexpr,
-                        BLOCK_D: tl.constexpr):
+                        BLOCK_D: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # One program: out[i, d] = x[index[i], d] for BLOCK_I indices by BLOCK_D columns.
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = i < n_index
@@ -60,7 +63,11 @@ def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, wi
 
 @triton.jit
 def _scatter_add_rows_kernel(src_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
-                             CHECK: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):
+                             CHECK: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                             GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # One program: out[index[i], d] += src[i, d], atomically (indices may repeat).
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = i < n_index
@@ -74,7 +81,10 @@ def _scatter_add_rows_kernel(src_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_r
 
 @triton.jit
 def _take_row_kernel(table_ptr, cursor_ptr, out_ptr, n_rows, width, ADVANCE: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # One program: out = table[cursor % n_rows], then cursor += 1. NOTE: a single program, so
     # that the cursor is read before it is advanced, with no other program in between.
     cursor = tl.load(cursor_ptr)
@@ -145,7 +155,7 @@ def gather_rows(x, index):
     flags = torch.empty(grid[0], dtype=torch.int32, device=x.device) if check else None
     _gather_rows_kernel[grid](x, index, out, flags if check else out, n_index, n_rows, width,
                               x.stride(0), stride_col, CHECK=check, BLOCK_I=block_i,
-                              BLOCK_D=block_d, num_warps=4)
+                              BLOCK_D=block_d, num_warps=4, **PDL)
     _raise_if_bad("gather_rows", flags, index, n_rows)
     return out
 
@@ -186,7 +196,7 @@ def scatter_add_rows(src, index, num_rows):
         flags = torch.empty(grid[0], dtype=torch.int32, device=src.device) if check else None
         _scatter_add_rows_kernel[grid](src, index, acc, flags if check else acc, n_index,
                                        num_rows, width, CHECK=check, BLOCK_I=block_i,
-                                       BLOCK_D=block_d, num_warps=4)
+                                       BLOCK_D=block_d, num_warps=4, **PDL)
         _raise_if_bad("scatter_add_rows", flags, index, num_rows)
     if acc is not out:
         copy_(out, acc)
@@ -200,5 +210,5 @@ def take_row_(table, cursor, out, advance=False):
     width = out.numel()
     block = max(16, min(1024, next_power_of_2(max(width, 1))))
     _take_row_kernel[(1,)](table, cursor, out, table.shape[0], width, ADVANCE=bool(advance),
-                           BLOCK=block, num_warps=4)
+                           BLOCK=block, num_warps=4, **PDL)
     return out

@@ -27,6 +27,26 @@ cdiv = triton.cdiv
 next_power_of_2 = triton.next_power_of_2
 
 
+def _pdl_available() -> bool:
+    """Programmatic dependent launch: compiled Triton on a Hopper-or-newer GPU, unless
+    TRITONAD_PDL=0."""
+    if INTERPRET or os.environ.get("TRITONAD_PDL", "1") in ("", "0"):
+        return False
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+# Programmatic dependent launch (PDL). A kernel launched with launch_pdl may be scheduled while
+# the kernel before it in the stream still runs; its first statements must then be
+#     if GDC:
+#         tl.extra.cuda.gdc_wait()                # the kernels before have finished, memory visible
+#         tl.extra.cuda.gdc_launch_dependents()   # the next kernel may be scheduled now
+# before any load or store (a write could otherwise race a read of the kernel before). Inside a
+# CUDA graph this hides most of the launch latency of each dependent kernel: a chain of tiny
+# kernels took 0.70-0.95 us per kernel instead of 0.97-1.38 us on an H200
+# (benchmarks/probe_pdl.py, 2026-11-21). Launch such kernels with `**PDL`.
+PDL = {"GDC": True, "launch_pdl": True} if _pdl_available() else {"GDC": False}
+
+
 @contextlib.contextmanager
 def gc_paused(collect=True):
     """Around a CUDA graph capture: collect garbage first (unless collect=False), then keep the

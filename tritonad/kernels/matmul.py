@@ -6,8 +6,9 @@ problems, and an autotuner whose choices persist across runs.
 Design (the numbers are for Hopper, H100/H200):
 - Tiles. One program computes a BLOCK_M x BLOCK_N tile of one matrix of the batch, walking K in
   BLOCK_K steps with `tl.dot` (tensor cores for fp16/bf16/TF32, FMA or 3xTF32 tensor-core
-  products for exact fp32) into a float32 accumulator. Programs are numbered batch-major and, inside a matrix, in groups of
-  GROUP_M row-tiles, so neighbouring programs share rows of a and columns of b in L2.
+  products for exact fp32) into a float32 accumulator. Programs are numbered batch-major and,
+  inside a matrix, in groups of GROUP_M row-tiles, so neighbouring programs share rows of a and
+  columns of b in L2.
 - Strides. Operands are read in place through their strides: the transposes of the backward
   pass (w.t(), dy.transpose(-1, -2)) and stride-0 broadcast batch dims cost no copy. Batch dims
   are merged where the strides of a, b and out allow; two remain at most per launch.
@@ -46,7 +47,7 @@ import triton
 import triton.language as tl
 
 from ..backend import matmul_precision
-from .launch import INTERPRET, cdiv, dtype_of, empty, gc_paused, next_power_of_2
+from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, gc_paused, next_power_of_2
 
 PRIMITIVES = ("matmul",)
 
@@ -68,7 +69,10 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, gate_ptr, rows_ptr,
                    GROUP_M: tl.constexpr, SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
                    HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr,
                    FP64: tl.constexpr, UPCAST: tl.constexpr, INT64: tl.constexpr,
-                   GATE: tl.constexpr, ROW_SUMS: tl.constexpr):
+                   GATE: tl.constexpr, ROW_SUMS: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # program (pid, split): the BLOCK_M x BLOCK_N tile `pid` of the batch (batch-major order),
     # over all of K, or over the K tiles of `split` when SPLIT (then c is the fp32 workspace).
     # GATE: a is read as where(gate > 0, a, 0) (relu's backward on the fly; 2-d problems).
@@ -186,7 +190,10 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, gate_ptr, rows_ptr,
 def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, rows_ws_ptr, rows_ptr, n_elements, N, M,
                           split, stride_bias, output_programs,
                           HAS_BIAS: tl.constexpr, RELU: tl.constexpr, ROW_SUMS: tl.constexpr,
-                          BLOCK: tl.constexpr):
+                          BLOCK: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # one program: BLOCK consecutive outputs, each the sum of its `split` partial products in
     # split order (the same order every run: deterministic), then bias, relu and the cast.
     # With ROW_SUMS, the programs after the first `output_programs` sum the row-sum slices.
@@ -219,7 +226,10 @@ def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, rows_ws_ptr, rows_ptr, n_elem
 @triton.jit
 def _stage_kernel(src_ptr, dst_ptr, R, C, batch_inner,
                   stride_s0, stride_s1, stride_sr, stride_sc,
-                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # one program: a BLOCK_R x BLOCK_C tile of matrix `batch` of src [B0, B1, R, C] (any
     # strides) copied into the contiguous dst [B0, B1, R, C]; Triton transposes through shared
     # memory so that both the reads and the writes are coalesced
@@ -584,7 +594,7 @@ def _stage(x: _Operand, B0, B1) -> _Operand:
     BLOCK = 32 if INTERPRET else 64
     grid = (keep0 * keep1 * cdiv(x.rows, BLOCK) * cdiv(x.cols, BLOCK),)
     _stage_kernel[grid](x.t, dst, x.rows, x.cols, keep1, *x.strides(),
-                        BLOCK_R=BLOCK, BLOCK_C=BLOCK)
+                        BLOCK_R=BLOCK, BLOCK_C=BLOCK, **PDL)
     s0, s1 = dst.stride(0) if keep0 > 1 else 0, dst.stride(1) if keep1 > 1 else 0
     return _Operand(dst, s0, s1, x.rows, x.cols, x.cols, 1)
 
@@ -635,7 +645,7 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
         FP64=kind == "fp64", UPCAST=INTERPRET and kind == "half",
         INT64=INTERPRET or max(a.span(), b.span(), M * N) > _INT32_LIMIT,
         GATE=gate is not None, ROW_SUMS=rows is not None,
-        num_warps=plan["warps"], num_stages=plan["stages"])
+        num_warps=plan["warps"], num_stages=plan["stages"], **PDL)
     if split > 1:
         # out of one group is one contiguous block [B0, B1, M, N] (out is contiguous)
         n = batch * M * N
@@ -646,7 +656,7 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
             target, out.t, bias_arg, rows_target if rows is not None else target,
             rows if rows is not None else out.t, n, N, M, split, bias_stride, programs,
             HAS_BIAS=bias is not None, RELU=relu, ROW_SUMS=rows is not None, BLOCK=BLOCK,
-            num_warps=4)
+            num_warps=4, **PDL)
 
 
 def _check(a, b, bias, activation):

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from .launch import INTERPRET, cdiv, empty, num_warps_for, tl, triton
+from .launch import INTERPRET, PDL, cdiv, empty, num_warps_for, tl, triton
 
 PRIMITIVES = ("sgd_step_", "adam_step_", "total_norm", "clip_scale_")
 
@@ -74,7 +74,11 @@ def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
                 lr, momentum, dampening, weight_decay,
                 LR_ON_DEVICE: tl.constexpr, MOMENTUM_ON_DEVICE: tl.constexpr,
                 HAS_MOMENTUM: tl.constexpr, NESTEROV: tl.constexpr, MAXIMIZE: tl.constexpr,
-                FIRST_STEP: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr, BLOCK: tl.constexpr):
+                FIRST_STEP: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr, BLOCK: tl.constexpr,
+                GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # one program updates BLOCK consecutive elements:
     #   g = (-grad if maximize else grad) + weight_decay * p
     #   buf = g on the first step, else momentum * buf + (1 - dampening) * g
@@ -106,7 +110,11 @@ def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
 def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_ptr, n,
                  lr, bias1, bias2, beta1, beta2, log_beta1, log_beta2, eps, weight_decay,
                  LR_ON_DEVICE: tl.constexpr, STEP_ON_DEVICE: tl.constexpr,
-                 WEIGHT_DECAY: tl.constexpr, MAXIMIZE: tl.constexpr, BLOCK: tl.constexpr):
+                 WEIGHT_DECAY: tl.constexpr, MAXIMIZE: tl.constexpr, BLOCK: tl.constexpr,
+                 GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # one program updates BLOCK consecutive elements (WEIGHT_DECAY: 0 none, 1 L2 (Adam) added to
     # g, 2 decoupled (AdamW) p *= 1 - lr * wd):
     #   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
@@ -255,7 +263,7 @@ def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight
         LR_ON_DEVICE=lr_on_device, MOMENTUM_ON_DEVICE=mom_on_device,
         HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov), MAXIMIZE=bool(maximize),
         FIRST_STEP=bool(first_step), HAS_WEIGHT_DECAY=weight_decay != 0,
-        BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
+        BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
     return param
 
 
@@ -288,7 +296,7 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.99
         lr_value, bias1, bias2, float(beta1), float(beta2), log_beta1, log_beta2, float(eps),
         float(weight_decay),
         LR_ON_DEVICE=lr_on_device, STEP_ON_DEVICE=step_on_device, WEIGHT_DECAY=decay_kind,
-        MAXIMIZE=bool(maximize), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
+        MAXIMIZE=bool(maximize), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
     return param
 
 

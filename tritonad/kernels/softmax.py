@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ..backend import check_metrics
-from .launch import INTERPRET, cdiv, check_same_shape, dtype_of, empty, next_power_of_2
+from .launch import INTERPRET, PDL, cdiv, check_same_shape, dtype_of, empty, next_power_of_2
 from .launch import num_warps_for
 
 PRIMITIVES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
@@ -363,7 +363,11 @@ def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, loss_t
                      stride_n, stride_c, stride_gn, stride_gc, stride_t, ignore_index, smoothing,
                      REDUCTION: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr,
-                     COL64: tl.constexpr, ACC: tl.constexpr, METRICS: tl.constexpr):
+                     COL64: tl.constexpr, ACC: tl.constexpr, METRICS: tl.constexpr,
+                     GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     # one program does it all (one launch for MNIST-sized losses): check and count the targets,
     # every block of rows, the reduction; with METRICS also the training loop's running loss
     # total and correct count (one program: plain read-modify-write, no atomics).
@@ -607,7 +611,7 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
                                n_cols, *strides, ignore_index, smoothing,
                                REDUCTION=_REDUCTIONS[reduction], BLOCK_N=block_n,
                                BLOCK_T=TARGET_BLOCK, num_warps=warps,
-                               METRICS=metrics is not None, **flags)
+                               METRICS=metrics is not None, **flags, **PDL)
     else:
         _ce_count_kernel[(1,)](info, target, n_rows, n_cols, target.stride(0), ignore_index,
                                BLOCK_T=TARGET_BLOCK, num_warps=4)
