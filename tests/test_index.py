@@ -180,6 +180,56 @@ def test_take_row_validates(be):
         b.take_row_(table.t().contiguous().t(), cursor, torch.zeros(3, 4)[:, 0])
 
 
+# ----------------------------------------------------------------------------- gather_rows_at_
+
+
+@pytest.mark.parametrize("cursor_value", [0, 4, -1])
+@pytest.mark.parametrize("two", [True, False], ids=["images+labels", "one source"])
+def test_gather_rows_at_against_reference(cursor_value, two):
+    """The batch at the cursor's row of the index table (wrapping), from a strided image source
+    and an int64 label source, negative indices counting from the end; the cursor unchanged."""
+    images = random_array((50, 9, 7), td.float32, DEVICE, seed=11)[:, ::2, 1:]  # strided rows
+    labels = random_array((50,), td.int64, DEVICE, low=0, high=10, seed=12)
+    table = torch.stack([indices((6,), 50, seed=13 + r) for r in range(4)])
+    sources = (images, labels) if two else (images,)
+    results = []
+    for be in (backend(), REFERENCE):
+        cursor = torch.tensor([cursor_value], dtype=torch.int64, device=DEVICE)
+        outs = tuple(torch.zeros((6,) + tuple(x.shape[1:]), dtype=x.dtype, device=DEVICE)
+                     for x in sources)
+        assert be.gather_rows_at_(sources, outs, table, cursor) is outs
+        assert int(cursor.item()) == cursor_value
+        results.append(outs)
+    row = table[cursor_value % 4]
+    for got, ref, x in zip(*results, sources):
+        assert torch.equal(got.cpu(), ref.cpu())
+        assert torch.equal(got.cpu(), x.cpu()[row.cpu()])
+
+
+@pytest.mark.parametrize("be", ["triton", "numpy"])
+def test_gather_rows_at_validates(be):
+    device = DEVICE if be == "triton" else "cpu"
+    b = backend() if be == "triton" else REFERENCE
+    x = torch.zeros(10, 3, device=device)
+    y = torch.zeros(10, dtype=torch.int64, device=device)
+    table = torch.zeros(2, 4, dtype=torch.int64, device=device)
+    cursor = torch.zeros(1, dtype=torch.int64, device=device)
+    out_x, out_y = torch.zeros(4, 3, device=device), torch.zeros(4, dtype=torch.int64,
+                                                                 device=device)
+    with pytest.raises(ValueError, match="one or two sources"):
+        b.gather_rows_at_((x, y, x), (out_x, out_y, out_x), table, cursor)
+    with pytest.raises(ValueError, match=r"must be a contiguous \(4, 3\)"):
+        b.gather_rows_at_((x, y), (out_x[:3], out_y), table, cursor)
+    with pytest.raises(ValueError, match="table must be int64"):
+        b.gather_rows_at_((x,), (out_x,), table.float(), cursor)
+    with pytest.raises(ValueError, match="cursor must be one int64"):
+        b.gather_rows_at_((x,), (out_x,), table, cursor.float())
+    table[1, 2] = 10
+    cursor += 1
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        b.gather_rows_at_((x, y), (out_x, out_y), table, cursor)
+
+
 # ----------------------------------------------------------------------------- GPU tier
 
 

@@ -291,6 +291,16 @@ class Backend:
         memory (read through its mapped address); returns out."""
         raise NotImplementedError
 
+    def gather_rows_at_(self, sources, outs, table, cursor):
+        """outs[j][i] = sources[j][table[cursor % R, i]] for each source j (one or two, e.g. a
+        dataset's images and labels), with cursor read on the device: a captured training
+        step's batch, cut from the device-resident dataset by the row of sample indices that
+        the cursor points at. sources[j]: [N, *rest_j] (any strides), outs[j]: contiguous
+        [B, *rest_j] of the source's dtype, table: int64 [R, B]. An index outside [-N, N)
+        raises IndexError (checked by reading back, except during CUDA graph capture, where it
+        is clamped into range). The cursor is not advanced. Returns outs."""
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- random numbers
     # Counter-based: element i of a draw uses Philox4x32-10 with key `seed` and counter
     # `offset + i`; both backends compute the same stream, so the same seed gives the same
@@ -363,6 +373,30 @@ def check_metrics(op, logits, metrics):
             kind = "floating point" if floating else "int64"
             raise ValueError(f"{op}: metrics {name} must be one {kind} element on "
                              f"{logits.device}, got {got}")
+
+
+def check_gather_rows_at(sources, outs, table, cursor):
+    """The argument checks of Backend.gather_rows_at_, shared by the backends."""
+    op = "gather_rows_at_"
+    if not 1 <= len(sources) <= 2 or len(outs) != len(sources):
+        raise ValueError(f"{op}: one or two sources, each with its out; got {len(sources)} "
+                         f"sources and {len(outs)} outs")
+    if table.dim() != 2 or table.dtype != torch.int64 or table.shape[0] == 0:
+        raise ValueError(f"{op}: table must be int64 [R >= 1, B], got {tuple(table.shape)} "
+                         f"{table.dtype}")
+    if cursor.numel() != 1 or cursor.dtype != torch.int64:
+        raise ValueError(f"{op}: cursor must be one int64 element, got {tuple(cursor.shape)} "
+                         f"{cursor.dtype}")
+    for x, out in zip(sources, outs):
+        want = (table.shape[1],) + tuple(x.shape[1:])
+        if x.dim() < 1 or tuple(out.shape) != want or out.dtype != x.dtype or \
+                not out.is_contiguous():
+            raise ValueError(f"{op}: out for a source of shape {tuple(x.shape)} {x.dtype} must "
+                             f"be a contiguous {want} array of that dtype, got "
+                             f"{tuple(out.shape)} {out.dtype}")
+        if len({x.device, out.device, table.device, cursor.device}) != 1:
+            raise RuntimeError(f"{op}: source on {x.device}, out on {out.device}, table on "
+                               f"{table.device}, cursor on {cursor.device}: all on one device")
 
 
 def check_take_row(table, cursor, out):

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from . import dtypes
-from .backend import Backend, check_metrics, check_take_row, register_backend
+from .backend import (Backend, check_gather_rows_at, check_metrics, check_take_row,
+                      register_backend)
 from .dtypes import DType
 
 # ------------------------------------------------------------------------ numpy <-> raw arrays
@@ -655,6 +656,13 @@ class NumpyBackend(Backend):
         out = np.zeros((num_rows,) + v.shape[idx.ndim:], v.dtype)
         np.add.at(out, idx.reshape(-1), v.reshape((-1,) + v.shape[idx.ndim:]))
         return self._new(out, dtype)
+
+    def gather_rows_at_(self, sources, outs, table, cursor):
+        check_gather_rows_at(sources, outs, table, cursor)
+        row = to_numpy(table)[int(to_numpy(cursor).reshape(-1)[0]) % table.shape[0]]
+        for x, out in zip(sources, outs):
+            write(out, to_numpy(self.gather_rows(x, self._new(row, dtypes.int64))))
+        return outs
 
     def take_row_(self, table, cursor, out, advance=False):
         check_take_row(table, cursor, out)

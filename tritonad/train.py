@@ -59,7 +59,8 @@ class Trainer:
     """Trains `model` on a DataLoader with cross-entropy; `graph=True` captures the step.
 
     A captured step takes no arguments from the host. The epoch's sample order sits in a static
-    device buffer and a device cursor says which batch comes next; the learning rate (and any
+    device buffer and a device cursor says which batch comes next (one kernel cuts the batch's
+    images and labels from the dataset at the cursor); the learning rate (and any
     device hyperparameter of the optimizer) of each step is written by the host into a row of
     a pinned table, which the step copies onto the device itself (Optimizer.fed_hyperparameters).
     So the host work of a step is one graph launch and the scheduler's arithmetic: no input
@@ -74,7 +75,7 @@ class Trainer:
         # every sample's loss and the count of correct predictions
         self.loss_sum = zeros((), device=device)
         self.correct = zeros((), dtype="int64", device=device)
-        self.eager_step = self._step
+        self.eager_step = self._index_step
         self.captured_step = None
         full = loader.num_samples // loader.batch_size
         if graph and full:
@@ -84,6 +85,9 @@ class Trainer:
             self._batches = self._order._data[:full * batch].view(full, batch)
             self._index = empty(batch, dtype="int64", device=device)
             self._cursor = zeros((), dtype="int64", device=device)  # the next captured batch
+            images, labels = loader.images, loader.labels
+            self._x = empty((batch,) + images.shape[1:], dtype=images.dtype, device=device)
+            self._y = empty((batch,) + labels.shape[1:], dtype=labels.dtype, device=device)
             # one pinned host table per optimizer bucket: row b holds step b's hyperparameters
             # (not for a tensor learning rate, which the optimizer reads in place)
             self._feed = isinstance(optimizer, optim.Optimizer) and not any(
@@ -102,11 +106,13 @@ class Trainer:
             self._tail_step = None
             if loader.num_samples > full * batch and not loader.drop_last:
                 self._tail_index = Tensor._wrap(self._order._data[full * batch:])
-                self._tail_step = CapturedStep(lambda: self._step(self._tail_index),
+                self._tail_step = CapturedStep(lambda: self._index_step(self._tail_index),
                                                warmup=warmup)
 
-    def _step(self, index):
-        x, y = self.loader.images[index], self.loader.labels[index]
+    def _index_step(self, index):
+        return self._step(self.loader.images[index], self.loader.labels[index])
+
+    def _step(self, x, y):
         logits = self.model(x)
         loss = nn_ops.cross_entropy_with_metrics(logits, y, self.loss_sum, self.correct)
         self.optimizer.zero_grad(set_to_none=True)
@@ -115,14 +121,18 @@ class Trainer:
         return loss
 
     def _fed_step(self):
-        """The captured step: this step's hyperparameters and batch indices come from device
-        memory at the cursor, which it advances."""
-        backend = self._backend
-        for table, array in zip(self._tables, self._hyper):
-            backend.take_row_(table, self._cursor._data, array)
-        backend.take_row_(self._batches, self._cursor._data, self._index._data, advance=True)
-        self._index._bump_version()
-        return self._step(self._index)
+        """The captured step: this step's batch and hyperparameters come from device memory at
+        the cursor, which the last read advances."""
+        backend, cursor = self._backend, self._cursor._data
+        backend.gather_rows_at_((self.loader.images._data, self.loader.labels._data),
+                                (self._x._data, self._y._data), self._batches, cursor)
+        for i, (table, array) in enumerate(zip(self._tables, self._hyper)):
+            backend.take_row_(table, cursor, array, advance=i == len(self._tables) - 1)
+        if not self._tables:
+            backend.take_row_(self._batches, cursor, self._index._data, advance=True)
+        for t in (self._x, self._y, self._cursor):
+            t._bump_version()
+        return self._step(self._x, self._y)
 
     def _mean_loss(self, seen):
         """Mean loss of the `seen` samples so far."""

@@ -274,7 +274,8 @@ def cross_entropy_with_metrics(logits, target, loss_total, correct, reduction="m
     += the sum of the N row losses, correct (an int64 scalar tensor) += the rows whose first
     largest logit is at the target. No host sync; the totals are not differentiable."""
     if reduction not in _REDUCTIONS:
-        raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, "
+                         f"got {reduction!r}")
     _same_float("cross_entropy", logits)
     _check_target("cross_entropy", logits, target)
     for name, t in (("loss_total", loss_total), ("correct", correct)):

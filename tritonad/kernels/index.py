@@ -19,11 +19,11 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
-from ..backend import check_take_row
+from ..backend import check_gather_rows_at, check_take_row
 from .elementwise import collapse, contiguous, copy_, fill_
 from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
 
-PRIMITIVES = ("gather_rows", "scatter_add_rows", "take_row_")
+PRIMITIVES = ("gather_rows", "scatter_add_rows", "take_row_", "gather_rows_at_")
 
 TILE, MAX_BLOCK_D = 4096, 512
 INTERPRET_TILE = 1 << 16
@@ -59,6 +59,31 @@ def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, wi
     mask = mask_i[:, None] & (d < width)[None, :]
     v = tl.load(x_ptr + row[:, None] * stride_row + d[None, :] * stride_col, mask=mask)
     tl.store(out_ptr + i.to(tl.int64)[:, None] * width + d[None, :], v, mask=mask)
+
+
+@triton.jit
+def _gather_rows_at_kernel(x_ptr, y_ptr, x_out_ptr, y_out_ptr, table_ptr, cursor_ptr, flag_ptr,
+                           n_table, n_index, n_rows, width_x, width_y, stride_xr, stride_xc,
+                           stride_yr, stride_yc, CHECK: tl.constexpr, BLOCK_I: tl.constexpr,
+                           BLOCK_D: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    # One program: BLOCK_I indices of the table row at the cursor by BLOCK_D columns of both
+    # sources (y may be narrower, or absent with width 0): x_out[i, d] = x[index[i], d].
+    cursor = tl.load(cursor_ptr)
+    row_of_table = cursor % n_table
+    row_of_table = tl.where(row_of_table < 0, row_of_table + n_table, row_of_table)
+    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask_i = i < n_index
+    row = _rows(table_ptr + row_of_table * n_index, flag_ptr, i, mask_i, n_rows, CHECK)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = mask_i[:, None] & (d < width_x)[None, :]
+    v = tl.load(x_ptr + row[:, None] * stride_xr + d[None, :] * stride_xc, mask=mask)
+    tl.store(x_out_ptr + i.to(tl.int64)[:, None] * width_x + d[None, :], v, mask=mask)
+    mask = mask_i[:, None] & (d < width_y)[None, :]
+    v = tl.load(y_ptr + row[:, None] * stride_yr + d[None, :] * stride_yc, mask=mask)
+    tl.store(y_out_ptr + i.to(tl.int64)[:, None] * width_y + d[None, :], v, mask=mask)
 
 
 @triton.jit
@@ -201,6 +226,46 @@ def scatter_add_rows(src, index, num_rows):
     if acc is not out:
         copy_(out, acc)
     return out
+
+
+def _row_view(x):
+    """(x, width, row stride, column stride) of x seen as [R, D] (copied if its trailing dims do
+    not form one strided run)."""
+    sizes, (strides,) = collapse(tuple(x.shape[1:]), [list(x.stride()[1:])])
+    if len(sizes) > 1:
+        x = contiguous(x)
+        strides = [1]
+    return x, math.prod(x.shape[1:]), x.stride(0), strides[0] if strides else 1
+
+
+def gather_rows_at_(sources, outs, table, cursor):
+    """outs[j] = sources[j][table[cursor % R]] for one or two sources in one launch; the index
+    row is read on the device (Backend.gather_rows_at_)."""
+    check_gather_rows_at(sources, outs, table, cursor)
+    n_index, n_rows = table.shape[1], sources[0].shape[0]
+    if any(x.shape[0] != n_rows for x in sources):
+        raise ValueError(f"gather_rows_at_: the sources differ in length: "
+                         f"{[tuple(x.shape) for x in sources]}")
+    if n_index == 0:
+        return outs
+    if n_rows == 0:
+        raise IndexError("gather_rows_at_: index into dimension 0 of size 0")
+    (x, width_x, sxr, sxc), (y, width_y, syr, syc) = [_row_view(s) for s in sources[:1]] + (
+        [_row_view(sources[1])] if len(sources) > 1 else [(sources[0], 0, 0, 0)])
+    x_out, y_out = outs[0], outs[1] if len(outs) > 1 else outs[0]
+    block_i, block_d = _blocks(n_index, max(width_x, width_y))
+    grid = (cdiv(n_index, block_i), cdiv(max(width_x, width_y, 1), block_d))
+    check = _checking(x.device)
+    flags = torch.empty(grid[0], dtype=torch.int32, device=x.device) if check else None
+    table = table if table.is_contiguous() else contiguous(table)
+    _gather_rows_at_kernel[grid](x, y, x_out, y_out, table, cursor, flags if check else x_out,
+                                 table.shape[0], n_index, n_rows, width_x, width_y, sxr, sxc,
+                                 syr, syc, CHECK=check, BLOCK_I=block_i, BLOCK_D=block_d,
+                                 num_warps=4, **PDL)
+    if check and np.any(flags.cpu().numpy()):  # the one synchronisation
+        row = table[int(cursor.reshape(-1)[0].item()) % table.shape[0]]
+        _raise_if_bad("gather_rows_at_", flags, row, n_rows)
+    return outs
 
 
 def take_row_(table, cursor, out, advance=False):
