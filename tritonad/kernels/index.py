@@ -45,6 +45,21 @@ def _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK: tl.constexpr):
 
 
 @triton.jit
+def _copy_rows(x_ptr, out_ptr, row, i, mask_i, d, width, stride_row, stride_col):
+    """out[i, d] = x[row, d] for a tile: the gathered rows into a contiguous [*, width] out."""
+    mask = mask_i[:, None] & (d < width)[None, :]
+    v = tl.load(x_ptr + row[:, None] * stride_row + d[None, :] * stride_col, mask=mask)
+    tl.store(out_ptr + i.to(tl.int64)[:, None] * width + d[None, :], v, mask=mask)
+
+
+@triton.jit
+def _cursor_row(cursor, n_rows):
+    """The table row a cursor points at: cursor modulo n_rows, in [0, n_rows)."""
+    row = cursor % n_rows
+    return tl.where(row < 0, row + n_rows, row)
+
+
+@triton.jit
 def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
                         stride_row, stride_col, CHECK: tl.constexpr, BLOCK_I: tl.constexpr,
                         BLOCK_D: tl.constexpr, GDC: tl.constexpr):
@@ -56,9 +71,7 @@ def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, wi
     mask_i = i < n_index
     row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask = mask_i[:, None] & (d < width)[None, :]
-    v = tl.load(x_ptr + row[:, None] * stride_row + d[None, :] * stride_col, mask=mask)
-    tl.store(out_ptr + i.to(tl.int64)[:, None] * width + d[None, :], v, mask=mask)
+    _copy_rows(x_ptr, out_ptr, row, i, mask_i, d, width, stride_row, stride_col)
 
 
 @triton.jit
@@ -71,19 +84,13 @@ def _gather_rows_at_kernel(x_ptr, y_ptr, x_out_ptr, y_out_ptr, table_ptr, cursor
         tl.extra.cuda.gdc_launch_dependents()
     # One program: BLOCK_I indices of the table row at the cursor by BLOCK_D columns of both
     # sources (y may be narrower, or absent with width 0): x_out[i, d] = x[index[i], d].
-    cursor = tl.load(cursor_ptr)
-    row_of_table = cursor % n_table
-    row_of_table = tl.where(row_of_table < 0, row_of_table + n_table, row_of_table)
+    row_of_table = _cursor_row(tl.load(cursor_ptr), n_table)
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = i < n_index
     row = _rows(table_ptr + row_of_table * n_index, flag_ptr, i, mask_i, n_rows, CHECK)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask = mask_i[:, None] & (d < width_x)[None, :]
-    v = tl.load(x_ptr + row[:, None] * stride_xr + d[None, :] * stride_xc, mask=mask)
-    tl.store(x_out_ptr + i.to(tl.int64)[:, None] * width_x + d[None, :], v, mask=mask)
-    mask = mask_i[:, None] & (d < width_y)[None, :]
-    v = tl.load(y_ptr + row[:, None] * stride_yr + d[None, :] * stride_yc, mask=mask)
-    tl.store(y_out_ptr + i.to(tl.int64)[:, None] * width_y + d[None, :], v, mask=mask)
+    _copy_rows(x_ptr, x_out_ptr, row, i, mask_i, d, width_x, stride_xr, stride_xc)
+    _copy_rows(y_ptr, y_out_ptr, row, i, mask_i, d, width_y, stride_yr, stride_yc)
 
 
 @triton.jit
@@ -113,9 +120,7 @@ def _take_row_kernel(table_ptr, cursor_ptr, out_ptr, n_rows, width, ADVANCE: tl.
     # One program: out = table[cursor % n_rows], then cursor += 1. NOTE: a single program, so
     # that the cursor is read before it is advanced, with no other program in between.
     cursor = tl.load(cursor_ptr)
-    row = cursor % n_rows
-    row = tl.where(row < 0, row + n_rows, row)
-    src = table_ptr + row * width
+    src = table_ptr + _cursor_row(cursor, n_rows) * width
     for start in range(0, width, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         tl.store(out_ptr + offs, tl.load(src + offs, mask=offs < width), mask=offs < width)
