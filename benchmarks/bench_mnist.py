@@ -85,7 +85,8 @@ def run_torch(name, data, epochs, compiled, seed=0):
 # ------------------------------------------------------------------------------- tritonad side
 
 
-def run_tritonad(name, epochs, graph, device="cuda", backend="triton", limit=None, seed=0):
+def run_tritonad(name, epochs, graph, device="cuda", backend="triton", limit=None, seed=0,
+                 fuse=True):
     import tritonad as td
     from tritonad import models, optim, train
 
@@ -99,7 +100,7 @@ def run_tritonad(name, epochs, graph, device="cuda", backend="triton", limit=Non
     model = models.build(name).to(device)
     opt = optim.SGD(model.parameters(), lr=rec.lr, momentum=rec.momentum)
     sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(loader))
-    trainer = train.Trainer(model, opt, loader, sched, graph=graph)
+    trainer = train.Trainer(model, opt, loader, sched, graph=graph, fuse=fuse)
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -121,6 +122,8 @@ def main(argv=None):
         p.add_argument("--models", default="mlp,cnn", help="comma list of logreg,mlp,cnn"),
         p.add_argument("--epochs", type=int, default=10),
         p.add_argument("--skip-compile", action="store_true", help="no torch.compile runs"),
+        p.add_argument("--no-fuse", action="store_true",
+                       help="the mlp on per-op kernels, not the fused MLP step (both backends)"),
         p.add_argument("--skip-numpy", action="store_true", help="no CPU numpy-backend epochs"),
         p.add_argument("--numpy-limit", type=int, default=6000,
                        help="images per numpy-backend cnn epoch (extrapolated to 60000)")))
@@ -142,7 +145,8 @@ def main(argv=None):
     for name in names:
         for graph in (True, False):
             label = "tritonad (graph)" if graph else "tritonad (eager)"
-            rows.append(_row(label, name, *run_tritonad(name, epochs, graph), epochs))
+            rows.append(_row(label, name, *run_tritonad(name, epochs, graph,
+                                                        fuse=not args.no_fuse), epochs))
             print(rows[-1], flush=True)
         rows.append(_row("torch eager", name, *run_torch(name, data, epochs, False), epochs))
         print(rows[-1], flush=True)
@@ -156,7 +160,7 @@ def main(argv=None):
         if not args.skip_numpy and name in ("mlp", "cnn", "logreg"):
             limit = None if name != "cnn" else args.numpy_limit
             times, acc, _ = run_tritonad(name, 1, graph=False, device="cpu", backend="numpy",
-                                         limit=limit)
+                                         limit=limit, fuse=not args.no_fuse)
             scale = 60000 / (limit or 60000)
             rows.append({"model": name, "framework": "tritonad numpy (CPU)", "epochs": 1,
                          "first_epoch_s": times[0] * scale, "epoch_s": times[0] * scale,

@@ -32,6 +32,7 @@ for step in "$@"; do
         profile-step) run profile-step 300 python3 benchmarks/profile_step.py ;;
         profile-step-plans) run profile-step-plans 400 python3 benchmarks/profile_step.py --plans ;;
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
+        sweep-mlp)    run sweep-mlp 300 python3 benchmarks/sweep_mlp.py ;;
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;

@@ -230,6 +230,29 @@ class Backend:
         """
         raise NotImplementedError
 
+    def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
+                                 metrics, rows=None, cursor=None, advance=False):
+        """The gradients of a ReLU MLP's mean cross-entropy on one batch, forward and backward in
+        one call (three kernels on the GPU): the fused path of a training step.
+
+        The network, 2 or 3 linear layers with relu between them (torch's Linear layout):
+            h0 = x[batch rows], h_l = relu(h_{l-1} @ W_l^T + b_l), logits = h_{L-1} @ W_L^T + b_L,
+            loss = mean over the batch of cross_entropy(logits_i, target[batch row i]).
+        The batch rows: all N rows of x when rows is None; rows[i] for an int64 [B] array of
+        sample indices; or the row at `cursor` of an int64 table [R, B], as gather_rows_at_
+        (cursor += 1 at the end when `advance`). Negative indices count from the end.
+        x: [N, D] float32 (any strides); target: [N] int64 or int32 class indices in [0, C);
+        weights: W_l [H_l, H_{l-1}], biases: b_l [H_l], float32 on x's device;
+        weight_grads, bias_grads: contiguous arrays of the same shapes, overwritten with
+        d(loss)/dW_l and d(loss)/db_l; metrics: (loss_total, correct) as in cross_entropy
+        (the summed row losses and the correct count are added). The widths after the first
+        layer are at most MLP_MAX_WIDTH, the classes at most MLP_MAX_CLASSES (register-sized
+        tiles). A bad sample index raises IndexError, a bad target ValueError (checked by
+        reading back, except during CUDA graph capture, where both are clamped into range; the
+        outputs are then undefined). Returns the batch's mean loss, 0-d float32.
+        """
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- convolution and pooling
     def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
         """Cross-correlation as torch. x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co].
@@ -397,6 +420,73 @@ def check_gather_rows_at(sources, outs, table, cursor):
         if len({x.device, out.device, table.device, cursor.device}) != 1:
             raise RuntimeError(f"{op}: source on {x.device}, out on {out.device}, table on "
                                f"{table.device}, cursor on {cursor.device}: all on one device")
+
+
+MLP_MAX_WIDTH, MLP_MAX_CLASSES = 256, 64
+
+
+def check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads, metrics,
+                            rows, cursor, advance):
+    """The argument checks of Backend.mlp_cross_entropy_grads_, shared by the backends; returns
+    the batch size."""
+    op = "mlp_cross_entropy_grads_"
+    n_layers = len(weights)
+    if n_layers not in (2, 3) or not (len(biases) == len(weight_grads) == len(bias_grads) ==
+                                      n_layers):
+        raise ValueError(f"{op}: 2 or 3 layers, each with a weight, a bias and their gradients; "
+                         f"got {len(weights)} weights, {len(biases)} biases, "
+                         f"{len(weight_grads)} and {len(bias_grads)} gradients")
+    if x.dim() != 2 or x.shape[0] == 0:
+        raise ValueError(f"{op}: x must be [N >= 1, D], got {tuple(x.shape)}")
+    arrays = [x, *weights, *biases, *weight_grads, *bias_grads]
+    if any(a.dtype != torch.float32 for a in arrays):
+        raise TypeError(f"{op}: x, the weights, biases and gradients must be float32, got "
+                        f"{sorted({str(a.dtype) for a in arrays})}")
+    width = x.shape[1]
+    for i, (w, b, gw, gb) in enumerate(zip(weights, biases, weight_grads, bias_grads)):
+        if w.dim() != 2 or w.shape[1] != width or tuple(b.shape) != (w.shape[0],):
+            raise ValueError(f"{op}: layer {i + 1} takes {width} features: weight must be "
+                             f"[out, {width}] and bias [out], got {tuple(w.shape)} and "
+                             f"{tuple(b.shape)}")
+        for g, p in ((gw, w), (gb, b)):
+            if tuple(g.shape) != tuple(p.shape) or not g.is_contiguous():
+                raise ValueError(f"{op}: the gradients of layer {i + 1} must be contiguous "
+                                 f"arrays of shapes {tuple(w.shape)} and {tuple(b.shape)}, got "
+                                 f"{tuple(gw.shape)} and {tuple(gb.shape)}")
+        width = w.shape[0]
+        if i and i < n_layers - 1 and width > MLP_MAX_WIDTH:
+            raise ValueError(f"{op}: layer {i + 1} is {width} wide; the fused path takes at "
+                             f"most {MLP_MAX_WIDTH} after the first layer")
+    if width > MLP_MAX_CLASSES:
+        raise ValueError(f"{op}: {width} classes; the fused path takes at most "
+                         f"{MLP_MAX_CLASSES}")
+    if target.dtype not in (torch.int64, torch.int32) or tuple(target.shape) != x.shape[:1]:
+        raise ValueError(f"{op}: target must be int64 (or int32) [{x.shape[0]}], got "
+                         f"{tuple(target.shape)} {target.dtype}")
+    check_metrics(op, x, metrics)
+    batch = x.shape[0]
+    if rows is not None:
+        if rows.dtype != torch.int64 or rows.dim() not in (1, 2) or rows.numel() == 0:
+            raise ValueError(f"{op}: rows must be int64 sample indices [B >= 1] or a table "
+                             f"[R, B], got {tuple(rows.shape)} {rows.dtype}")
+        if (rows.dim() == 2) != (cursor is not None):
+            raise ValueError(f"{op}: a 2-d rows table needs a cursor, and a cursor a 2-d table "
+                             f"(got rows {tuple(rows.shape)}, cursor "
+                             f"{'None' if cursor is None else tuple(cursor.shape)})")
+        batch = rows.shape[-1]
+    elif cursor is not None:
+        raise ValueError(f"{op}: a cursor needs a rows table")
+    if cursor is not None and (cursor.numel() != 1 or cursor.dtype != torch.int64):
+        raise ValueError(f"{op}: cursor must be one int64 element, got {tuple(cursor.shape)} "
+                         f"{cursor.dtype}")
+    if advance and cursor is None:
+        raise ValueError(f"{op}: advance=True needs a cursor")
+    devices = {a.device for a in arrays + [target] + [a for a in (rows, cursor)
+                                                      if a is not None]}
+    if len(devices) != 1:
+        raise RuntimeError(f"{op}: arrays on {sorted(str(d) for d in devices)}: all on one "
+                           "device")
+    return batch
 
 
 def check_take_row(table, cursor, out):

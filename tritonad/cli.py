@@ -34,6 +34,8 @@ def _parser():
     t.add_argument("--plot", metavar="PATH", help="write a PNG of the loss/accuracy curves")
     t.add_argument("--no-graph", action="store_true", help="run every step eagerly on the GPU "
                    "instead of replaying a captured CUDA graph")
+    t.add_argument("--no-fuse", action="store_true", help="train a plain ReLU MLP with per-op "
+                   "kernels and autodiff instead of the fused MLP step")
     t.add_argument("--limit", type=int, help="train on the first N training images only")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -109,10 +111,12 @@ def cmd_train(args):
         start_epoch, history = state["epoch"] + 1, list(state.get("history", []))
         say(f"resumed from {args.resume} after epoch {state['epoch']}")
     graph = device.startswith("cuda") and backend == "triton" and not args.no_graph
-    trainer = train.Trainer(model, optimizer, loader, scheduler, graph=graph)
+    trainer = train.Trainer(model, optimizer, loader, scheduler, graph=graph,
+                            fuse=not args.no_fuse)
+    steps = ("captured CUDA graph" if graph else "eager") + (" fused MLP" if trainer.fused else "")
     say(f"model: {args.model} ({sum(p.numel() for p in model.parameters()):,} parameters) | "
         f"data: {args.dataset}, {loader.num_samples} training images | batch {batch}, "
-        f"{opt_name} lr {lr} ({schedule}) | {'captured CUDA graph' if graph else 'eager'} steps")
+        f"{opt_name} lr {lr} ({schedule}) | {steps} steps")
     began = time.perf_counter()
     for epoch in range(start_epoch, epochs + 1):
         stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet)

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from . import dtypes
-from .backend import (Backend, check_gather_rows_at, check_metrics, check_take_row,
-                      register_backend)
+from .backend import (Backend, check_gather_rows_at, check_metrics, check_mlp_cross_entropy,
+                      check_take_row, register_backend)
 from .dtypes import DType
 
 # ------------------------------------------------------------------------ numpy <-> raw arrays
@@ -671,6 +671,56 @@ class NumpyBackend(Backend):
         if advance:
             c[...] = c + 1
         return out
+
+    # the fused MLP step -------------------------------------------------------------------------
+    def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
+                                 metrics, rows=None, cursor=None, advance=False):
+        op = "mlp_cross_entropy_grads_"
+        batch = check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads,
+                                        metrics, rows, cursor, advance)
+        n = x.shape[0]
+        index = np.arange(n)
+        if rows is not None:
+            index = to_numpy(rows).astype(np.int64)
+            if index.ndim == 2:
+                index = index[int(to_numpy(cursor).reshape(-1)[0]) % index.shape[0]]
+        bad = (index < -n) | (index >= n)
+        if bad.any():
+            raise IndexError(f"{op}: index {int(index[bad][0])} (batch row "
+                             f"{int(np.argmax(bad))}) is out of bounds for dimension 0 with "
+                             f"size {n}")
+        index = index % n
+        t = to_numpy(target)[index].astype(np.int64)
+        n_classes = weights[-1].shape[0]
+        bad = (t < 0) | (t >= n_classes)
+        if bad.any():
+            raise ValueError(f"{op}: target {int(t[bad][0])} (sample "
+                             f"{int(index[np.argmax(bad)])}) is outside [0, {n_classes})")
+        ws = [to_numpy(w).astype(np.float32) for w in weights]
+        hs = [to_numpy(x)[index].astype(np.float32, copy=False)]
+        for w, b in zip(ws[:-1], biases[:-1]):
+            hs.append(np.maximum(hs[-1] @ w.T + to_numpy(b), 0))
+        logits = hs[-1] @ ws[-1].T + to_numpy(biases[-1])
+        z = logits - logits.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        s = e.sum(axis=1, keepdims=True)
+        rows_loss = np.log(s[:, 0]) - z[np.arange(batch), t]
+        dz = e / s
+        dz[np.arange(batch), t] -= 1
+        dz /= np.float32(batch)
+        for layer in reversed(range(len(ws))):
+            write(weight_grads[layer], dz.T @ hs[layer])
+            write(bias_grads[layer], dz.sum(axis=0))
+            if layer:
+                dz = (dz @ ws[layer]) * (hs[layer] > 0)
+        loss_total, correct = metrics
+        write(loss_total, to_numpy(loss_total) + rows_loss.sum())
+        c = to_numpy(correct)
+        c[...] = c + int((np.argmax(logits, axis=1) == t).sum())
+        if advance:
+            k = to_numpy(cursor)
+            k[...] = k + 1
+        return self._new(np.float32(rows_loss.sum() / batch), dtypes.float32)
 
     # random -----------------------------------------------------------------------------------
     def uniform(self, shape, low, high, seed, offset, dtype, device):

@@ -288,6 +288,47 @@ def cross_entropy_with_metrics(logits, target, loss_total, correct, reduction="m
     return loss
 
 
+def mlp_cross_entropy_grads(linears, x, target, loss_total, correct, rows=None, cursor=None,
+                            advance=False):
+    """The fused training step of a ReLU MLP (Backend.mlp_cross_entropy_grads_): the mean
+    cross-entropy of linears[-1](relu(...relu(linears[0](x[rows])))) against target[rows],
+    forward and backward in one backend call, with each parameter's gradient accumulated into
+    its .grad as backward() would (written straight into the optimizer's gradient buffer when
+    .grad is None). linears: 2 or 3 Linear modules with biases; x: [N, in_features];
+    rows: None, sample indices [B], or a table [R, B] read at `cursor` (see the primitive);
+    loss_total and correct: running totals as in cross_entropy_with_metrics. Returns the
+    batch's mean loss (a 0-d tensor, no autodiff history)."""
+    params = [p for layer in linears for p in (layer.weight, layer.bias)]
+    if any(p is None for p in params):
+        raise ValueError("mlp_cross_entropy_grads: every layer needs a bias")
+    backend = get_backend()
+    raw = [p._data for p in params]
+    grads = []
+    for p in params:
+        if p.grad is None and p._grad_buffer is not None:
+            grads.append(p._grad_buffer)
+        else:
+            grads.append(backend.empty(p.shape, p.dtype, p.device))
+
+    def unwrap(t):
+        return t._data if isinstance(t, Tensor) else t
+
+    loss = backend.mlp_cross_entropy_grads_(
+        unwrap(x), unwrap(target), raw[0::2], raw[1::2], grads[0::2], grads[1::2],
+        (loss_total._data, correct._data), rows=unwrap(rows), cursor=unwrap(cursor),
+        advance=advance)
+    for p, g in zip(params, grads):
+        if p.grad is None:
+            p.grad = Tensor._wrap(g)
+        else:
+            backend.add(p.grad._data, g, out=p.grad._data)
+            p.grad._bump_version()
+    for t in (loss_total, correct, cursor):
+        if isinstance(t, Tensor):
+            t._bump_version()
+    return Tensor._wrap(loss)
+
+
 def nll_loss(log_probs, target, reduction="mean", ignore_index=-100):
     """-log_probs[i, target[i]], reduced; rows with ignore_index count as absent."""
     if reduction not in _REDUCTIONS:
