@@ -255,7 +255,9 @@ def test_trainer_fused_matches_per_op(backend_name):
 @pytest.mark.parametrize("precision", ["highest", "high"])
 def test_gpu_mnist_shapes_match_the_reference(precision):
     """The MNIST MLP's shapes with the tuned tiles, a batch of 128 gathered at the cursor:
-    "highest" (3xTF32) at float32 accuracy, "high" (TF32) at TF32 accuracy."""
+    "highest" (3xTF32) at float32 accuracy, "high" (TF32) at TF32 accuracy (1e-3 per product,
+    chained through three layers into sums of 128 rows with cancellation: 2e-2 of the largest
+    gradient measured on an H200)."""
     previous = td.matmul_precision() if hasattr(td, "matmul_precision") else "highest"
     td.set_matmul_precision(precision)
     try:
@@ -268,7 +270,7 @@ def test_gpu_mnist_shapes_match_the_reference(precision):
     finally:
         td.set_matmul_precision(previous)
     ref = run(REFERENCE, *cpu(x, t, ws, bs), table.cpu(), torch.tensor([22]), device="cpu")
-    assert_same(got, ref, rtol=2e-5 if precision == "highest" else 5e-3)
+    assert_same(got, ref, rtol=2e-5 if precision == "highest" else 5e-2)
 
 
 @pytest.mark.gpu
