@@ -255,22 +255,31 @@ def test_trainer_fused_matches_per_op(backend_name):
 @pytest.mark.parametrize("precision", ["highest", "high"])
 def test_gpu_mnist_shapes_match_the_reference(precision):
     """The MNIST MLP's shapes with the tuned tiles, a batch of 128 gathered at the cursor:
-    "highest" (3xTF32) at float32 accuracy, "high" (TF32) at TF32 accuracy (1e-3 per product,
-    chained through three layers into sums of 128 rows with cancellation: 2e-2 of the largest
-    gradient measured on an H200)."""
+    "highest" (3xTF32) at float32 accuracy elementwise. "high" (TF32, ~1e-3 per product)
+    is checked by the loss and by each gradient's direction and norm: chained through three
+    layers into sums of 128 rows that cancel, single TF32 elements were 2-16% of the largest
+    gradient off on an H200, so an elementwise bound would say little."""
     previous = td.matmul_precision() if hasattr(td, "matmul_precision") else "highest"
     td.set_matmul_precision(precision)
     try:
         with td.use_backend("triton") as be:
             x, t, ws, bs = problem(3000, (784, 256, 100, 10), seed=8)
-            table = torch.randperm(3000, device=DEVICE)[:2944].view(23, 128)
+            order = torch.randperm(3000, generator=torch.Generator().manual_seed(9))
+            table = order[:2944].view(23, 128).to(DEVICE)
             cursor = torch.tensor([22], device=DEVICE)
             got = run(be, x, t, ws, bs, table, cursor, True)
             assert int(cursor.item()) == 23
     finally:
         td.set_matmul_precision(previous)
     ref = run(REFERENCE, *cpu(x, t, ws, bs), table.cpu(), torch.tensor([22]), device="cpu")
-    assert_same(got, ref, rtol=2e-5 if precision == "highest" else 5e-2)
+    if precision == "highest":
+        assert_same(got, ref, rtol=2e-5)
+        return
+    assert got[0] == pytest.approx(ref[0], rel=1e-3)
+    for g, r in zip(got[1], ref[1]):
+        g, r = g.ravel().astype(np.float64), r.ravel().astype(np.float64)
+        assert g @ r / (np.linalg.norm(g) * np.linalg.norm(r)) > 0.999
+        assert np.linalg.norm(g) == pytest.approx(np.linalg.norm(r), rel=1e-2)
 
 
 @pytest.mark.gpu
