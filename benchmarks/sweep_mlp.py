@@ -13,6 +13,7 @@ import sys
 import torch
 
 import tritonad as td
+from profile_step import graph_us  # benchmarks/ is on the path when run as a script
 from tritonad.kernels import mlp
 
 # one group per kernel: (name, keys, candidate values), the first candidate the current default
@@ -39,26 +40,6 @@ def operands(n=60000, batch=128, dims=(784, 256, 100, 10), device="cuda"):
     bs = [(0.1 * torch.randn(o, generator=g)).to(device) for o in dims[1:]]
     table = torch.randperm(n, generator=g)[:n // batch * batch].view(-1, batch).to(device)
     return x, t, ws, bs, table
-
-
-def graph_ms(fn, launches=20, reps=7):
-    """Milliseconds per call of fn, from the best replay of a CUDA graph of `launches` calls
-    (matmul.measure_ms times long calls eagerly, and a call here syncs the host when eager)."""
-    fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / launches)
-    graph.reset()
-    return best
 
 
 def kernel_times(fn, calls=20):
@@ -132,7 +113,7 @@ def main():
             mlp.CONFIG.update(best)
             mlp.CONFIG.update(dict(zip(keys, v)))
             try:
-                us = 1000 * graph_ms(run)
+                us = graph_us(run, launches=20, reps=7)
             except Exception as err:  # a setting Triton cannot compile: report and go on
                 print(f"{name:14s} {str(v):34s} failed: {type(err).__name__}: {err}"[:200])
                 continue
