@@ -411,7 +411,7 @@ def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grad
 
 def _raise_bad_rows(info, batch, table, cursor, advanced, target, n_samples, n_classes):
     """Read the tail kernel's verdict (the one host sync) and name the first bad row."""
-    first = info.cpu().numpy().min(axis=0)
+    first = np.min(info.cpu().numpy(), axis=0)
     bad_index, bad_target = int(first[0]), int(first[1])
     if bad_index >= batch and bad_target >= batch:
         return
