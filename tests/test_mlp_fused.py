@@ -259,7 +259,7 @@ def test_gpu_mnist_shapes_match_the_reference(precision):
     is checked by the loss and by each gradient's direction and norm: chained through three
     layers into sums of 128 rows that cancel, single TF32 elements were 2-16% of the largest
     gradient off on an H200, so an elementwise bound would say little."""
-    previous = td.matmul_precision() if hasattr(td, "matmul_precision") else "highest"
+    previous = td.matmul_precision()
     td.set_matmul_precision(precision)
     try:
         with td.use_backend("triton") as be:

@@ -8,8 +8,9 @@ of the step is cut to three launches, using the fact that everything between the
 product and the weight gradients is row-local:
 
 1. `_first_layer_kernel`: split-K partial products P[s] = x[rows] @ W1^T over a slice of the
-   input features (the batch gathered from the dataset at the device cursor as it is read), and
-   x^T for the weight gradient. The long K (784 for MNIST) is what needs many programs.
+   input features (the batch gathered from the dataset at the device cursor as it is read; with
+   CONFIG["xt"] also x^T for the weight gradient). The long K (784 for MNIST) is what needs many
+   programs.
 2. `_tail_kernel`: one program per BLOCK_M rows does all the rest of the forward and backward
    for its rows: h1 = relu(sum_s P[s] + b1), the middle layer, logits, the cross-entropy with
    its loss total and correct count, dlogits, and dz = relu'(h) * (dz_next @ W) down to the
