@@ -35,6 +35,8 @@ class Backend:
 
     name = "abstract"
 
+    device_types = ("cpu",)  # the torch device types whose tensors this backend computes on
+
     @property
     def default_device(self) -> torch.device:
         return torch.device("cpu")
@@ -535,9 +537,14 @@ def conv_precision() -> str:
 
 
 # -------------------------------------------------------------------- registry and selection
+# The device of an op's operands picks the backend that runs it: cuda tensors run on the triton
+# backend, cpu tensors on the numpy backend, or on the triton backend under Triton's interpreter
+# when that is the selected backend on a machine without a GPU (tests). `set_backend` selects the
+# backend of the default device (where factory functions put new tensors) and forces the cpu one.
 _registry: dict[str, object] = {}
 _instances: dict[str, Backend] = {}
-_state = threading.local()
+_state = threading.local()  # .name: selected backend; .by_type: device type -> backend;
+                            # .current: the backend of the op in flight (or the selected one)
 
 
 def register_backend(name: str, factory) -> None:
@@ -560,29 +567,75 @@ def default_backend_name() -> str:
     return "triton" if torch.cuda.is_available() else "numpy"
 
 
+def _select(name: str) -> None:
+    selected = _instance(name)
+    by_type = {}
+    for device_type in ("cpu", "cuda"):
+        if device_type in selected.device_types:
+            by_type[device_type] = selected
+            continue
+        for other in ("numpy", "triton") if device_type == "cpu" else ("triton",):
+            if other in _registry and device_type in _instance(other).device_types:
+                by_type[device_type] = _instance(other)
+                break
+    _state.name, _state.by_type, _state.current = name, by_type, selected
+
+
 def set_backend(name: str) -> None:
-    """Select the backend every op runs on from now on: "triton" or "numpy"."""
-    _instance(name)  # validates the name and builds the backend once
-    _state.name = name
+    """Select the backend of the default device: "triton" (the GPU, or Triton's interpreter on
+    CPU tensors where there is no GPU) or "numpy" (CPU tensors). Ops still run where their
+    operands are: cuda tensors on the triton backend, cpu tensors on the numpy backend unless
+    the triton interpreter is selected."""
+    _select(name)
 
 
 def get_backend() -> Backend:
-    """The backend ops run on now."""
-    name = getattr(_state, "name", None)
-    if name is None:
-        name = _state.name = default_backend_name()
-    return _instance(name)
+    """The backend ops run on now: inside an op, the one its operands' device picked; outside,
+    the selected one."""
+    try:
+        return _state.current
+    except AttributeError:
+        _select(default_backend_name())
+        return _state.current
 
 
 backend = get_backend
 
 
+def backend_for(device) -> Backend:
+    """The backend that runs ops on `device` (a torch.device)."""
+    try:
+        return _state.by_type[device.type]
+    except AttributeError:
+        _select(default_backend_name())
+        return backend_for(device)
+    except KeyError:
+        raise RuntimeError(f"no tritonad backend runs on {device} here "
+                           f"(backends: {sorted(_registry)})") from None
+
+
+def _enter(backend_: Backend) -> Backend:
+    """Make `backend_` current for an op; returns the one to restore (see Function.apply)."""
+    try:
+        previous = _state.current
+    except AttributeError:
+        _select(default_backend_name())
+        previous = _state.current
+    _state.current = backend_
+    return previous
+
+
+def _leave(previous: Backend) -> None:
+    _state.current = previous
+
+
 @contextlib.contextmanager
 def use_backend(name: str):
     """Run a block on another backend: `with td.use_backend("numpy"): ...`."""
-    previous = get_backend()
-    set_backend(name)
+    get_backend()
+    saved = _state.name, _state.by_type, _state.current
+    _select(name)
     try:
         yield _instance(name)
     finally:
-        _state.name = previous.name
+        _state.name, _state.by_type, _state.current = saved

@@ -48,6 +48,9 @@ def _shape(args) -> tuple:
     return shape
 
 
+_new_tensor = object.__new__
+
+
 class Tensor:
     """An n-dimensional array on the CPU or a GPU that can record its history for autodiff.
 
@@ -74,9 +77,17 @@ class Tensor:
 
     @classmethod
     def _wrap(cls, raw, requires_grad=False, grad_fn=None, output_index=0, version_box=None):
-        """A Tensor around a raw torch array, without copying or validation."""
-        t = cls.__new__(cls)
-        t._init(raw, requires_grad, grad_fn, output_index, version_box)
+        """A Tensor around a raw torch array, without copying or validation. version_box: the
+        version counter to share (a view's is its base's), or None for a new one."""
+        t = _new_tensor(cls)
+        t._data = raw
+        t._requires_grad = requires_grad
+        t.grad = None
+        t.grad_fn = grad_fn
+        t._output_index = output_index
+        t._version_box = version_box if version_box is not None else [0]
+        t._grad_buffer = None
+        t._const = None
         return t
 
     # ------------------------------------------------------------------ metadata
@@ -134,6 +145,14 @@ class Tensor:
     def _bump_version(self):
         self._version_box[0] += 1
         self._const = None
+
+    def _constant(self):
+        """The value every element holds, if this tensor was filled with one (td.full, fill_)
+        and its memory was not changed since, through it or any view; else None."""
+        const = self._const
+        if const is not None and const[1] == self._version_box[0]:
+            return const[0]
+        return None
 
     # ------------------------------------------------------------------ autodiff state
     @property
@@ -356,7 +375,7 @@ class Tensor:
             get_backend().fill_(self._data, value)
         self._bump_version()
         if not isinstance(value, Tensor):
-            self._const = value
+            self._const = (value, self._version_box[0])
         return self
 
     def copy_(self, src):
@@ -590,7 +609,7 @@ def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Ten
     device = _device(device)
     get_backend().check_device("full", device)
     t = _leaf(get_backend().full(_shape((shape,)), fill_value, dtype, device), requires_grad)
-    t._const = fill_value
+    t._const = (fill_value, 0)
     return t
 
 

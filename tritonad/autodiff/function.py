@@ -14,36 +14,42 @@ from __future__ import annotations
 
 from collections import deque
 
-from .grad_mode import is_grad_enabled, no_grad, set_grad_enabled
+from .. import dtypes
+from ..backend import _enter, _leave
+from ..backend import backend_for as _backend_for
+from .grad_mode import _state as _grad_state
+from .grad_mode import set_grad_enabled
 
 
 class Context:
     """What one recorded call keeps for its backward; it is the `grad_fn` of the call's outputs."""
 
-    def __init__(self, function, args):
-        from ..tensor import Tensor
-
+    def __init__(self, function, args, needs):
         self.function = function
-        self.name = function.__name__ + "Backward"
-        self.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
-        # one edge per argument: (next Context or leaf Tensor, output index) or None
-        self.edges = []
-        self.input_meta = []
-        for a, needs in zip(args, self.needs_input_grad):
-            if needs:
-                target = a.grad_fn if a.grad_fn is not None else a
-                self.edges.append((target, a._output_index))
-                self.input_meta.append((a.shape, a.dtype))
+        self.needs_input_grad = needs
+        # one edge per argument: (next Context or leaf Tensor, output index) or None, and the
+        # input's (torch shape, torch dtype), which the engine fits the gradient to
+        edges, meta = [], []
+        for a, need in zip(args, needs):
+            if need:
+                edges.append((a.grad_fn if a.grad_fn is not None else a, a._output_index))
+                raw = a._data
+                meta.append((raw.shape, raw.dtype))
             else:
-                self.edges.append(None)
-                self.input_meta.append(None)
-        self._inputs = args
+                edges.append(None)
+                meta.append(None)
+        self.edges = edges
+        self.input_meta = meta
         self._saved_raw = ()
-        self._saved_spec = []
+        self._saved_spec = ()
         self._outputs = ()          # (raw, version box) of each output
         self._retained = {}         # output index -> Tensor that called retain_grad()
         self._destinations = {}     # input position -> leaf gradient buffer (set by the engine)
         self.freed = False
+
+    @property
+    def name(self):
+        return self.function.__name__ + "Backward"
 
     # --- used inside forward --------------------------------------------------------------------
     def save_for_backward(self, *values):
@@ -64,7 +70,8 @@ class Context:
     @property
     def saved(self):
         """The saved values as Tensors: inputs as the caller's Tensors, outputs as Tensors that
-        lead back to this Context (so that higher-order gradients flow through them)."""
+        lead back to this Context (so that higher-order gradients flow through them). A saved
+        tensor changed in place since (through any view of its memory) is an error."""
         from ..tensor import Tensor
 
         if self.freed:
@@ -79,13 +86,13 @@ class Context:
                 continue
             if kind == "output":
                 raw, box = self._outputs[value]
-                value = Tensor._wrap(raw, requires_grad=True, grad_fn=self, output_index=value,
-                                     version_box=box)
-            if value._version != version:
+                value = Tensor._wrap(raw, True, self, value, box)
+            if value._version_box[0] != version:
                 raise RuntimeError(
                     f"{self.name}: a tensor saved for the backward pass (shape {value.shape}) "
                     f"was modified by an in-place operation after it was saved (version "
-                    f"{value._version}, expected {version})")
+                    f"{value._version}, expected {version}); the gradient would be wrong. Clone "
+                    "it before changing it, or change it outside the differentiated computation")
             values.append(value)
         return tuple(values)
 
@@ -93,28 +100,32 @@ class Context:
         return f"<{self.name}>"
 
     # --- bookkeeping done by Function.apply -----------------------------------------------------
-    def _resolve_saved(self, raw_args, outputs):
+    def _resolve_saved(self, args, raw_args, outputs):
         """Record what forward saved as Tensors of the caller, outputs of this call (kept as raw
-        memory, so that no reference cycle forms), or constants."""
+        memory, so that no reference cycle forms), or constants, each with its version."""
         from ..tensor import Tensor
-
-        import torch
 
         spec = []
         for value in self._saved_raw:
-            if not isinstance(value, (Tensor, torch.Tensor)):  # None or a Python number
+            if value is None or not hasattr(value, "dim"):  # None or a Python number
                 spec.append(("value", value, None))
                 continue
             if not isinstance(value, Tensor):
-                inp = next((a for a, r in zip(self._inputs, raw_args)
-                            if isinstance(a, Tensor) and r is value), None)
-                out = next((i for i, o in enumerate(outputs)
-                            if o is not None and o._data is value), None)
-                if inp is None and out is not None:
-                    spec.append(("output", out, outputs[out]._version))
-                    continue
-                value = inp if inp is not None else Tensor._wrap(value)
-            spec.append(("tensor", value, value._version))
+                inp = None
+                for a, r in zip(args, raw_args):
+                    if r is value and isinstance(a, Tensor):
+                        inp = a
+                        break
+                if inp is None:
+                    out = next((i for i, o in enumerate(outputs)
+                                if o is not None and o._data is value), None)
+                    if out is not None:
+                        spec.append(("output", out, outputs[out]._version_box[0]))
+                        continue
+                    value = Tensor._wrap(value)
+                else:
+                    value = inp
+            spec.append(("tensor", value, value._version_box[0]))
         self._saved_raw = ()
         self._saved_spec = spec
 
@@ -123,10 +134,13 @@ class Function:
     """Subclass with `forward(ctx, *args)` on raw arrays and `backward(ctx, *grads)` on Tensors.
 
     Call with `MyFunction.apply(*args)`. backward returns one gradient (or None) per argument.
+    The backend that runs forward is the one the tensor arguments' device picks (they must all
+    be on one device); forward reaches it through `get_backend()`.
     """
 
     once_differentiable = False
     runs_on_backend = True  # False for host <-> device transfers, which need no kernel
+    is_view = False         # True: the output is a view of the first argument's memory
 
     @staticmethod
     def forward(ctx, *args, **kwargs):
@@ -138,42 +152,72 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from ..backend import get_backend
         from ..tensor import Tensor
 
-        devices = {a.device for a in args if isinstance(a, Tensor)}
-        if len(devices) > 1:
-            shapes = [(tuple(a.shape), str(a.device)) for a in args if isinstance(a, Tensor)]
-            raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got "
-                               f"(shape, device) = {shapes}")
-        if devices and cls.runs_on_backend:
-            get_backend().check_device(cls.__name__.lower(), next(iter(devices)))
-        raw_args = tuple(a._data if isinstance(a, Tensor) else a for a in args)
-        record = is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)
-        ctx = Context(cls, args) if record else _NoContext()
-        with no_grad():
+        # one pass over the arguments: the device, whether any needs a gradient, the raw arrays
+        device, needs_any, raw_args = None, False, []
+        for a in args:
+            if isinstance(a, Tensor):
+                raw = a._data
+                if device is None:
+                    device = raw.device
+                elif raw.device != device:
+                    _raise_devices(cls, args)
+                needs_any = needs_any or a._requires_grad
+                raw_args.append(raw)
+            else:
+                raw_args.append(a)
+        record = needs_any and getattr(_grad_state, "enabled", True)
+        if record:
+            needs = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+            ctx = Context(cls, args, needs)
+        else:
+            ctx = _NoContext()
+        be = _backend_for(device) if device is not None and cls.runs_on_backend else None
+        previous = _enter(be) if be is not None else None
+        enabled = getattr(_grad_state, "enabled", True)
+        _grad_state.enabled = False
+        try:
             result = cls.forward(ctx, *raw_args, **kwargs)
+        finally:
+            _grad_state.enabled = enabled
+            if previous is not None:
+                _leave(previous)
         single = not isinstance(result, tuple)
         raws = (result,) if single else result
+        # a view shares its base's version counter, so that an in-place change through any
+        # view of the memory is seen by every Context that saved a tensor of it
+        box = args[0]._version_box if cls.is_view else None
+        wrap = Tensor._wrap
         if not record:
-            outputs = tuple(Tensor._wrap(r) if r is not None else None for r in raws)
-            return outputs[0] if single else outputs
-        skip = getattr(ctx, "_non_differentiable", set())
+            if single:
+                return wrap(result, False, None, 0, box) if result is not None else None
+            return tuple(wrap(r, False, None, 0, box) if r is not None else None for r in raws)
+        skip = getattr(ctx, "_non_differentiable", ())
         outputs = []
         for i, r in enumerate(raws):
             if r is None:
                 outputs.append(None)
                 continue
-            differentiable = id(r) not in skip and r.dtype.is_floating_point
-            outputs.append(Tensor._wrap(r, requires_grad=differentiable,
-                                        grad_fn=ctx if differentiable else None, output_index=i))
+            differentiable = r.dtype.is_floating_point and id(r) not in skip
+            outputs.append(wrap(r, differentiable, ctx if differentiable else None, i, box))
         ctx._outputs = tuple((o._data, o._version_box) if o is not None else (None, None)
                              for o in outputs)
-        ctx._output_meta = tuple((o.shape, o.dtype, o.device) if o is not None else None
-                                 for o in outputs)
-        ctx._resolve_saved(raw_args, outputs)
-        ctx._inputs = None  # only the edges are needed from here on
+        ctx._output_meta = tuple((o._data.shape, o._data.dtype, o._data.device)
+                                 if o is not None else None for o in outputs)
+        if ctx._saved_raw:
+            ctx._resolve_saved(args, raw_args, outputs)
         return outputs[0] if single else tuple(outputs)
+
+
+def _raise_devices(cls, args):
+    from ..tensor import Tensor
+
+    found = [(tuple(a.shape), str(a.device)) for a in args if isinstance(a, Tensor)]
+    names = sorted({d for _, d in found})
+    raise RuntimeError(f"{cls.__name__.lower()}: expected all tensors on one device, but found "
+                       f"tensors on {' and '.join(names)} (shape, device: {found}); move them "
+                       "with .to(device)")
 
 
 class _NoContext:
@@ -200,10 +244,10 @@ class _NotTwiceDifferentiable(Function):
 def _guard_once_differentiable(name, grad):
     from ..tensor import Tensor
 
-    ctx = Context(_NotTwiceDifferentiable, ())
+    ctx = Context(_NotTwiceDifferentiable, (), ())
     ctx.op_name = name
     ctx._outputs = ((grad._data, grad._version_box),)
-    ctx._output_meta = ((grad.shape, grad.dtype, grad.device),)
+    ctx._output_meta = ((grad._data.shape, grad._data.dtype, grad._data.device),)
     return Tensor._wrap(grad._data, requires_grad=True, grad_fn=ctx, output_index=0,
                         version_box=grad._version_box)
 
@@ -240,14 +284,16 @@ def _fit_gradient(grad, meta, name, position):
     """Sum a gradient back to its input's shape (un-broadcast) and cast it to the input's dtype."""
     from ..autodiff import ops
 
-    shape, dtype = meta
-    if grad.shape != shape:
-        if not _broadcasts_to(shape, grad.shape):
+    shape, dtype = meta  # torch's, as the raw input had them
+    raw = grad._data
+    if raw.shape != shape:
+        shape = tuple(shape)
+        if not _broadcasts_to(shape, tuple(raw.shape)):
             raise RuntimeError(f"{name} returned a gradient of shape {grad.shape} for input "
                                f"{position}, whose shape {shape} does not broadcast to it")
         grad = ops.sum_to(grad, shape)
-    if grad.dtype is not dtype:
-        grad = grad.to(dtype)
+    if grad._data.dtype != dtype:
+        grad = grad.to(dtypes.get_dtype(dtype))
     return grad
 
 
@@ -349,7 +395,8 @@ def _call_backward(ctx, grads_in, create_graph):
         elif meta is None:
             grads_out.append(None)
         else:
-            grads_out.append(ops.zeros(meta[0], dtype=meta[1], device=meta[2]))
+            grads_out.append(ops.zeros(tuple(meta[0]), dtype=dtypes.get_dtype(meta[1]),
+                                       device=meta[2]))
     once = ctx.function.once_differentiable
     with set_grad_enabled(create_graph and not once):
         grads = ctx.function.backward(ctx, *grads_out)

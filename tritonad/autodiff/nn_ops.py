@@ -238,7 +238,7 @@ class CrossEntropy(Function):
         (grad,) = ctx.saved
         if ctx.reduction == "none":
             return grad * dloss.reshape((-1, 1)), None, None, None, None
-        if dloss._const == 1:
+        if dloss._constant() == 1:
             return grad, None, None, None, None
         return grad * dloss, None, None, None, None
 

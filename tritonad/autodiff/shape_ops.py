@@ -30,6 +30,8 @@ def zeros(shape, dtype=dtypes.float32, device=None):
 
 class Restride(Function):
     """A view that keeps the element order (view, squeeze, unsqueeze): dx = dy reshaped back."""
+    is_view = True
+
     @staticmethod
     def forward(ctx, x, method, args):
         ctx.shape = tuple(x.shape)
@@ -42,6 +44,8 @@ class Restride(Function):
 
 class Permute(Function):
     """y = x with its axes reordered: dx = dy with the inverse order."""
+    is_view = True
+
     @staticmethod
     def forward(ctx, x, dims):
         ctx.inverse = tuple(int(i) for i in np.argsort(dims))
@@ -54,6 +58,8 @@ class Permute(Function):
 
 class Expand(Function):
     """A stride-0 broadcast view; the engine sums the gradient back to the input's shape."""
+    is_view = True
+
     @staticmethod
     def forward(ctx, x, shape):
         return x.expand(shape)
@@ -232,6 +238,8 @@ def to_device(x, device):
 
 class GetItem(Function):
     """Basic indexing (ints, slices, None, ...): a view; the gradient is scattered into zeros."""
+    is_view = True
+
     @staticmethod
     def forward(ctx, x, key):
         ctx.shape, ctx.dtype, ctx.key = tuple(x.shape), dtypes.get_dtype(x.dtype), key

@@ -21,6 +21,7 @@ class TritonBackend(Backend):
     """Every primitive as our own Triton kernels."""
 
     name = "triton"
+    device_types = ("cpu",) if launch.INTERPRET else ("cuda",)
 
     @property
     def default_device(self):
