@@ -361,13 +361,18 @@ def test_odd_length_runs_as_vector_body_and_tail(monkeypatch):
     parts = []
     real = ew._launch_collapsed
 
-    def spy(op, out, arrays, kinds, values, sizes, strides, compute):
+    def spy(op, out, arrays, kinds, values, sizes, strides, compute, start=0):
         parts.append(list(sizes))
-        return real(op, out, arrays, kinds, values, sizes, strides, compute)
+        return real(op, out, arrays, kinds, values, sizes, strides, compute, start)
 
+    monkeypatch.setattr(ew, "_PLANS", ew.PlanCache())
     monkeypatch.setattr(ew, "_launch_collapsed", spy)
     a, b = make((7, 11), seed=1), make((7, 11), seed=2)
     check("mul", a, b)
+    assert parts == [[77], [64], [13]]
+    # the second call of the signature replays both launches, the tail at its offset
+    c, d = make((7, 11), seed=3), make((7, 11), seed=4)
+    check("mul", c, d)
     assert parts == [[77], [64], [13]]
 
 

@@ -543,8 +543,19 @@ def conv_precision() -> str:
 # backend of the default device (where factory functions put new tensors) and forces the cpu one.
 _registry: dict[str, object] = {}
 _instances: dict[str, Backend] = {}
-_state = threading.local()  # .name: selected backend; .by_type: device type -> backend;
-                            # .current: the backend of the op in flight (or the selected one)
+
+
+class _ThreadState(threading.local):
+    """Per-thread settings read on every op: whether autodiff records (autodiff.grad_mode), the
+    selected backend, the backends of cpu and cuda tensors, and the backend of the op in
+    flight (the selected one outside ops)."""
+
+    def __init__(self):
+        self.enabled = True
+        self.name = self.current = self.cpu = self.cuda = None
+
+
+_state = _ThreadState()
 
 
 def register_backend(name: str, factory) -> None:
@@ -567,18 +578,19 @@ def default_backend_name() -> str:
     return "triton" if torch.cuda.is_available() else "numpy"
 
 
+def _for_type(selected: Backend, device_type: str):
+    if device_type in selected.device_types:
+        return selected
+    for other in ("numpy", "triton") if device_type == "cpu" else ("triton",):
+        if other in _registry and device_type in _instance(other).device_types:
+            return _instance(other)
+    return None
+
+
 def _select(name: str) -> None:
     selected = _instance(name)
-    by_type = {}
-    for device_type in ("cpu", "cuda"):
-        if device_type in selected.device_types:
-            by_type[device_type] = selected
-            continue
-        for other in ("numpy", "triton") if device_type == "cpu" else ("triton",):
-            if other in _registry and device_type in _instance(other).device_types:
-                by_type[device_type] = _instance(other)
-                break
-    _state.name, _state.by_type, _state.current = name, by_type, selected
+    _state.name, _state.current = name, selected
+    _state.cpu, _state.cuda = _for_type(selected, "cpu"), _for_type(selected, "cuda")
 
 
 def set_backend(name: str) -> None:
@@ -592,11 +604,11 @@ def set_backend(name: str) -> None:
 def get_backend() -> Backend:
     """The backend ops run on now: inside an op, the one its operands' device picked; outside,
     the selected one."""
-    try:
-        return _state.current
-    except AttributeError:
+    current = _state.current
+    if current is None:
         _select(default_backend_name())
-        return _state.current
+        current = _state.current
+    return current
 
 
 backend = get_backend
@@ -604,38 +616,30 @@ backend = get_backend
 
 def backend_for(device) -> Backend:
     """The backend that runs ops on `device` (a torch.device)."""
-    try:
-        return _state.by_type[device.type]
-    except AttributeError:
+    if _state.current is None:
         _select(default_backend_name())
-        return backend_for(device)
-    except KeyError:
-        raise RuntimeError(f"no tritonad backend runs on {device} here "
-                           f"(backends: {sorted(_registry)})") from None
+    found = _state.cuda if device.type == "cuda" else _state.cpu if device.type == "cpu" \
+        else None
+    if found is None:
+        raise RuntimeError(f"no tritonad backend runs on {device} here (backends: "
+                           f"{sorted(_registry)}; cuda tensors need a GPU and the triton "
+                           "backend, cpu tensors the numpy backend)")
+    return found
 
 
-def _enter(backend_: Backend) -> Backend:
-    """Make `backend_` current for an op; returns the one to restore (see Function.apply)."""
-    try:
-        previous = _state.current
-    except AttributeError:
-        _select(default_backend_name())
-        previous = _state.current
-    _state.current = backend_
-    return previous
-
-
-def _leave(previous: Backend) -> None:
-    _state.current = previous
+def backend_of(raw) -> Backend:
+    """The backend that runs ops on a raw array's device (the hot path of Function.apply)."""
+    found = _state.cuda if raw.is_cuda else _state.cpu
+    return found if found is not None else backend_for(raw.device)
 
 
 @contextlib.contextmanager
 def use_backend(name: str):
     """Run a block on another backend: `with td.use_backend("numpy"): ...`."""
     get_backend()
-    saved = _state.name, _state.by_type, _state.current
+    saved = _state.name, _state.current, _state.cpu, _state.cuda
     _select(name)
     try:
         yield _instance(name)
     finally:
-        _state.name, _state.by_type, _state.current = saved
+        _state.name, _state.current, _state.cpu, _state.cuda = saved

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import dtypes, generator
-from .backend import get_backend
+from .backend import _state, get_backend
 from .dtypes import DType
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
@@ -211,7 +211,7 @@ class Tensor:
         Calling it twice on one graph needs retain_graph=True the first time, as in torch;
         gradients accumulate across calls until zeroed.
         """
-        from .autodiff.function import run_backward
+        from .autodiff.function import run_backward  # noqa: E402 (autodiff imports this module)
 
         if gradient is None:
             if self.numel() != 1:
@@ -318,31 +318,31 @@ class Tensor:
     __hash__ = object.__hash__
 
     # ------------------------------------------------------------------ operators
-    def __add__(self, o): return _ops().add(self, o)
-    def __radd__(self, o): return _ops().add(o, self)
-    def __sub__(self, o): return _ops().sub(self, o)
-    def __rsub__(self, o): return _ops().sub(o, self)
-    def __mul__(self, o): return _ops().mul(self, o)
-    def __rmul__(self, o): return _ops().mul(o, self)
-    def __truediv__(self, o): return _ops().div(self, o)
-    def __rtruediv__(self, o): return _ops().div(o, self)
-    def __pow__(self, o): return _ops().pow(self, o)
-    def __rpow__(self, o): return _ops().pow(o, self)
-    def __matmul__(self, o): return _ops().matmul(self, o)
-    def __rmatmul__(self, o): return _ops().matmul(o, self)
-    def __neg__(self): return _ops().neg(self)
+    def __add__(self, o): return _OPS.add(self, o)
+    def __radd__(self, o): return _OPS.add(o, self)
+    def __sub__(self, o): return _OPS.sub(self, o)
+    def __rsub__(self, o): return _OPS.sub(o, self)
+    def __mul__(self, o): return _OPS.mul(self, o)
+    def __rmul__(self, o): return _OPS.mul(o, self)
+    def __truediv__(self, o): return _OPS.div(self, o)
+    def __rtruediv__(self, o): return _OPS.div(o, self)
+    def __pow__(self, o): return _OPS.pow(self, o)
+    def __rpow__(self, o): return _OPS.pow(o, self)
+    def __matmul__(self, o): return _OPS.matmul(self, o)
+    def __rmatmul__(self, o): return _OPS.matmul(o, self)
+    def __neg__(self): return _OPS.neg(self)
     def __pos__(self): return self
-    def __abs__(self): return _ops().abs(self)
+    def __abs__(self): return _OPS.abs(self)
     def __invert__(self):
         if self.dtype is not dtypes.bool_:
             raise TypeError(f"~ is defined for bool tensors only, got {self.dtype}")
-        return _ops().eq(self, False)
-    def __eq__(self, o): return _ops().eq(self, o)
-    def __ne__(self, o): return _ops().ne(self, o)
-    def __lt__(self, o): return _ops().lt(self, o)
-    def __le__(self, o): return _ops().le(self, o)
-    def __gt__(self, o): return _ops().gt(self, o)
-    def __ge__(self, o): return _ops().ge(self, o)
+        return _OPS.eq(self, False)
+    def __eq__(self, o): return _OPS.eq(self, o)
+    def __ne__(self, o): return _OPS.ne(self, o)
+    def __lt__(self, o): return _OPS.lt(self, o)
+    def __le__(self, o): return _OPS.le(self, o)
+    def __gt__(self, o): return _OPS.gt(self, o)
+    def __ge__(self, o): return _OPS.ge(self, o)
 
     # in place (no history: not allowed on tensors that take part in autodiff)
     def __iadd__(self, o): return self.add_(o)
@@ -391,9 +391,7 @@ class Tensor:
         return self
 
     def _check_inplace(self, op):
-        from .autodiff.grad_mode import is_grad_enabled
-
-        if self.requires_grad and is_grad_enabled():
+        if self._requires_grad and _state.enabled:
             kind = "a leaf tensor that requires grad" if self.is_leaf else "a tensor with history"
             raise RuntimeError(f"{op}: in-place update of {kind} (shape {self.shape}) would corrupt "
                                "autodiff; wrap it in td.no_grad() or use the out-of-place form")
@@ -409,7 +407,7 @@ class Tensor:
             raise RuntimeError(f"{name}: the result type {result} cannot be stored in a tensor of "
                                f"dtype {self.dtype}")
         if isinstance(other, Tensor) and \
-                _ops().broadcast_shapes(name, self.shape, other.shape) != self.shape:
+                _OPS.broadcast_shapes(name, self.shape, other.shape) != self.shape:
             raise RuntimeError(f"{name}: the operand of shape {other.shape} does not broadcast to "
                                f"this tensor's shape {self.shape}")
         getattr(get_backend(), op)(self._data, raw, out=self._data)
@@ -418,7 +416,7 @@ class Tensor:
 
     def __setitem__(self, key, value):
         self._check_inplace("__setitem__")
-        view = self._data[_ops().basic_index(self, key)]
+        view = self._data[_OPS.basic_index(self, key)]
         if isinstance(value, Tensor):
             get_backend().copy_(view, value.to(self.device)._data)
         else:
@@ -427,7 +425,7 @@ class Tensor:
         self._bump_version()
 
     def __getitem__(self, key):
-        return _ops().getitem(self, key)
+        return _OPS.getitem(self, key)
 
     def __iter__(self):
         if self.ndim == 0:
@@ -435,72 +433,72 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     # ------------------------------------------------------------------ methods (see autodiff.ops)
-    def exp(self): return _ops().exp(self)
-    def log(self): return _ops().log(self)
-    def sqrt(self): return _ops().sqrt(self)
-    def abs(self): return _ops().abs(self)
-    def neg(self): return _ops().neg(self)
-    def sign(self): return _ops().sign(self)
-    def relu(self): return _ops().relu(self)
-    def sigmoid(self): return _ops().sigmoid(self)
-    def tanh(self): return _ops().tanh(self)
-    def square(self): return _ops().pow(self, 2)
-    def pow(self, exponent): return _ops().pow(self, exponent)
-    def clamp(self, min=None, max=None): return _ops().clamp(self, min, max)
+    def exp(self): return _OPS.exp(self)
+    def log(self): return _OPS.log(self)
+    def sqrt(self): return _OPS.sqrt(self)
+    def abs(self): return _OPS.abs(self)
+    def neg(self): return _OPS.neg(self)
+    def sign(self): return _OPS.sign(self)
+    def relu(self): return _OPS.relu(self)
+    def sigmoid(self): return _OPS.sigmoid(self)
+    def tanh(self): return _OPS.tanh(self)
+    def square(self): return _OPS.pow(self, 2)
+    def pow(self, exponent): return _OPS.pow(self, exponent)
+    def clamp(self, min=None, max=None): return _OPS.clamp(self, min, max)
     clip = clamp
-    def maximum(self, other): return _ops().maximum(self, other)
-    def minimum(self, other): return _ops().minimum(self, other)
-    def where(self, condition, other): return _ops().where(condition, self, other)
-    def eq(self, o): return _ops().eq(self, o)
-    def ne(self, o): return _ops().ne(self, o)
-    def lt(self, o): return _ops().lt(self, o)
-    def le(self, o): return _ops().le(self, o)
-    def gt(self, o): return _ops().gt(self, o)
-    def ge(self, o): return _ops().ge(self, o)
-    def add(self, o): return _ops().add(self, o)
-    def sub(self, o): return _ops().sub(self, o)
-    def mul(self, o): return _ops().mul(self, o)
-    def div(self, o): return _ops().div(self, o)
-    def matmul(self, o): return _ops().matmul(self, o)
+    def maximum(self, other): return _OPS.maximum(self, other)
+    def minimum(self, other): return _OPS.minimum(self, other)
+    def where(self, condition, other): return _OPS.where(condition, self, other)
+    def eq(self, o): return _OPS.eq(self, o)
+    def ne(self, o): return _OPS.ne(self, o)
+    def lt(self, o): return _OPS.lt(self, o)
+    def le(self, o): return _OPS.le(self, o)
+    def gt(self, o): return _OPS.gt(self, o)
+    def ge(self, o): return _OPS.ge(self, o)
+    def add(self, o): return _OPS.add(self, o)
+    def sub(self, o): return _OPS.sub(self, o)
+    def mul(self, o): return _OPS.mul(self, o)
+    def div(self, o): return _OPS.div(self, o)
+    def matmul(self, o): return _OPS.matmul(self, o)
 
-    def sum(self, dim=None, keepdim=False, dtype=None): return _ops().sum(self, dim, keepdim, dtype)
-    def mean(self, dim=None, keepdim=False): return _ops().mean(self, dim, keepdim)
+    def sum(self, dim=None, keepdim=False, dtype=None): return _OPS.sum(self, dim, keepdim, dtype)
+    def mean(self, dim=None, keepdim=False): return _OPS.mean(self, dim, keepdim)
     def var(self, dim=None, correction=1, keepdim=False, unbiased=None):
-        return _ops().var(self, dim, correction if unbiased is None else int(unbiased), keepdim)
+        return _OPS.var(self, dim, correction if unbiased is None else int(unbiased), keepdim)
     def std(self, dim=None, correction=1, keepdim=False, unbiased=None):
         return self.var(dim, correction, keepdim, unbiased).sqrt()
-    def max(self, dim=None, keepdim=False): return _ops().max(self, dim, keepdim)
-    def min(self, dim=None, keepdim=False): return _ops().min(self, dim, keepdim)
-    def amax(self, dim=None, keepdim=False): return _ops().amax(self, dim, keepdim)
-    def amin(self, dim=None, keepdim=False): return _ops().amin(self, dim, keepdim)
-    def argmax(self, dim=None, keepdim=False): return _ops().argmax(self, dim, keepdim)
-    def argmin(self, dim=None, keepdim=False): return _ops().argmin(self, dim, keepdim)
-    def any(self): return _ops().ne(self, 0).sum() > 0
-    def all(self): return _ops().eq(self, 0).sum() == 0
-    def softmax(self, dim): return _ops().softmax(self, dim)
-    def log_softmax(self, dim): return _ops().log_softmax(self, dim)
+    def max(self, dim=None, keepdim=False): return _OPS.max(self, dim, keepdim)
+    def min(self, dim=None, keepdim=False): return _OPS.min(self, dim, keepdim)
+    def amax(self, dim=None, keepdim=False): return _OPS.amax(self, dim, keepdim)
+    def amin(self, dim=None, keepdim=False): return _OPS.amin(self, dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return _OPS.argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return _OPS.argmin(self, dim, keepdim)
+    def any(self): return _OPS.ne(self, 0).sum() > 0
+    def all(self): return _OPS.eq(self, 0).sum() == 0
+    def softmax(self, dim): return _OPS.softmax(self, dim)
+    def log_softmax(self, dim): return _OPS.log_softmax(self, dim)
 
-    def reshape(self, *shape): return _ops().reshape(self, _shape_arg(shape))
+    def reshape(self, *shape): return _OPS.reshape(self, _shape_arg(shape))
     def view(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (DType, torch.dtype)):
             raise NotImplementedError("view(dtype) is not supported; use .to(dtype)")
-        return _ops().view(self, _shape_arg(shape))
+        return _OPS.view(self, _shape_arg(shape))
     def view_as(self, other): return self.view(other.shape)
     def reshape_as(self, other): return self.reshape(other.shape)
-    def flatten(self, start_dim=0, end_dim=-1): return _ops().flatten(self, start_dim, end_dim)
-    def transpose(self, dim0, dim1): return _ops().transpose(self, dim0, dim1)
-    def permute(self, *dims): return _ops().permute(self, _shape_arg(dims, allow_negative=True))
-    def unsqueeze(self, dim): return _ops().unsqueeze(self, dim)
-    def squeeze(self, dim=None): return _ops().squeeze(self, dim)
-    def expand(self, *shape): return _ops().expand(self, _shape_arg(shape, allow_negative=True))
+    def flatten(self, start_dim=0, end_dim=-1): return _OPS.flatten(self, start_dim, end_dim)
+    def transpose(self, dim0, dim1): return _OPS.transpose(self, dim0, dim1)
+    def permute(self, *dims): return _OPS.permute(self, _shape_arg(dims, allow_negative=True))
+    def unsqueeze(self, dim): return _OPS.unsqueeze(self, dim)
+    def squeeze(self, dim=None): return _OPS.squeeze(self, dim)
+    def expand(self, *shape): return _OPS.expand(self, _shape_arg(shape, allow_negative=True))
     def expand_as(self, other): return self.expand(other.shape)
     def broadcast_to(self, shape): return self.expand(*shape)
-    def contiguous(self): return _ops().contiguous(self)
-    def clone(self): return _ops().clone(self)
+    def contiguous(self): return _OPS.contiguous(self)
+    def clone(self): return _OPS.clone(self)
 
     @property
     def T(self):
-        return self.permute(*range(self.ndim - 1, -1, -1))
+        return _OPS.permute(self, tuple(range(self._data.dim() - 1, -1, -1)))
 
     @property
     def mT(self):
@@ -534,10 +532,23 @@ def _shape_arg(args, allow_negative=False):
     return out
 
 
-def _ops():
-    from .autodiff import ops
+class _LazyOps:
+    """tritonad.autodiff.ops, imported at first use (it imports this module): the first
+    attribute read replaces the module global _OPS with the module itself."""
 
-    return ops
+    def __getattr__(self, name):
+        global _OPS
+        from .autodiff import ops
+
+        _OPS = ops
+        return getattr(ops, name)
+
+
+_OPS = _LazyOps()
+
+
+def _ops():
+    return _OPS
 
 
 # ---------------------------------------------------------------------- creation functions

@@ -15,10 +15,22 @@ from __future__ import annotations
 from collections import deque
 
 from .. import dtypes
-from ..backend import _enter, _leave
-from ..backend import backend_for as _backend_for
-from .grad_mode import _state as _grad_state
+from ..backend import _state, backend_of, get_backend
+from ..tensor import Tensor
 from .grad_mode import set_grad_enabled
+
+
+_OPS = None
+
+
+def _ops():
+    """tritonad.autodiff.ops (which imports this module), once imported."""
+    global _OPS
+    if _OPS is None:
+        from . import ops
+
+        _OPS = ops
+    return _OPS
 
 
 class Context:
@@ -72,8 +84,6 @@ class Context:
         """The saved values as Tensors: inputs as the caller's Tensors, outputs as Tensors that
         lead back to this Context (so that higher-order gradients flow through them). A saved
         tensor changed in place since (through any view of its memory) is an error."""
-        from ..tensor import Tensor
-
         if self.freed:
             raise RuntimeError(
                 f"{self.name}: trying to backward through the graph a second time (or to read "
@@ -103,8 +113,6 @@ class Context:
     def _resolve_saved(self, args, raw_args, outputs):
         """Record what forward saved as Tensors of the caller, outputs of this call (kept as raw
         memory, so that no reference cycle forms), or constants, each with its version."""
-        from ..tensor import Tensor
-
         spec = []
         for value in self._saved_raw:
             if value is None or not hasattr(value, "dim"):  # None or a Python number
@@ -152,50 +160,55 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from ..tensor import Tensor
-
         # one pass over the arguments: the device, whether any needs a gradient, the raw arrays
-        device, needs_any, raw_args = None, False, []
+        device = first = None
+        needs_any = False
+        raw_args = []
         for a in args:
             if isinstance(a, Tensor):
                 raw = a._data
-                if device is None:
-                    device = raw.device
+                if first is None:
+                    first, device = raw, raw.device
                 elif raw.device != device:
                     _raise_devices(cls, args)
                 needs_any = needs_any or a._requires_grad
                 raw_args.append(raw)
             else:
                 raw_args.append(a)
-        record = needs_any and getattr(_grad_state, "enabled", True)
+        state = _state
+        enabled = state.enabled
+        record = needs_any and enabled
         if record:
-            needs = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
-            ctx = Context(cls, args, needs)
+            ctx = Context(cls, args, tuple(isinstance(a, Tensor) and a._requires_grad
+                                           for a in args))
         else:
             ctx = _NoContext()
-        be = _backend_for(device) if device is not None and cls.runs_on_backend else None
-        previous = _enter(be) if be is not None else None
-        enabled = getattr(_grad_state, "enabled", True)
-        _grad_state.enabled = False
+        previous = state.current
+        if first is not None and cls.runs_on_backend:
+            state.current = backend_of(first)
+        state.enabled = False
         try:
             result = cls.forward(ctx, *raw_args, **kwargs)
         finally:
-            _grad_state.enabled = enabled
-            if previous is not None:
-                _leave(previous)
-        single = not isinstance(result, tuple)
-        raws = (result,) if single else result
+            state.enabled = enabled
+            state.current = previous
         # a view shares its base's version counter, so that an in-place change through any
         # view of the memory is seen by every Context that saved a tensor of it
         box = args[0]._version_box if cls.is_view else None
         wrap = Tensor._wrap
-        if not record:
-            if single:
+        if not isinstance(result, tuple):
+            if not record:
                 return wrap(result, False, None, 0, box) if result is not None else None
-            return tuple(wrap(r, False, None, 0, box) if r is not None else None for r in raws)
+            result = (result,)
+            single = True
+        else:
+            if not record:
+                return tuple(wrap(r, False, None, 0, box) if r is not None else None
+                             for r in result)
+            single = False
         skip = getattr(ctx, "_non_differentiable", ())
         outputs = []
-        for i, r in enumerate(raws):
+        for i, r in enumerate(result):
             if r is None:
                 outputs.append(None)
                 continue
@@ -211,8 +224,6 @@ class Function:
 
 
 def _raise_devices(cls, args):
-    from ..tensor import Tensor
-
     found = [(tuple(a.shape), str(a.device)) for a in args if isinstance(a, Tensor)]
     names = sorted({d for _, d in found})
     raise RuntimeError(f"{cls.__name__.lower()}: expected all tensors on one device, but found "
@@ -242,8 +253,6 @@ class _NotTwiceDifferentiable(Function):
 
 
 def _guard_once_differentiable(name, grad):
-    from ..tensor import Tensor
-
     ctx = Context(_NotTwiceDifferentiable, (), ())
     ctx.op_name = name
     ctx._outputs = ((grad._data, grad._version_box),)
@@ -282,8 +291,7 @@ def _graph_order(roots):
 
 def _fit_gradient(grad, meta, name, position):
     """Sum a gradient back to its input's shape (un-broadcast) and cast it to the input's dtype."""
-    from ..autodiff import ops
-
+    ops = _ops()
     shape, dtype = meta  # torch's, as the raw input had them
     raw = grad._data
     if raw.shape != shape:
@@ -309,8 +317,6 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     With `inputs=None`, gradients accumulate into `.grad` of every leaf reached. Otherwise the
     gradients with respect to `inputs` (leaves or not) are returned and no `.grad` is touched.
     """
-    from ..tensor import Tensor
-
     captures = {}
     if inputs is not None:
         for i, t in enumerate(inputs):
@@ -386,8 +392,7 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
 
 
 def _call_backward(ctx, grads_in, create_graph):
-    from ..autodiff import ops
-
+    ops = _ops()
     grads_out = []
     for index, meta in enumerate(ctx._output_meta):
         if index in grads_in:
@@ -420,9 +425,6 @@ def _storage_key(t):
 def _accumulate_leaf(leaf, grad, create_graph, handed_out):
     """leaf.grad += grad. A fresh gradient is adopted without a copy unless its memory was already
     handed to another leaf (so later in-place updates of one .grad never change another)."""
-    from ..backend import get_backend
-    from ..tensor import Tensor
-
     if create_graph:
         leaf.grad = grad if leaf.grad is None else leaf.grad + grad
         return

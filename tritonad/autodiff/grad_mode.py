@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import functools
-import threading
 
-_state = threading.local()
+from ..backend import _state  # per-thread: .enabled says whether ops record history
 
 
 def is_grad_enabled() -> bool:
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def _set_enabled(mode: bool) -> None:

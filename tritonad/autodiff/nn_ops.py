@@ -63,6 +63,10 @@ def matmul(a, b):
     """Matrix product with torch's rules for 1-d operands and batch broadcasting."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError("matmul: both operands must be tensors")
+    ra, rb = a._data, b._data
+    if ra.dim() == 2 and rb.dim() == 2 and ra.shape[1] == rb.shape[0] and \
+            ra.dtype == rb.dtype and ra.dtype.is_floating_point:  # the common case, checked
+        return Matmul.apply(a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dimension, got shapes {a.shape} "
                          f"and {b.shape}")

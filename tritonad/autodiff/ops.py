@@ -25,8 +25,24 @@ def backend():
 # ---------------------------------------------------------------------------------- helpers
 
 
+_BROADCASTS = {}  # (shape, shape) -> their broadcast: op calls repeat a few shapes many times
+
+
 def broadcast_shapes(op, *shapes):
     """numpy broadcasting of shapes, with an error naming the op and the shapes."""
+    if len(shapes) == 2:
+        known = _BROADCASTS.get(shapes)
+        if known is not None:
+            return known
+        if len(_BROADCASTS) > 4096:
+            _BROADCASTS.clear()
+        result = _broadcast_shapes(op, shapes)
+        _BROADCASTS[shapes] = result
+        return result
+    return _broadcast_shapes(op, shapes)
+
+
+def _broadcast_shapes(op, shapes):
     ndim = builtins.max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(-ndim, 0):
@@ -46,11 +62,20 @@ def _operand(x, like):
 
 
 def _binary(fn, a, b):
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+    a_tensor, b_tensor = isinstance(a, Tensor), isinstance(b, Tensor)
+    if a_tensor and b_tensor:
+        sa, sb = a._data.shape, b._data.shape
+        if sa != sb:
+            broadcast_shapes(fn.__name__.lower(), sa, sb)
+        return fn.apply(a, b)
+    if not a_tensor and not b_tensor:
         raise TypeError(f"{fn.__name__.lower()}: expected at least one tensor")
-    a = _operand(a, b if isinstance(b, Tensor) else a)
-    b = _operand(b, a if isinstance(a, Tensor) else b)
-    broadcast_shapes(fn.__name__.lower(), *(t.shape for t in (a, b) if isinstance(t, Tensor)))
+    if a_tensor and not isinstance(b, numbers.Number):
+        b = _operand(b, a)  # a sequence or an array
+        broadcast_shapes(fn.__name__.lower(), a.shape, b.shape)
+    elif b_tensor and not isinstance(a, numbers.Number):
+        a = _operand(a, b)
+        broadcast_shapes(fn.__name__.lower(), a.shape, b.shape)
     return fn.apply(a, b)
 
 

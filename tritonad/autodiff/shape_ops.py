@@ -48,7 +48,7 @@ class Permute(Function):
 
     @staticmethod
     def forward(ctx, x, dims):
-        ctx.inverse = tuple(int(i) for i in np.argsort(dims))
+        ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
         return x.permute(dims)
 
     @staticmethod
@@ -125,7 +125,9 @@ def flatten(x, start_dim=0, end_dim=-1):
 
 
 def permute(x, dims):
-    n = x.ndim
+    n = x._data.dim()
+    if n == 2 and dims == (1, 0):  # .T of a matrix, the most common permute
+        return Permute.apply(x, dims)
     if len(dims) != n or sorted(d % max(n, 1) for d in dims) != list(range(n)):
         raise ValueError(f"permute: {tuple(dims)} is not a permutation of the {n} dims of a "
                          f"tensor of shape {x.shape}")

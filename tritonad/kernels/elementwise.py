@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
-from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
+from .launch import (INTERPRET, PDL, KernelLaunch, PlanCache, cdiv, dtype_of, empty, int_width,
+                     next_power_of_2, offset_ptr, ptr)
 
 PRIMITIVES = ("fill_", "copy_", "contiguous", "cast", "arange", "neg", "exp", "log", "sqrt",
               "abs", "sign", "relu", "sigmoid", "tanh", "pow_scalar", "clamp", "relu_backward",
@@ -356,12 +357,73 @@ def _scalar_arg(value):
     raise TypeError(f"expected an array or a number, got {type(value).__name__}")
 
 
+# ----------------------------------------------------------------------------------- plans
+# A call's plan depends only on its signature: the op, each operand's dtype, shape, strides,
+# device and pointer alignment (numbers: their kind and int width), and the output's. The first
+# call of a signature checks the operands, broadcasts and collapses the strides, picks blocks
+# and binds the launch (launch.KernelLaunch); later calls allocate the result and launch.
+
+_PLANS = PlanCache()
+
+
+def _operand(x):
+    """(what a plan depends on, the kernel's scalar payload) for one operand."""
+    if isinstance(x, torch.Tensor):
+        return (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0), 0
+    if x is None:
+        return None, 0
+    kind, payload = _scalar_arg(x)
+    return (kind, int_width(payload)), payload
+
+
+class _Plan:
+    """What one signature's calls repeat: the result's shape, dtype and device, and its launches.
+    Each launch is (KernelLaunch, element offset) over the operands' memory (two launches when a
+    contiguous run is cut into a 16-aligned body and a tail, none for an empty result)."""
+
+    __slots__ = ("shape", "dtype", "device", "kinds", "launches")
+
+    def __init__(self, shape, dtype, device, kinds, launches):
+        self.shape, self.dtype, self.device = shape, dtype, device
+        self.kinds, self.launches = kinds, launches
+
+    def __call__(self, out, operands, payloads):
+        if out is None:
+            out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        for launch, start in self.launches:
+            o = offset_ptr(out, start) if start else ptr(out)
+            pointers = [o, o, o]
+            for i, (x, kind) in enumerate(zip(operands, self.kinds)):
+                if kind == TENSOR:
+                    pointers[i] = offset_ptr(x, start) if start else ptr(x)
+            launch(o, *pointers, *payloads)
+        return out
+
+
+def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
+    """Run an elementwise call through its plan (made and cached on the signature's first call).
+
+    out: the array to write or None (then a new contiguous one of shape/dtype on device)."""
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(out, operands, payloads)
+    result = out if out is not None else empty(shape, dtype.torch, device)
+    operands = list(operands) + [None] * (3 - len(operands))
+    launches = _launch(op, result, operands, compute)
+    if launches is not None:
+        kinds = [TENSOR if isinstance(x, torch.Tensor) else ABSENT if x is None
+                 else _scalar_arg(x)[0] for x in operands]
+        _PLANS.keep(key, _Plan(tuple(shape), dtype.torch, device, kinds, launches))
+    return result
+
+
 def _launch(op, out, operands, compute):
-    """out[...] = op(*operands) elementwise; operands: up to 3 arrays, numbers or None."""
+    """out[...] = op(*operands) elementwise; operands: 3 arrays, numbers or None. Returns the
+    launches made as [(KernelLaunch, element offset)], or None when they cannot be replayed
+    (a layout walked with one launch per outer coordinate)."""
     n = out.numel()
     if n == 0:
-        return out
-    operands = list(operands) + [None] * (3 - len(operands))
+        return []
     shape = tuple(out.shape)
     kinds, values, arrays = [], [], []
     for x in operands:
@@ -383,12 +445,12 @@ def _launch(op, out, operands, compute):
         for x, k in zip(arrays, kinds)]
     sizes, strides = collapse(shape, strides)
     if len(sizes) > MAX_RANK:
-        return _launch_outer_loop(op, out, arrays, kinds, values, sizes, strides, compute)
-    _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute)
-    return out
+        _launch_outer_loop(op, out, arrays, kinds, values, sizes, strides, compute)
+        return None
+    return _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute)
 
 
-def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute):
+def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute, start=0):
     n = math.prod(sizes)
     live = [strides[0]] + [st for st, k in zip(strides[1:], kinds) if k == TENSOR]
     contiguous = len(sizes) <= 1 and all(st == [1] * len(sizes) for st in live)
@@ -397,12 +459,13 @@ def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute):
         # compiler falls back to scalar accesses: run the first n - n % 16 elements (16-byte
         # vectors) and the short tail as two launches
         main = n - n % 16
-        for start, count in ((0, main), (main, n - main)):
-            part = [x.as_strided((count,), (1,), x.storage_offset() + start)
+        launches = []
+        for begin, count in ((0, main), (main, n - main)):
+            part = [x.as_strided((count,), (1,), x.storage_offset() + begin)
                     if k == TENSOR else x for x, k in zip([out] + arrays, [TENSOR] + kinds)]
-            _launch_collapsed(op, part[0], part[1:], kinds, values, [count],
-                              [[1] for _ in strides], compute)
-        return
+            launches += _launch_collapsed(op, part[0], part[1:], kinds, values, [count],
+                                          [[1] for _ in strides], compute, start=begin)
+        return launches
     pad = MAX_RANK - len(sizes)
     sizes = [1] * pad + sizes
     strides = [[0] * pad + st for st in strides]
@@ -412,11 +475,14 @@ def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute):
         block, warps = CONTIGUOUS_BLOCK, CONTIGUOUS_WARPS
     else:
         block, warps = STRIDED_BLOCK, STRIDED_WARPS
-    _elementwise_kernel[(cdiv(n, block),)](
-        out, *arrays, *values, n, *sizes[1:], *(s for st in strides for s in st),
-        OP=op, A_KIND=kinds[0], B_KIND=kinds[1], C_KIND=kinds[2], COMPUTE=compute,
-        CONTIGUOUS=contiguous, INT64=needs_int64(n, sizes, strides), BLOCK=block,
-        num_warps=warps, **PDL)
+    launch = KernelLaunch(
+        _elementwise_kernel, (cdiv(n, block),),
+        [out, *arrays, *values, n, *sizes[1:], *(s for st in strides for s in st)],
+        dict(OP=op, A_KIND=kinds[0], B_KIND=kinds[1], C_KIND=kinds[2], COMPUTE=compute,
+             CONTIGUOUS=contiguous, INT64=needs_int64(n, sizes, strides), BLOCK=block,
+             num_warps=warps, **PDL),
+        dynamic=range(7))
+    return [(launch, start)]
 
 
 def _launch_outer_loop(op, out, arrays, kinds, values, sizes, strides, compute):
@@ -452,26 +518,35 @@ def _check_operands(op, *operands):
     return arrays[0].device
 
 
-def _output(op, out, shape, dtype, device):
-    """A new contiguous result, or `out` checked against the result's shape and device."""
+def _check_out(op, out, shape, device):
+    """A given `out` must have the result's shape and the operands' device."""
     if out is None:
-        return torch.empty(shape, dtype=dtype.torch, device=device)
+        return
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{op}: out has shape {tuple(out.shape)} but the result has shape "
                          f"{tuple(shape)}")
     if out.device != device:
         raise RuntimeError(f"{op}: out is on {out.device} but the operands are on {device}")
-    return out
+
+
+def _out_key(out):
+    return None if out is None else _operand(out)[0]
 
 
 # ----------------------------------------------------------------------------------- launchers
+# Each launcher looks its signature's plan up first; only a new signature pays for the checks.
 
 
 def fill_(x, value):
     """x[...] = value (any strides), in place; returns x."""
+    kv, pv = _operand(value)
+    key = ("fill", _operand(x)[0], kv)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(x, (value, None, None), (pv, 0, 0))
     _check_operands("fill_", x, value)
-    kind, _ = _scalar_arg(value)
-    return _launch("copy", x, [value], tl.float64 if kind == FLOAT else tl.int64)
+    compute = tl.float64 if kv[0] == FLOAT else tl.int64
+    return _planned(key, "copy", x, x.shape, dtype_of(x), x.device, [value], (pv, 0, 0), compute)
 
 
 def copy_(dst, src):
@@ -479,6 +554,10 @@ def copy_(dst, src):
     dst may have any strides (not overlapping itself). Returns dst."""
     if not isinstance(src, torch.Tensor):
         return fill_(dst, src)
+    key = ("copy", _operand(dst)[0], _operand(src)[0])
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(dst, (src, None, None), (0, 0, 0))
     _check_operands("copy_", dst, src)
     shape = broadcast_shape("copy_", dst, src)
     if shape != tuple(dst.shape):
@@ -488,17 +567,17 @@ def copy_(dst, src):
     # copy in the source's own type (exact for every pair); half <-> other types via float32
     half = (dtypes.float16, dtypes.bfloat16)
     compute = tl.float32 if src_type in half and dst_type is not src_type else tl_type(src_type)
-    return _launch("copy", dst, [src], compute)
+    return _planned(key, "copy", dst, dst.shape, dst_type, dst.device, [src], (0, 0, 0), compute)
 
 
 def contiguous(x):
     """A contiguous copy of x. x: [any shape], any strides."""
-    return copy_(torch.empty(x.shape, dtype=x.dtype, device=x.device), x)
+    return copy_(empty(x.shape, x.dtype, x.device), x)
 
 
 def cast(x, dtype):
     """x converted to dtype (floats to ints truncate towards zero; nonzero -> True)."""
-    return copy_(torch.empty(x.shape, dtype=dtypes.get_dtype(dtype).torch, device=x.device), x)
+    return copy_(empty(x.shape, dtypes.get_dtype(dtype).torch, x.device), x)
 
 
 def arange(start, end, step, dtype, device):
@@ -514,18 +593,26 @@ def arange(start, end, step, dtype, device):
         # numpy fills start + i * delta with delta = (start + step) - start
         compute, delta = tl.float64, (float(start) + float(step)) - float(start)
         start = float(start)
-    out = torch.empty((count,), dtype=dtypes.get_dtype(dtype).torch, device=device)
-    return _launch("arange", out, [start, delta], compute)
+    dtype = dtypes.get_dtype(dtype)
+    out = empty((count,), dtype.torch, device)
+    (ka, pa), (kb, pb) = _operand(start), _operand(delta)
+    key = ("arange", _operand(out)[0], ka, kb)
+    return _planned(key, "arange", out, out.shape, dtype, out.device, [start, delta],
+                    (pa, pb, 0), compute)
 
 
 def _unary(op, x, out, float_result=False):
     """y = op(x) elementwise in x's dtype (float32 for integer x when float_result)."""
+    key = (op, _operand(x)[0], _out_key(out))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(out, (x, None, None), (0, 0, 0))
     device = _check_operands(op, x)
     dtype = dtype_of(x)
     if float_result and not dtype.is_floating_point:
         dtype = dtypes.default_float
-    out = _output(op, out, tuple(x.shape), dtype, device)
-    return _launch(op, out, [x], compute_type(dtype))
+    _check_out(op, out, x.shape, device)
+    return _planned(key, op, out, x.shape, dtype, device, [x], (0, 0, 0), compute_type(dtype))
 
 
 def neg(x, out=None): return _unary("neg", x, out)
@@ -556,24 +643,37 @@ def tanh(x, out=None): return _unary("tanh", x, out, float_result=True)
 def _binary(op, a, b, out, result=None, float_result=False):
     """r = op(a, b) with numpy broadcasting; the result type is dtypes.result_type(a, b)
     (float32 for integers when float_result), or `result` (comparisons: bool)."""
+    (ka, pa), (kb, pb) = _operand(a), _operand(b)
+    key = (op, ka, kb, _out_key(out))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(out, (a, b, None), (pa, pb, 0))
     device = _check_operands(op, a, b)
     dtype = dtypes.result_type(a, b)
     if float_result and not dtype.is_floating_point:
         dtype = dtypes.default_float
-    out = _output(op, out, broadcast_shape(op, a, b), result or dtype, device)
-    return _launch(op, out, [a, b], compute_type(dtype))
+    shape = broadcast_shape(op, a, b)
+    _check_out(op, out, shape, device)
+    return _planned(key, op, out, shape, result or dtype, device, [a, b], (pa, pb, 0),
+                    compute_type(dtype))
 
 
 def pow_scalar(x, exponent, out=None):
     """x ** exponent for a Python number exponent (float result for float x)."""
     if not isinstance(exponent, (bool, int, float, np.number)):
         raise TypeError(f"pow_scalar: exponent must be a number, got {type(exponent).__name__}")
-    if exponent == 2:  # numpy's fast path too: exactly x * x
-        device = _check_operands("pow_scalar", x)
-        dtype = dtypes.result_type(x, exponent)
-        out = _output("pow_scalar", out, tuple(x.shape), dtype, device)
-        return _launch("square", out, [x], compute_type(dtype))
-    return _binary("pow", x, exponent, out)
+    if exponent != 2:
+        return _binary("pow", x, exponent, out)
+    # numpy's fast path too: exactly x * x
+    key = ("square", _operand(x)[0], _out_key(out), type(exponent))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(out, (x, None, None), (0, 0, 0))
+    device = _check_operands("pow_scalar", x)
+    dtype = dtypes.result_type(x, exponent)
+    _check_out("pow_scalar", out, x.shape, device)
+    return _planned(key, "square", out, x.shape, dtype, device, [x], (0, 0, 0),
+                    compute_type(dtype))
 
 
 def clamp(x, min=None, max=None, out=None):
@@ -581,9 +681,12 @@ def clamp(x, min=None, max=None, out=None):
     dtype first (as the reference does), so an int x stays int."""
     device = _check_operands("clamp", x)
     dtype = dtype_of(x)
-    out = _output("clamp", out, tuple(x.shape), dtype, device)
+    _check_out("clamp", out, x.shape, device)
     bounds = [None if v is None else _convert_number(v, dtype) for v in (min, max)]
-    return _launch("clamp", out, [x] + bounds, compute_type(dtype))
+    (kb, pb), (kc, pc) = _operand(bounds[0]), _operand(bounds[1])
+    key = ("clamp", _operand(x)[0], kb, kc, _out_key(out))
+    return _planned(key, "clamp", out, x.shape, dtype, device, [x] + bounds, (0, pb, pc),
+                    compute_type(dtype))
 
 
 def _convert_number(value, dtype):
@@ -645,7 +748,14 @@ def where(cond, a, b, out=None):
     broadcast; the result type is dtypes.result_type(a, b)."""
     if not isinstance(cond, torch.Tensor):
         raise TypeError(f"where: cond must be an array, got {type(cond).__name__}")
+    (ka, pa), (kb, pb) = _operand(a), _operand(b)
+    key = ("where", _operand(cond)[0], ka, kb, _out_key(out))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan(out, (cond, a, b), (0, pa, pb))
     device = _check_operands("where", cond, a, b)
     dtype = dtypes.result_type(a, b)
-    out = _output("where", out, broadcast_shape("where", cond, a, b), dtype, device)
-    return _launch("where", out, [cond, a, b], compute_type(dtype))
+    shape = broadcast_shape("where", cond, a, b)
+    _check_out("where", out, shape, device)
+    return _planned(key, "where", out, shape, dtype, device, [cond, a, b], (0, pa, pb),
+                    compute_type(dtype))

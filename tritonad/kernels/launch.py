@@ -7,7 +7,9 @@ is imported, so tritonad imports this first).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import inspect
 import os
 
 import torch
@@ -66,9 +68,13 @@ def gc_paused(collect=True):
 
 
 def empty(shape, dtype, device) -> torch.Tensor:
-    """Uninitialised contiguous output memory; dtype may be a tritonad DType or a torch dtype."""
+    """Uninitialised contiguous output memory; dtype may be a tritonad DType or a torch dtype.
+    Launchers allocate through this, so that a plan being recorded knows the memory."""
     torch_dtype = dtype.torch if isinstance(dtype, dtypes.DType) else dtype
-    return torch.empty(tuple(shape), dtype=torch_dtype, device=device)
+    out = torch.empty(tuple(shape), dtype=torch_dtype, device=device)
+    if _RECORDER is not None:
+        _RECORDER.allocated(out)
+    return out
 
 
 def dtype_of(x) -> dtypes.DType:
@@ -96,3 +102,425 @@ def num_warps_for(block: int) -> int:
     if block >= 1024:
         return 4
     return 4 if block >= 512 else 2
+
+
+# ----------------------------------------------------------------------------- bound launches
+# An eager op pays for every line of Python between the Tensor method and the GPU. Triton's own
+# launch path (JITFunction.run) binds the arguments, computes their specialization and looks up
+# the compiled kernel on every call: ~10-30 us with our kernels' 20-40 arguments. A launcher
+# that has seen a signature once (op, shapes, strides, dtypes, device: its "plan") already knows
+# the grid, the constant arguments and the compiled kernel, so it keeps a KernelLaunch and from
+# then on calls the compiled kernel's launcher directly with the few arguments that change.
+#
+# The rule that keeps this right: a KernelLaunch is reused only for calls whose arguments Triton
+# would specialize the same way. Triton specializes pointers on 16-byte alignment and integers
+# on divisibility by 16, equality to 1 and width (i32 below 2**31, i64 above). Shapes and
+# strides are in a plan's key; what varies per call (the pointers, and scalar values passed as
+# `do_not_specialize` arguments) must put its alignment or width class into the key too:
+# `aligned(x)` and `int_width(v)` below. TRITONAD_CHECK_LAUNCHES=1 re-derives the compiled
+# kernel through Triton at every launch and fails loudly if a plan ever picked the wrong one.
+
+CHECK_LAUNCHES = os.environ.get("TRITONAD_CHECK_LAUNCHES", "0") not in ("", "0")
+PLANS_ENABLED = os.environ.get("TRITONAD_PLANS", "1") not in ("", "0")  # 0: Triton's path always
+
+if not INTERPRET:
+    _current_stream = torch._C._cuda_getCurrentRawStream
+    _current_device = torch._C._cuda_getDevice
+
+from triton import knobs as _knobs  # noqa: E402  (Triton 3.6 and 3.9: launch hooks live here)
+
+_RUNTIME = _knobs.runtime
+
+
+def _hooks_active() -> bool:
+    """Whether a profiler hooked Triton's launches (then launches go through Triton's path)."""
+    hook = _RUNTIME.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def aligned(x) -> bool:
+    """Whether an array's data pointer is 16-byte aligned (Triton specializes pointers on it)."""
+    return x.data_ptr() % 16 == 0
+
+
+def int_width(value) -> int:
+    """The width class Triton gives an int argument: 0 for i32, 1 for i64, 2 for u64."""
+    if -2**31 <= value < 2**31:
+        return 0
+    return 1 if value < 2**63 else 2
+
+
+_PARAMETERS = {}
+
+
+def _parameters(kernel):
+    """The @triton.jit function's parameters (name -> inspect.Parameter), in order."""
+    fn = kernel.fn
+    if fn not in _PARAMETERS:
+        _PARAMETERS[fn] = inspect.signature(fn).parameters
+    return _PARAMETERS[fn]
+
+
+class KernelLaunch:
+    """One kernel launch bound once, then replayed with new values in a few argument positions.
+
+        launch = KernelLaunch(kernel, grid, args, meta, dynamic=(0, 1))  # launches once
+        launch(out, x)             # the same kernel and grid, args[0] = out, args[1] = x
+
+    `args` are the positional (non-constexpr) arguments, `meta` the constexpr arguments and
+    launch options by keyword, as for `kernel[grid](*args, **meta)`. `dynamic` names the positions
+    that change from call to call; their values must specialize as the first call's did (see
+    above). Building it launches the kernel through Triton, which compiles it or loads it from the
+    cache; later calls launch the compiled kernel directly on the current stream. Triton 3.6 and
+    3.9 launch compiled kernels the same way (CompiledKernel.run); under the interpreter a replay
+    is a plain `kernel[grid](...)` call.
+    """
+
+    __slots__ = ("kernel", "grid", "meta", "args", "dynamic", "compiled", "_run", "_function",
+                 "_packed", "_bound", "_tail", "_prefix", "_device", "_g0", "_g1", "_g2")
+
+    def __init__(self, kernel, grid, args, meta, dynamic=()):
+        grid = tuple(grid)
+        self.kernel, self.grid, self.meta = kernel, grid, meta
+        self.args, self.dynamic = list(args), tuple(dynamic)
+        self.compiled = kernel[grid](*args, **meta)
+        if not INTERPRET:
+            self._bind()
+        if _RECORDER is not None:
+            _RECORDER.launched(self)
+
+    def _bind(self):
+        kernel, args, meta, grid = self.kernel, self.args, self.meta, self.grid
+        parameters = _parameters(kernel)
+        names = list(parameters)
+        bound = list(args)
+        for name in names[len(args):]:
+            if name in meta:
+                bound.append(meta[name])
+            elif parameters[name].default is not parameters[name].empty:
+                bound.append(parameters[name].default)
+            else:
+                raise TypeError(f"KernelLaunch: {kernel.fn.__name__} needs argument {name}")
+        self._bound = bound
+        k = len(self.dynamic)
+        self._prefix = self.dynamic == tuple(range(k))
+        self._tail = tuple(bound[k:])
+        compiled = self.compiled
+        self._run, self._function = compiled.run, compiled.function
+        self._packed = compiled.packed_metadata
+        self._device = _current_device()
+        self._g0, self._g1, self._g2 = (grid + (1, 1))[:3]
+
+    def rebind(self, dynamic):
+        """The same launch with other positions changing per call (no compile, no launch)."""
+        other = object.__new__(KernelLaunch)
+        for name in KernelLaunch.__slots__:
+            if hasattr(self, name):
+                setattr(other, name, getattr(self, name))
+        other.dynamic = tuple(dynamic)
+        if not INTERPRET:
+            k = len(other.dynamic)
+            other._prefix = other.dynamic == tuple(range(k))
+            other._tail = tuple(self._bound[k:])
+        return other
+
+    def __call__(self, *values):
+        hook = _RUNTIME.launch_enter_hook
+        if INTERPRET or CHECK_LAUNCHES or (hook is not None and getattr(hook, "calls", True)):
+            return self._through_triton(values)
+        if self._prefix:
+            args = values + self._tail
+        else:
+            args = list(self._bound)
+            for i, v in zip(self.dynamic, values):
+                args[i] = v
+        device = self._device
+        if _current_device() != device:
+            with torch.cuda.device(device):
+                self._run(self._g0, self._g1, self._g2, _current_stream(device), self._function,
+                          self._packed, None, None, None, *args)
+            return
+        self._run(self._g0, self._g1, self._g2, _current_stream(device), self._function,
+                  self._packed, None, None, None, *args)
+
+    def _through_triton(self, values):
+        args = list(self.args)
+        for i, v in zip(self.dynamic, values):
+            args[i] = v
+        compiled = self.kernel[self.grid](*args, **self.meta)
+        if CHECK_LAUNCHES and not INTERPRET and compiled is not self.compiled:
+            raise AssertionError(
+                f"KernelLaunch: a cached launch of {self.kernel.fn.__name__} would have run a "
+                "kernel specialized for other arguments (a plan key misses an alignment or an "
+                "int width)")
+
+
+class PlanCache(dict):
+    """Plans of one op family by signature. Bounded: a program that makes endless new shapes
+    starts over rather than growing without end. While a plan is being recorded, lookups miss,
+    so that the launches of nested primitives are recorded into it too."""
+
+    LIMIT = 4096
+
+    def get(self, key):
+        if _RECORDER is not None:
+            return None
+        return dict.get(self, key)
+
+    def keep(self, key, plan):
+        if len(self) >= self.LIMIT:
+            self.clear()
+        self[key] = plan
+        return plan
+
+
+# ----------------------------------------------------------------------------- recorded plans
+# Most launchers are a few lines of planning around one to four kernel launches, with
+# temporaries (split-K slices, staged operands) in between. Rather than restructure each into
+# "plan" and "run" halves, a primitive decorated with @planned runs its launcher once per
+# signature under a recorder, which notes every allocation (launch.empty) and every launch
+# (KernelLaunch, or launch.run for a plain kernel[grid](...) call) and where each pointer
+# argument points: into which of the call's arrays or temporaries, at which byte offset. The
+# plan then replays that: allocate the temporaries, launch each kernel with the new pointers,
+# return the results as the same arrays (or views) of the new memory.
+#
+# What a recorded launcher must not do: read the device back or decide anything from values
+# (data-dependent checks go through the device-side error flags instead), launch a kernel
+# other than through KernelLaunch / run, or allocate other than through launch.empty. Scalar
+# kernel arguments are replayed as recorded, so they must follow from the plan's key (shapes,
+# strides, dtypes, the arguments that are not arrays, the settings named by `settings`).
+# Memory that outlives calls (error flags, device constants) is registered with persistent().
+
+_RECORDER = None
+_PERSISTENT = {}  # storage data_ptr -> array: memory a plan may point at directly
+_UNPLANNABLE = object()
+
+
+def persistent(array):
+    """Register memory that lives as long as the process (plans may keep pointing at it)."""
+    _PERSISTENT[array.untyped_storage().data_ptr()] = array
+    return array
+
+
+def recording() -> bool:
+    return _RECORDER is not None
+
+
+@contextlib.contextmanager
+def not_recording():
+    """Launches in this block are not part of the plan being recorded (a tuner's trials)."""
+    global _RECORDER
+    saved, _RECORDER = _RECORDER, None
+    try:
+        yield
+    finally:
+        _RECORDER = saved
+
+
+def run(kernel, grid, *args, **meta):
+    """kernel[grid](*args, **meta), recorded into the plan being made, if any."""
+    if _RECORDER is not None:
+        return KernelLaunch(kernel, grid, args, meta)
+    return kernel[grid](*args, **meta)
+
+
+class _Recorder:
+    """Watches one call of a launcher: its arrays, the arrays it allocates, its launches."""
+
+    def __init__(self, arrays):
+        self.slots = list(arrays)      # the call's arrays, then each allocation
+        self.temps = []                # (shape, torch dtype, device) of each allocation
+        self.steps = []                # (KernelLaunch, [(slot, byte offset, view)])
+        self.failed = None             # why the call cannot be replayed
+
+    def allocated(self, array):
+        self.slots.append(array)
+        self.temps.append((tuple(array.shape), array.dtype, array.device))
+
+    def locate(self, x):
+        """(slot, byte offset, view) of an array argument, or None if it points elsewhere.
+        view: None when x is the slot itself, else (shape, strides, element offset, dtype) to
+        rebuild it from the slot (replays that pass arrays rather than raw pointers)."""
+        for i, s in enumerate(self.slots):
+            if x is s:
+                return i, 0, None
+        base = x.untyped_storage().data_ptr()
+        found = None
+        for i, s in enumerate(self.slots):
+            if s.untyped_storage().data_ptr() != base:
+                continue
+            if found is not None and s.data_ptr() != self.slots[found].data_ptr():
+                self.failed = "an argument points into two of the call's arrays"
+                return None
+            if found is None:
+                found = i
+        if found is None:
+            if base in _PERSISTENT:
+                return -1, 0, x
+            self.failed = "an argument points to memory the call did not allocate"
+            return None
+        s = self.slots[found]
+        if x.dtype != s.dtype:
+            self.failed = "an argument reinterprets an array's dtype"
+            return None
+        view = (tuple(x.shape), tuple(x.stride()), x.storage_offset() - s.storage_offset(),
+                x.dtype)
+        return found, x.data_ptr() - s.data_ptr(), view
+
+    def launched(self, launch):
+        positions, sources = [], []
+        for i, a in enumerate(launch.args):
+            if isinstance(a, torch.Tensor):
+                where = self.locate(a)
+                if where is None:
+                    return
+                if where[0] == -1:  # persistent memory: a constant argument
+                    continue
+                positions.append(i)
+                sources.append(where)
+        self.steps.append((launch.rebind(positions), sources))
+
+    def finish(self, result):
+        if self.failed:
+            return None
+        spec = self._result_spec(result)
+        if spec is _UNPLANNABLE:
+            return None
+        return _Plan(len(self.slots) - len(self.temps), self.temps, self.steps, spec)
+
+    def _result_spec(self, value):
+        if isinstance(value, torch.Tensor):
+            where = self.locate(value)
+            if where is None or where[0] == -1:
+                return _UNPLANNABLE
+            return ("array",) + where
+        if isinstance(value, (tuple, list)):
+            items = [self._result_spec(v) for v in value]
+            if any(i is _UNPLANNABLE for i in items):
+                return _UNPLANNABLE
+            return ("seq", type(value), items)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return ("value", value)
+        return _UNPLANNABLE
+
+
+def _view(slot, view):
+    if view is None:
+        return slot
+    shape, strides, offset, _ = view
+    return slot.as_strided(shape, strides, slot.storage_offset() + offset)
+
+
+class _Plan:
+    """A recorded call: allocate its temporaries, replay its launches, rebuild its results."""
+
+    __slots__ = ("n_call", "temps", "steps", "spec")
+
+    def __init__(self, n_call, temps, steps, spec):
+        self.n_call, self.temps, self.steps, self.spec = n_call, temps, steps, spec
+
+    def __call__(self, arrays):
+        slots = list(arrays)
+        for shape, dtype, device in self.temps:
+            slots.append(torch.empty(shape, dtype=dtype, device=device))
+        if RAW_POINTERS:
+            for launch, sources in self.steps:
+                launch(*[slots[i].data_ptr() + offset for i, offset, _ in sources])
+        else:
+            for launch, sources in self.steps:
+                launch(*[_view(slots[i], view) for i, _, view in sources])
+        return self._rebuild(self.spec, slots)
+
+    def _rebuild(self, spec, slots):
+        kind = spec[0]
+        if kind == "array":
+            return _view(slots[spec[1]], spec[3])
+        if kind == "seq":
+            return spec[1](self._rebuild(s, slots) for s in spec[2])
+        return spec[1]
+
+
+_Tensor = torch.Tensor
+
+
+def _signature(values, arrays):
+    """The key a plan depends on for a sequence of arguments (arrays: dtype, shape, strides,
+    device and pointer alignment; sequences item by item; anything else by type and value),
+    appending the arrays met, in order, to `arrays`."""
+    key = []
+    for v in values:
+        t = type(v)
+        if t is _Tensor or isinstance(v, _Tensor):
+            arrays.append(v)
+            key.append((v.dtype, v.shape, v.stride(), v.device, v.data_ptr() % 16 == 0))
+        elif t is tuple or t is list:
+            key.append((t, _signature(v, arrays)))
+        else:
+            key.append((t, v))
+    return tuple(key)
+
+
+def planned(settings=None):
+    """Decorate a launcher (a backend primitive) so that it runs from a recorded plan per
+    signature. `settings`: a function returning the global settings the launcher reads (they
+    join the key)."""
+    def decorate(fn):
+        plans = PlanCache()
+
+        @functools.wraps(fn)
+        def launcher(*args, **kwargs):
+            if _RECORDER is not None or not PLANS_ENABLED:
+                return fn(*args, **kwargs)
+            arrays = []
+            key = _signature(args, arrays)
+            if kwargs:
+                names = sorted(kwargs)
+                key = (key, tuple(names), _signature([kwargs[k] for k in names], arrays))
+            if settings is not None:
+                key = (key, settings())
+            try:
+                plan = plans.get(key)
+            except TypeError:  # an unhashable argument: no plan
+                return fn(*args, **kwargs)
+            if plan is not None:
+                if plan is _UNPLANNABLE:
+                    return fn(*args, **kwargs)
+                return plan(arrays)
+            return _record(plans, key, arrays, fn, args, kwargs)
+
+        launcher.plans = plans
+        return launcher
+    return decorate
+
+
+def _record(plans, key, arrays, fn, args, kwargs):
+    global _RECORDER
+    recorder = _Recorder(arrays)
+    _RECORDER = recorder
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        _RECORDER = None
+    plan = recorder.finish(result)
+    plans.keep(key, plan if plan is not None else _UNPLANNABLE)
+    return result
+
+
+# Replays pass device pointers as ints: the launcher then skips a data_ptr() call and a driver
+# query per pointer (~1 us each). Under the interpreter, and when checking launches against
+# Triton's own path, they pass the arrays themselves.
+RAW_POINTERS = not INTERPRET and not CHECK_LAUNCHES
+
+
+def _array_itself(x):
+    return x
+
+
+ptr = torch.Tensor.data_ptr if RAW_POINTERS else _array_itself
+
+
+def offset_ptr(x, start):
+    """ptr() of x's memory `start` elements in (x contiguous from there on)."""
+    if RAW_POINTERS:
+        return x.data_ptr() + start * x.element_size()
+    return x.as_strided((x.numel() - start,), (1,), x.storage_offset() + start)

@@ -47,7 +47,8 @@ import triton
 import triton.language as tl
 
 from ..backend import matmul_precision
-from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, gc_paused, next_power_of_2
+from .launch import (INTERPRET, PDL, cdiv, dtype_of, empty, gc_paused, next_power_of_2,
+                     not_recording, planned, run)
 
 PRIMITIVES = ("matmul",)
 
@@ -419,7 +420,8 @@ class Autotuner:
         if not AUTOTUNE or torch.cuda.is_current_stream_capturing():
             return candidates[0]  # no timing inside a CUDA graph capture: best guess
         start = time.perf_counter()
-        plan = self._measure(key, candidates, run)
+        with not_recording():  # the candidates' trial launches are no part of the call's plan
+            plan = self._measure(key, candidates, run)
         self.seconds += time.perf_counter() - start
         self.tuned += 1
         self.memory[key] = self.disk[key] = plan
@@ -593,7 +595,7 @@ def _stage(x: _Operand, B0, B1) -> _Operand:
     dst = empty((keep0, keep1, x.rows, x.cols), x.t.dtype, x.t.device)
     BLOCK = 32 if INTERPRET else 64
     grid = (keep0 * keep1 * cdiv(x.rows, BLOCK) * cdiv(x.cols, BLOCK),)
-    _stage_kernel[grid](x.t, dst, x.rows, x.cols, keep1, *x.strides(),
+    run(_stage_kernel, grid, x.t, dst, x.rows, x.cols, keep1, *x.strides(),
                         BLOCK_R=BLOCK, BLOCK_C=BLOCK, **PDL)
     s0, s1 = dst.stride(0) if keep0 > 1 else 0, dst.stride(1) if keep1 > 1 else 0
     return _Operand(dst, s0, s1, x.rows, x.cols, x.cols, 1)
@@ -635,7 +637,7 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
     bias_stride = bias.stride(0) if bias is not None else 0
     gate_strides = (gate.stride(0), gate.stride(1)) if gate is not None else (0, 0)
     grid = (batch * cdiv(M, BM) * cdiv(N, BN), split)
-    _matmul_kernel[grid](
+    run(_matmul_kernel, grid,
         a.t, b.t, target, bias_arg, gate if gate is not None else a.t,
         rows_target if rows is not None else out.t, M, N, K, B1, tiles_per_split,
         *a.strides(), *b.strides(), *c_strides, bias_stride, *gate_strides, M,
@@ -652,7 +654,7 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
         BLOCK = 1024
         programs = cdiv(n, BLOCK)
         row_programs = cdiv(M, BLOCK) if rows is not None else 0
-        _splitk_reduce_kernel[(programs + row_programs,)](
+        run(_splitk_reduce_kernel, (programs + row_programs,),
             target, out.t, bias_arg, rows_target if rows is not None else target,
             rows if rows is not None else out.t, n, N, M, split, bias_stride, programs,
             HAS_BIAS=bias is not None, RELU=relu, ROW_SUMS=rows is not None, BLOCK=BLOCK,
@@ -726,6 +728,11 @@ def _check_fused(a, b, a_gate, a_row_sums):
         raise ValueError("matmul: a_row_sums must be contiguous")
 
 
+def _settings():
+    return matmul_precision(), AUTOTUNE, tuple(sorted(FORCE_PLAN.items())) if FORCE_PLAN else None
+
+
+@planned(settings=_settings)
 def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=None,
            a_row_sums=None):
     """act(a @ b + bias) in one kernel (two with split-K).
@@ -761,7 +768,7 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
     relu = activation == "relu"
     groups = _batch_groups(a, b, out)
 
-    def run(plan):
+    def run_plan(plan):
         for B0, B1, a_g, b_g, out_g in groups:
             _launch(plan, B0, B1, a_g, b_g, out_g, bias, relu, kind, a_gate, a_row_sums)
 
@@ -773,8 +780,9 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
         key = f"{batch}x{M}x{N}x{K}:{dtype_of(a).name}:{kind}:{a_layout}{b_layout}"
         key += ":gate" * (a_gate is not None) + ":rows" * (a_row_sums is not None)
         plan = tuner.choose(key, lambda: candidate_plans(
-            batch, M, N, K, kind, a_layout == "k", b_layout == "k", _sm_count(a.device)), run)
+            batch, M, N, K, kind, a_layout == "k", b_layout == "k", _sm_count(a.device)),
+            run_plan)
     if FORCE_PLAN:
         plan = {**plan, **FORCE_PLAN}
-    run(plan)
+    run_plan(plan)
     return out

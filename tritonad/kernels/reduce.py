@@ -30,7 +30,7 @@ import triton.language as tl
 
 from .. import dtypes
 from .elementwise import INT32_LIMIT, cast_for_store, collapse, copy_
-from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
 
 PRIMITIVES = ("sum", "mean", "max", "min", "argmax", "argmin", "var", "count_correct_")
 
@@ -204,6 +204,10 @@ def _identity(op, acc):
     return -2**bits if low else 2**bits - 1
 
 
+def _settings():
+    return split_target_override
+
+
 def _split_target(device):
     """How many programs a reduction should spread over (1 under the interpreter)."""
     if split_target_override is not None:
@@ -235,7 +239,7 @@ def _reduce(op, x, dims, out, acc, x_index=None, mean=None, divisor=None, values
         # more dims than the kernel walks: one copy into [kept..., reduced...] order first
         kept = [i for i in range(x.dim()) if i not in dims]
         view = x.permute(kept + list(dims))
-        x = copy_(torch.empty(view.shape, dtype=x.dtype, device=x.device), view)
+        x = copy_(empty(view.shape, x.dtype, x.device), view)
         dims = tuple(range(len(kept), x.dim()))
         layout = _layout(x, dims)
     k_sizes, k_strides, r_sizes, r_strides = layout
@@ -274,15 +278,15 @@ def _reduce(op, x, dims, out, acc, x_index=None, mean=None, divisor=None, values
     if final:
         dest, dest_index = out, out_index
     else:
-        dest = torch.empty((split, n_kept), dtype=_torch_type(acc), device=x.device)
-        dest_index = torch.empty((split, n_kept), dtype=torch.int64, device=x.device) if arg \
+        dest = empty((split, n_kept), _torch_type(acc), x.device)
+        dest_index = empty((split, n_kept), torch.int64, x.device) if arg \
             else None
     dummy = dest if dest is not None else dest_index
     max_offset = _sum((s - 1) * _abs(st) for s, st in zip(k_sizes + r_sizes,
                                                           k_strides + r_strides))
     int64 = _max(max_offset, split * n_kept, n_reduced) >= INT32_LIMIT
     tile_elems = block_m * block_r
-    _reduce_kernel[(m_blocks, split)](
+    run(_reduce_kernel, (m_blocks, split),
         x, x_index if x_index is not None else x, mean if mean is not None else x,
         dest if dest is not None else dummy, dest_index if dest_index is not None else dummy,
         n_kept, k_sizes[1], k_sizes[2], *k_strides,
@@ -345,6 +349,7 @@ def _value_acc(dtype):
     return tl.int64 if dtype is dtypes.int64 else tl.int32
 
 
+@planned(settings=_settings)
 def sum(x, dims=None, keepdim=False, dtype=None, out=None):
     """Sum over dims. x: [any shape], any strides. Bool and integer inputs sum to int64 unless
     dtype is given; floats keep their dtype, accumulating in float32 at least. `out`: an
@@ -358,7 +363,7 @@ def sum(x, dims=None, keepdim=False, dtype=None, out=None):
     dims = _normalise("sum", x, dims)
     shape = _out_shape(x, dims, keepdim)
     if out is None:
-        out = torch.empty(shape, dtype=dtype.torch, device=x.device)
+        out = empty(shape, dtype.torch, x.device)
     elif tuple(out.shape) != tuple(shape) or out.dtype != dtype.torch or not out.is_contiguous():
         raise ValueError(f"sum: out must be a contiguous {tuple(shape)} {dtype.name} array, got "
                          f"{tuple(out.shape)} {dtype_of(out).name}")
@@ -366,16 +371,18 @@ def sum(x, dims=None, keepdim=False, dtype=None, out=None):
     return out
 
 
+@planned(settings=_settings)
 def mean(x, dims=None, keepdim=False):
     """Mean over dims (sum / count, NaN for an empty reduction). x: [any shape]."""
     dtype = dtype_of(x)
     dims = _normalise("mean", x, dims)
     count = math.prod(x.shape[d] for d in dims)
-    out = torch.empty(_out_shape(x, dims, keepdim), dtype=dtype.torch, device=x.device)
+    out = empty(_out_shape(x, dims, keepdim), dtype.torch, x.device)
     _reduce("sum", x, dims, out, _float_acc(dtype), divisor=count)
     return out
 
 
+@planned(settings=_settings)
 def var(x, dims=None, correction=1, keepdim=False):
     """Variance over dims: sum((x - mean)^2) / max(n - correction, 0), two passes."""
     dtype = dtype_of(x)
@@ -383,9 +390,9 @@ def var(x, dims=None, correction=1, keepdim=False):
     count = math.prod(x.shape[d] for d in dims)
     acc = _float_acc(dtype)
     shape = _out_shape(x, dims, keepdim)
-    centre = torch.empty(shape, dtype=_torch_type(acc), device=x.device)
+    centre = empty(shape, _torch_type(acc), x.device)
     _reduce("sum", x, dims, centre, acc, divisor=count)
-    out = torch.empty(shape, dtype=dtype.torch, device=x.device)
+    out = empty(shape, dtype.torch, x.device)
     _reduce("sumsq", x, dims, out, acc, mean=centre, divisor=_max(count - correction, 0))
     return out
 
@@ -396,16 +403,18 @@ def _extreme(op, x, dims, keepdim):
         raise RuntimeError(f"{op}: cannot reduce an empty tensor of shape {tuple(x.shape)}")
     dtype = dtype_of(x)
     dims = _normalise(op, x, dims)
-    out = torch.empty(_out_shape(x, dims, keepdim), dtype=dtype.torch, device=x.device)
+    out = empty(_out_shape(x, dims, keepdim), dtype.torch, x.device)
     _reduce(op, x, dims, out, _value_acc(dtype))
     return out
 
 
+@planned(settings=_settings)
 def max(x, dims=None, keepdim=False):
     """Largest value over dims (NaN propagates). Empty x raises RuntimeError."""
     return _extreme("max", x, dims, keepdim)
 
 
+@planned(settings=_settings)
 def min(x, dims=None, keepdim=False):
     """Smallest value over dims (NaN propagates). Empty x raises RuntimeError."""
     return _extreme("min", x, dims, keepdim)
@@ -421,17 +430,19 @@ def _arg(op, x, dim, keepdim):
     else:
         dims = _normalise(op, x, (dim,))
         shape = _out_shape(x, dims, keepdim)
-    out = torch.empty(shape, dtype=torch.int64, device=x.device)
+    out = empty(shape, torch.int64, x.device)
     _reduce(op, x, dims, None, _value_acc(dtype), values=False, out_index=out)
     return out
 
 
+@planned(settings=_settings)
 def argmax(x, dim=None, keepdim=False):
     """int64 index of the first largest value along dim (over the flattened x if None); the
     first NaN counts as largest, as numpy."""
     return _arg("argmax", x, dim, keepdim)
 
 
+@planned(settings=_settings)
 def argmin(x, dim=None, keepdim=False):
     """int64 index of the first smallest value along dim (the first NaN, if any)."""
     return _arg("argmin", x, dim, keepdim)
@@ -464,6 +475,7 @@ def _count_correct_kernel(logits_ptr, target_ptr, counter_ptr, n_rows, n_cols,
     tl.atomic_add(counter_ptr, hits)
 
 
+@planned(settings=_settings)
 def count_correct_(logits, target, counter):
     """counter += number of rows whose first largest logit is at the target: one launch, no
     host sync. logits: [N, C] float (any strides), target: [N] int, counter: 1 int64 element."""
@@ -478,7 +490,7 @@ def count_correct_(logits, target, counter):
         return counter
     block_c = next_power_of_2(c) if 0 < c < 1024 else 1024
     block_r = 256 if INTERPRET else (64 if block_c <= 64 else 4096 // block_c)
-    _count_correct_kernel[(cdiv(n, block_r),)](
+    run(_count_correct_kernel, (cdiv(n, block_r),),
         logits, target, counter, n, c, logits.stride(0), logits.stride(1), target.stride(0),
         BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
     return counter
