@@ -141,3 +141,11 @@ def check_op(fn, *inputs, rtol=None, atol=None, seed=0):
         assert (g is None) == (e is None), f"gradient {i}: one backend gave None"
         if g is not None:
             assert_close(g, e, r, a, name=f"gradient of input {i}")
+
+
+def read_device(array):
+    """Do what the host does where it reads the device: raise the errors that kernels found in
+    the data since the last read (kernels/errors.py; the numpy backend raises at the op)."""
+    device = array.device
+    td.backend.backend_for(device).check_errors(device)
+    return array

@@ -5,6 +5,7 @@ Trainer's fused path against its per-op path."""
 import numpy as np
 import pytest
 import torch
+from helpers import read_device
 
 import tritonad as td
 from tritonad import models, nn, optim, train
@@ -197,10 +198,12 @@ def test_bad_arguments_raise(be_name):
         with pytest.raises(ValueError, match="metrics loss_total"):
             call(x, t, ws, bs, gw, gb, (metrics[1], metrics[1]))
         with pytest.raises(IndexError, match=r"index 12 \(batch row 1\) is out of bounds"):
-            call(x, t, ws, bs, gw, gb, metrics, rows=torch.tensor([0, 12, 3], device=device))
+            read_device(call(x, t, ws, bs, gw, gb, metrics,
+                             rows=torch.tensor([0, 12, 3], device=device)))
         t[5] = 3
         with pytest.raises(ValueError, match=r"target 3 \(sample 5\) is outside \[0, 3\)"):
-            call(x, t, ws, bs, gw, gb, metrics, rows=torch.tensor([0, 5], device=device))
+            read_device(call(x, t, ws, bs, gw, gb, metrics,
+                             rows=torch.tensor([0, 5], device=device)))
 
 
 # ------------------------------------------------------------------ the Trainer

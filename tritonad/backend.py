@@ -44,6 +44,11 @@ class Backend:
     def check_device(self, op: str, device: torch.device) -> None:
         """Raise a clear error if this backend cannot run `op` on `device`."""
 
+    def check_errors(self, device: torch.device) -> None:
+        """Raise an error that a kernel found in the data on `device` since the last call
+        (backends that check asynchronously; see set_sync_checks). Called where the host reads
+        the device anyway."""
+
     # ---------------------------------------------------------------- memory, fills, casts
     def empty(self, shape, dtype: DType, device) -> torch.Tensor:
         """Uninitialised contiguous memory (allocation is the one thing torch does for us)."""
@@ -232,6 +237,12 @@ class Backend:
         """
         raise NotImplementedError
 
+    def check_targets(self, target, n_classes, ignore_index=-100, op="nll_loss"):
+        """Check class indices: a value of target ([N] int64/int32) outside [0, n_classes),
+        other than ignore_index, raises ValueError naming `op` (at the next read of the device
+        on backends that check asynchronously)."""
+        raise NotImplementedError
+
     def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
                                  metrics, rows=None, cursor=None, advance=False):
         """The gradients of a ReLU MLP's mean cross-entropy on one batch, forward and backward in
@@ -379,7 +390,8 @@ class Backend:
 
 # -------------------------------------------------------------------- settings shared by backends
 _MATMUL_PRECISIONS = ("highest", "high")
-_settings = {"matmul_precision": "highest", "conv_precision": "high"}
+_settings = {"matmul_precision": "highest", "conv_precision": "high",
+             "sync_checks": os.environ.get("TRITONAD_SYNC_CHECKS", "0") not in ("", "0")}
 
 
 def check_metrics(op, logits, metrics):
@@ -521,6 +533,19 @@ def set_matmul_precision(precision: str) -> None:
 
 def matmul_precision() -> str:
     return _settings["matmul_precision"]
+
+
+def set_sync_checks(enabled: bool = True) -> None:
+    """Data-dependent errors (a class index out of range in cross_entropy, a row index out of
+    bounds) are found by the kernels on the device and raised at the next read of the device
+    (.item(), .numpy(), printing, the end of an epoch), so that a training step never waits for
+    the GPU. True raises them at the op itself, synchronously (slower; for debugging). Also
+    TRITONAD_SYNC_CHECKS=1."""
+    _settings["sync_checks"] = bool(enabled)
+
+
+def sync_checks() -> bool:
+    return _settings["sync_checks"]
 
 
 def set_conv_precision(precision: str) -> None:

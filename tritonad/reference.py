@@ -438,6 +438,14 @@ class NumpyBackend(Backend):
         g, ls = self._float_in(dy, dtype), self._float_in(y, dtype)
         return self._new(g - np.exp(ls) * np.sum(g, axis=dim, keepdims=True), dtype)
 
+    def check_targets(self, target, n_classes, ignore_index=-100, op="nll_loss"):
+        t = to_numpy(target).astype(np.int64).reshape(-1)
+        bad = (t != ignore_index) & ((t < 0) | (t >= n_classes))
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(f"{op}: target {int(t[row])} is outside [0, {n_classes}) (at row "
+                             f"{row})")
+
     def cross_entropy(self, logits, target, reduction="mean", ignore_index=-100,
                       label_smoothing=0.0, compute_grad=True, metrics=None):
         if metrics is not None:
@@ -449,8 +457,10 @@ class NumpyBackend(Backend):
         kept = t != ignore_index
         bad = kept & ((t < 0) | (t >= c))
         if bad.any():
-            raise ValueError(f"cross_entropy: target {int(t[bad][0])} is outside [0, {c}) "
-                             f"(ignore_index={ignore_index}); logits shape {tuple(x.shape)}")
+            row = int(np.argmax(bad))
+            raise ValueError(f"cross_entropy: target {int(t[row])} is outside [0, {c}) (at row "
+                             f"{row}; ignore_index={ignore_index}); logits shape "
+                             f"{tuple(x.shape)}")
         safe_t = np.where(kept, t, 0)
         m = np.max(x, axis=1, keepdims=True) if c else np.zeros((n, 1), x.dtype)
         m = np.where(np.isfinite(m), m, 0)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import dtypes, generator
-from .backend import _state, get_backend
+from .backend import _state, backend_of, get_backend
 from .dtypes import DType
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
@@ -235,10 +235,15 @@ class Tensor:
 
     # ------------------------------------------------------------------ conversion
     def numpy(self) -> np.ndarray:
-        """The values as a numpy array (bfloat16 as float32). A CPU tensor shares its memory."""
+        """The values as a numpy array (bfloat16 as float32). A CPU tensor shares its memory.
+        A read of the device: errors that kernels found in the data since the last read (a bad
+        class index, say) are raised here (see td.set_sync_checks)."""
         from .reference import to_numpy
 
-        return to_numpy(self._data.detach().cpu())
+        raw = self._data
+        values = to_numpy(raw.detach().cpu())
+        backend_of(raw).check_errors(raw.device)
+        return values
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()

@@ -7,7 +7,7 @@ once-differentiable.
 from __future__ import annotations
 
 from .. import dtypes, generator
-from ..backend import get_backend
+from ..backend import backend_of, get_backend
 from ..tensor import Tensor, arange
 from .function import Function
 from .grad_mode import is_grad_enabled
@@ -342,10 +342,10 @@ def nll_loss(log_probs, target, reduction="mean", ignore_index=-100):
     from .shape_ops import gather_rows
 
     n, c = log_probs.shape
-    kept = target != ignore_index
-    bad = (kept * ((target < 0) + (target >= c))).sum().item()
-    if bad:
-        raise ValueError(f"nll_loss: target values must be in [0, {c}) or ignore_index")
+    backend_of(target._data).check_targets(target._data, c, ignore_index, "nll_loss")
+    # rows to count: not ignored, and in range (a bad target is reported by the check above;
+    # its row is left out here rather than read out of bounds)
+    kept = (target != ignore_index) * (target >= 0) * (target < c)
     flat_index = arange(n, device=log_probs.device) * c + where(kept, target, 0)
     picked = gather_rows(reshape(log_probs, (-1,)), flat_index)
     losses = -where(kept, picked, 0.0)

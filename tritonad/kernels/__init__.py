@@ -11,6 +11,7 @@ import importlib
 import torch
 
 from . import launch  # sets TRITON_INTERPRET before triton is imported, where there is no GPU
+from . import errors
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
@@ -36,6 +37,10 @@ class TritonBackend(Backend):
         if not launch.INTERPRET and device.type != "cuda":
             raise RuntimeError(f"{op}: the triton backend runs on the GPU but got a tensor on "
                                f"{device}; move it with .cuda() or use the numpy backend")
+
+
+    def check_errors(self, device):
+        errors.check(device)
 
 
 def _bind_families():

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..backend import conv_precision
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, not_recording, planned, run
 
 PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
 
@@ -562,6 +562,20 @@ def _tuned(kernel_name, block_a, block_b, block_c, kind):
     return _tuned_family(kernel_name, block_a, block_b, block_c, kind, AUTOTUNE)
 
 
+def _run_tuned(tuned, grid, args, meta):
+    """Launch `tuned` (a triton.autotune of one family) with its chosen config, through run()
+    so that a plan being recorded sees the launch. With AUTOTUNE the autotuner times its configs
+    first (once per key, outside the plan); otherwise its first config runs."""
+    if AUTOTUNE and not INTERPRET and len(tuned.configs) > 1:
+        with not_recording():
+            tuned[grid](*args, **meta)
+        config = tuned.best_config
+    else:
+        config = tuned.configs[0]
+    values = {**meta, **config.all_kwargs()}
+    run(tuned.fn, grid(values), *args, **values)
+
+
 @functools.lru_cache(maxsize=None)
 def _tuned_family(kernel_name, block_a, block_b, block_c, kind, autotune):
     """The autotuned kernel of one tile family (tuning key: the problem sizes)."""
@@ -590,7 +604,7 @@ def _channels_last(t):
     out = empty((n, h * w, c), t.dtype, t.device)
     block_p, block_c = (64, 32) if not INTERPRET else (256, 64)
     grid = (cdiv(h * w, block_p), cdiv(c, block_c), n)
-    _channels_last_kernel[grid](t, out, c, h * w, w, *t.stride(), BLOCK_P=block_p,
+    run(_channels_last_kernel, grid, t, out, c, h * w, w, *t.stride(), BLOCK_P=block_p,
                                 BLOCK_C=block_c, num_warps=4)
     return out.view(n, h, w, c).permute(0, 3, 1, 2)
 
@@ -619,13 +633,13 @@ def _implicit_gemm(src, w, bias, out, g, transposed):
     kernel = _tuned("gemm", block_n, max_k, single, _menu_kind(precision, src.dtype))
     pixels = g.n * out_hw[0] * out_hw[1]
     grid = lambda meta: (cdiv(pixels, meta["BLOCK_M"]), cdiv(n_ch, meta["BLOCK_N"]))  # noqa: E731
-    kernel[grid](
+    _run_tuned(kernel, grid, (
         src, wk, bias if bias is not None else wk, out,
         g.n, k_ch, n_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
         *src.stride(), *wk.stride(), *out.stride(), bias.stride(0) if bias is not None else 0,
-        mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1],
-        HAS_BIAS=bias is not None, TRANSPOSED=transposed, CHANNEL_INNER=channel_inner,
-        INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype))
+        mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1]),
+        dict(HAS_BIAS=bias is not None, TRANSPOSED=transposed, CHANNEL_INNER=channel_inner,
+             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype)))
 
 
 def _wgrad_splits(tiles, pixels, device):
@@ -666,13 +680,13 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     precision = _precision(x.dtype)
     kernel = _tuned("wgrad", block_m, block_n, next_power_of_2(g.ow),
                     _menu_kind(precision, x.dtype))
-    kernel[(tiles, splits)](
+    _run_tuned(kernel, lambda meta: (tiles, splits), (
         dy, x, part, dpart if dpart is not None else part,
         g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
         *dy.stride(), *x.stride(), *part.stride(),
-        *(dpart.stride() if dpart is not None else (0, 0)), *g.args,
-        HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner,
-        INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(x.dtype))
+        *(dpart.stride() if dpart is not None else (0, 0)), *g.args),
+        dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner,
+             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(x.dtype)))
     if splits == 1:
         return
     if db is None or both is not None:
@@ -695,7 +709,7 @@ def _sum_splits(part, out):
         block_s = min(32, next_power_of_2(s))
         block = max(32, min(4096 // block_s, next_power_of_2(cdiv(rows * cols,
                                                                    2 * _sm_count(out.device)))))
-    _sum_splits_kernel[(cdiv(rows * cols, block),)](
+    run(_sum_splits_kernel, (cdiv(rows * cols, block),),
         part, out, s, rows, cols, *part.stride(), *out.stride(), BLOCK_S=block_s, BLOCK=block,
         num_warps=4)
 
@@ -706,7 +720,7 @@ def _bias_grad(dy, db):
     planes = empty((n, co), torch.float32, dy.device)
     if planes.numel():
         block = min(1024, max(128, next_power_of_2(oh * ow)))
-        _plane_sum_kernel[(n * co,)](dy, planes, co, ow, oh * ow, *dy.stride(), BLOCK=block,
+        run(_plane_sum_kernel, (n * co,), dy, planes, co, ow, oh * ow, *dy.stride(), BLOCK=block,
                                      num_warps=4)
     _sum_splits(planes.view(n, 1, co), db.view(1, co))
     return db
@@ -756,7 +770,7 @@ def _im2col_buffer(x, g, ones_row):
         return cols
     block_k, block_l = (32, 128) if not INTERPRET else (64, 256)
     grid = (cdiv(g.oh * g.ow, block_l), cdiv(rows, block_k), g.n)
-    _im2col_kernel[grid](x, cols, g.c, g.h, g.w, g.ow, g.oh * g.ow, g.kh, g.kw, rows,
+    run(_im2col_kernel, grid, x, cols, g.c, g.h, g.w, g.ow, g.oh * g.ow, g.kh, g.kw, rows,
                          *x.stride(), *cols.stride(), *g.args,
                          ONES_ROW=ones_row, BLOCK_K=block_k, BLOCK_L=block_l, num_warps=4)
     return cols
@@ -766,7 +780,7 @@ def _col2im_into(cols, out, g):
     """out [N, C, H, W] (contiguous) = the window sums of cols [N, C*kh*kw, Ho*Wo]."""
     total = out.numel()
     block = 512 if not INTERPRET else 4096
-    _col2im_kernel[(cdiv(total, block),)](
+    run(_col2im_kernel, (cdiv(total, block),),
         cols, out, total, g.c, g.h, g.w, g.oh, g.ow, g.kh, g.kw, *cols.stride(), *g.args,
         ACC_FP64=out.dtype == torch.float64, INDEX_64=total + block >= 2 ** 31, BLOCK=block,
         num_warps=4)
@@ -780,7 +794,7 @@ def _packed_weight(w, bias):
         return w.view(co, c * kh * kw)
     out = empty((co, c * kh * kw + int(bias is not None)), w.dtype, w.device)
     block = 1024
-    _pack_weight_kernel[(cdiv(out.numel(), block),)](
+    run(_pack_weight_kernel, (cdiv(out.numel(), block),),
         w, bias if bias is not None else w, out, co, c, kh, kw, *w.stride(),
         bias.stride(0) if bias is not None else 0,
         HAS_BIAS=bias is not None, BLOCK=block, num_warps=4)
@@ -801,6 +815,12 @@ def _flat_pixels(t):
 # ---------------------------------------------------------------------------- primitives
 
 
+def _settings():
+    return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, AUTOTUNE, PACK_WEIGHTS, \
+        CHANNELS_LAST
+
+
+@planned(settings=_settings)
 def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """y = conv(x, w) + bias, cross-correlation as torch.
     x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co] or None -> y: [N, Co, Ho, Wo]."""
@@ -825,6 +845,7 @@ def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), grou
     return y
 
 
+@planned(settings=_settings)
 def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
                     input_grad=True, weight_grad=True, bias_grad=True):
     """(dx [N, C, H, W], dw [Co, C // groups, kh, kw], db [Co]) of conv2d for dy [N, Co, Ho, Wo];
@@ -876,6 +897,7 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
     return dx, dw, db
 
 
+@planned()
 def im2col(x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
     """Sliding windows as columns (torch's unfold).
     x: [N, C, H, W] -> [N, C*kh*kw, Ho*Wo], rows ordered (c, i, j)."""
@@ -888,6 +910,7 @@ def im2col(x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
     return _im2col_buffer(x, g, ones_row=False)
 
 
+@planned()
 def col2im(cols, output_size, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
     """The adjoint of im2col (torch's fold): overlapping windows are summed.
     cols: [N, C*kh*kw, L] -> [N, C, H, W], (H, W) = output_size."""

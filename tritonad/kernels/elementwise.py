@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
-from .launch import (INTERPRET, PDL, KernelLaunch, PlanCache, cdiv, dtype_of, empty, int_width,
+from .launch import (INTERPRET, PDL, KernelLaunch, PlanCache, cdiv, dtype_of, empty,
                      next_power_of_2, offset_ptr, ptr)
 
 PRIMITIVES = ("fill_", "copy_", "contiguous", "cast", "arange", "neg", "exp", "log", "sqrt",
@@ -234,8 +234,11 @@ def _apply(a, b, c, idx, OP: tl.constexpr, B_KIND: tl.constexpr, C_KIND: tl.cons
     return r
 
 
+# NOTE: the scalar operands (ints, or float64 bit patterns) are typed tl.int64 and not
+# specialized: every call of a signature runs one compiled kernel, whatever the numbers
 @triton.jit(do_not_specialize=["a_value", "b_value", "c_value"])
-def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value, b_value, c_value,
+def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value: tl.int64, b_value: tl.int64,
+                        c_value: tl.int64,
                         n, size1, size2, size3,
                         stride_o0, stride_o1, stride_o2, stride_o3,
                         stride_a0, stride_a1, stride_a2, stride_a3,
@@ -373,7 +376,7 @@ def _operand(x):
     if x is None:
         return None, 0
     kind, payload = _scalar_arg(x)
-    return (kind, int_width(payload)), payload
+    return kind, payload
 
 
 class _Plan:
@@ -545,7 +548,7 @@ def fill_(x, value):
     if plan is not None:
         return plan(x, (value, None, None), (pv, 0, 0))
     _check_operands("fill_", x, value)
-    compute = tl.float64 if kv[0] == FLOAT else tl.int64
+    compute = tl.float64 if kv == FLOAT else tl.int64
     return _planned(key, "copy", x, x.shape, dtype_of(x), x.device, [value], (pv, 0, 0), compute)
 
 

@@ -5,23 +5,23 @@ Both see x as [R, D]: the rows, and everything after the first dim collapsed int
 dim of width D. A program moves a [BLOCK_I, BLOCK_D] tile: BLOCK_I indices by BLOCK_D columns.
 
 Bounds: an index outside [-R, R) must raise IndexError. The kernel clamps every index into
-[0, R) before using it (a bad index never faults) and each index block writes a flag (1 if any of
-its indices was bad); the launcher reads the flags back, which costs one synchronisation. While a
-CUDA graph is being captured the read-back is impossible, so the check is skipped there.
+[0, R) before using it (a bad index never faults) and reports the first bad one on the device's
+error flags (kernels/errors.py): the host raises it at its next read of the device, without a
+synchronisation here (inside a captured CUDA graph too).
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
-import torch
 import triton
 import triton.language as tl
 
 from .. import dtypes
 from ..backend import check_gather_rows_at, check_take_row
+from . import errors
 from .elementwise import collapse, contiguous, copy_, fill_
-from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
+from .errors import report
+from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
 
 PRIMITIVES = ("gather_rows", "scatter_add_rows", "take_row_", "gather_rows_at_")
 
@@ -33,13 +33,11 @@ INTERPRET_TILE = 1 << 16
 
 
 @triton.jit
-def _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK: tl.constexpr):
-    """The rows named by index[i], negative ones wrapped, clamped into [0, n_rows); the block's
-    out-of-range flag written on the side."""
+def _rows(index_ptr, flag_ptr, i, mask_i, n_rows):
+    """The rows named by index[i], negative ones wrapped, clamped into [0, n_rows); an index
+    out of range is reported on the error flag (kernels/errors.py)."""
     row = tl.load(index_ptr + i, mask=mask_i, other=0).to(tl.int64)
-    if CHECK:
-        bad = mask_i & ((row < -n_rows) | (row >= n_rows))
-        tl.store(flag_ptr + tl.program_id(0), tl.max(bad.to(tl.int32), axis=0))
+    report(flag_ptr, mask_i & ((row < -n_rows) | (row >= n_rows)), i, row, n_rows)
     row = tl.where(row < 0, row + n_rows, row)
     return tl.minimum(tl.maximum(row, 0), n_rows - 1)
 
@@ -61,7 +59,7 @@ def _cursor_row(cursor, n_rows):
 
 @triton.jit
 def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
-                        stride_row, stride_col, CHECK: tl.constexpr, BLOCK_I: tl.constexpr,
+                        stride_row, stride_col, BLOCK_I: tl.constexpr,
                         BLOCK_D: tl.constexpr, GDC: tl.constexpr):
     if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
         tl.extra.cuda.gdc_wait()
@@ -69,7 +67,7 @@ def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, wi
     # One program: out[i, d] = x[index[i], d] for BLOCK_I indices by BLOCK_D columns.
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = i < n_index
-    row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK)
+    row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     _copy_rows(x_ptr, out_ptr, row, i, mask_i, d, width, stride_row, stride_col)
 
@@ -77,7 +75,7 @@ def _gather_rows_kernel(x_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, wi
 @triton.jit
 def _gather_rows_at_kernel(x_ptr, y_ptr, x_out_ptr, y_out_ptr, table_ptr, cursor_ptr, flag_ptr,
                            n_table, n_index, n_rows, width_x, width_y, stride_xr, stride_xc,
-                           stride_yr, stride_yc, CHECK: tl.constexpr, BLOCK_I: tl.constexpr,
+                           stride_yr, stride_yc, BLOCK_I: tl.constexpr,
                            BLOCK_D: tl.constexpr, GDC: tl.constexpr):
     if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
         tl.extra.cuda.gdc_wait()
@@ -87,7 +85,7 @@ def _gather_rows_at_kernel(x_ptr, y_ptr, x_out_ptr, y_out_ptr, table_ptr, cursor
     row_of_table = _cursor_row(tl.load(cursor_ptr), n_table)
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = i < n_index
-    row = _rows(table_ptr + row_of_table * n_index, flag_ptr, i, mask_i, n_rows, CHECK)
+    row = _rows(table_ptr + row_of_table * n_index, flag_ptr, i, mask_i, n_rows)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     _copy_rows(x_ptr, x_out_ptr, row, i, mask_i, d, width_x, stride_xr, stride_xc)
     _copy_rows(y_ptr, y_out_ptr, row, i, mask_i, d, width_y, stride_yr, stride_yc)
@@ -95,7 +93,7 @@ def _gather_rows_at_kernel(x_ptr, y_ptr, x_out_ptr, y_out_ptr, table_ptr, cursor
 
 @triton.jit
 def _scatter_add_rows_kernel(src_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_rows, width,
-                             CHECK: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                             BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
                              GDC: tl.constexpr):
     if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
         tl.extra.cuda.gdc_wait()
@@ -103,7 +101,7 @@ def _scatter_add_rows_kernel(src_ptr, index_ptr, out_ptr, flag_ptr, n_index, n_r
     # One program: out[index[i], d] += src[i, d], atomically (indices may repeat).
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     mask_i = i < n_index
-    row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows, CHECK)
+    row = _rows(index_ptr, flag_ptr, i, mask_i, n_rows)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask = mask_i[:, None] & (d < width)[None, :]
     v = tl.load(src_ptr + i.to(tl.int64)[:, None] * width + d[None, :], mask=mask, other=0)
@@ -143,30 +141,24 @@ def _blocks(n_index, width):
     return block_i, block_d
 
 
-def _checking(device):
-    """Whether to read the bounds flags back (not while a CUDA graph is being captured)."""
-    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-
-
-def _raise_if_bad(op, flags, index, n_rows):
-    if flags is None or not np.any(flags.cpu().numpy()):  # the one synchronisation
-        return
-    values = index.cpu().numpy().reshape(-1)
-    bad = values[(values < -n_rows) | (values >= n_rows)]
-    raise IndexError(f"{op}: index {int(bad[0])} is out of bounds for dimension 0 with size "
-                     f"{n_rows}")
-
-
 def gather_rows(x, index):
     """x[index] along dim 0. x: [R, *rest] any strides, index: int64/int32 [*I] ->
-    [*I, *rest]. An index outside [-R, R) raises IndexError; negative ones count from the end."""
+    [*I, *rest]. An index outside [-R, R) raises IndexError (at the next read of the device,
+    see kernels/errors.py); negative ones count from the end."""
+    out = _gather_rows(x, index)
+    errors.after(x.device)
+    return out
+
+
+@planned()
+def _gather_rows(x, index):
     _check_index_dtype("gather_rows", index)
     if x.dim() == 0:
         raise ValueError("gather_rows: x must have at least one dim, got a 0-d array")
     if x.device != index.device:
         raise RuntimeError(f"gather_rows: x is on {x.device} but index on {index.device}")
     n_rows, rest = x.shape[0], tuple(x.shape[1:])
-    out = torch.empty(tuple(index.shape) + rest, dtype=x.dtype, device=x.device)
+    out = empty(tuple(index.shape) + rest, x.dtype, x.device)
     n_index, width = index.numel(), math.prod(rest)
     if n_index and n_rows == 0:
         raise IndexError(f"gather_rows: index into dimension 0 of size 0 (x shape "
@@ -181,12 +173,9 @@ def gather_rows(x, index):
     index = index if index.is_contiguous() else contiguous(index)
     block_i, block_d = _blocks(n_index, width)
     grid = (cdiv(n_index, block_i), cdiv(width, block_d))
-    check = _checking(x.device)
-    flags = torch.empty(grid[0], dtype=torch.int32, device=x.device) if check else None
-    _gather_rows_kernel[grid](x, index, out, flags if check else out, n_index, n_rows, width,
-                              x.stride(0), stride_col, CHECK=check, BLOCK_I=block_i,
-                              BLOCK_D=block_d, num_warps=4, **PDL)
-    _raise_if_bad("gather_rows", flags, index, n_rows)
+    run(_gather_rows_kernel, grid, x, index, out, errors.flag(x.device, "gather_rows"),
+        n_index, n_rows, width, x.stride(0), stride_col, BLOCK_I=block_i, BLOCK_D=block_d,
+        num_warps=4, **PDL)
     return out
 
 
@@ -200,6 +189,13 @@ def scatter_add_rows(src, index, num_rows):
     duplicate indices accumulate. src: [*I, *rest], index: int64/int32 [*I].
     NOTE: float16/bfloat16 accumulate in float32 and round once; float atomics make the order
     of additions (so the last bits of a sum over duplicates) vary from run to run."""
+    out = _scatter_add_rows(src, index, num_rows)
+    errors.after(src.device)
+    return out
+
+
+@planned()
+def _scatter_add_rows(src, index, num_rows):
     _check_index_dtype("scatter_add_rows", index)
     if tuple(src.shape[:index.dim()]) != tuple(index.shape):
         raise ValueError(f"scatter_add_rows: src shape {tuple(src.shape)} must start with the "
@@ -209,25 +205,21 @@ def scatter_add_rows(src, index, num_rows):
                            f"{index.device}")
     dtype = dtype_of(src)
     rest = tuple(src.shape[index.dim():])
-    out = torch.empty((num_rows,) + rest, dtype=dtype.torch, device=src.device)
+    out = empty((num_rows,) + rest, dtype.torch, src.device)
     n_index, width = index.numel(), math.prod(rest)
     if n_index and num_rows == 0:
         raise IndexError("scatter_add_rows: index into dimension 0 of size 0")
     acc_dtype = _ACCUMULATE.get(dtype)
-    acc = out if acc_dtype is None else torch.empty(out.shape, dtype=acc_dtype.torch,
-                                                    device=src.device)
+    acc = out if acc_dtype is None else empty(out.shape, acc_dtype.torch, src.device)
     fill_(acc, 0)
     if n_index and width:
         src = src if src.is_contiguous() else contiguous(src)
         index = index if index.is_contiguous() else contiguous(index)
         block_i, block_d = _blocks(n_index, width)
         grid = (cdiv(n_index, block_i), cdiv(width, block_d))
-        check = _checking(src.device)
-        flags = torch.empty(grid[0], dtype=torch.int32, device=src.device) if check else None
-        _scatter_add_rows_kernel[grid](src, index, acc, flags if check else acc, n_index,
-                                       num_rows, width, CHECK=check, BLOCK_I=block_i,
-                                       BLOCK_D=block_d, num_warps=4, **PDL)
-        _raise_if_bad("scatter_add_rows", flags, index, num_rows)
+        run(_scatter_add_rows_kernel, grid, src, index, acc,
+            errors.flag(src.device, "scatter_add_rows"), n_index, num_rows, width,
+            BLOCK_I=block_i, BLOCK_D=block_d, num_warps=4, **PDL)
     if acc is not out:
         copy_(out, acc)
     return out
@@ -246,6 +238,13 @@ def _row_view(x):
 def gather_rows_at_(sources, outs, table, cursor):
     """outs[j] = sources[j][table[cursor % R]] for one or two sources in one launch; the index
     row is read on the device (Backend.gather_rows_at_)."""
+    result = _gather_rows_at_(sources, outs, table, cursor)
+    errors.after(table.device)
+    return result
+
+
+@planned()
+def _gather_rows_at_(sources, outs, table, cursor):
     check_gather_rows_at(sources, outs, table, cursor)
     n_index, n_rows = table.shape[1], sources[0].shape[0]
     if any(x.shape[0] != n_rows for x in sources):
@@ -260,25 +259,20 @@ def gather_rows_at_(sources, outs, table, cursor):
     x_out, y_out = outs[0], outs[1] if len(outs) > 1 else outs[0]
     block_i, block_d = _blocks(n_index, max(width_x, width_y))
     grid = (cdiv(n_index, block_i), cdiv(max(width_x, width_y, 1), block_d))
-    check = _checking(x.device)
-    flags = torch.empty(grid[0], dtype=torch.int32, device=x.device) if check else None
     table = table if table.is_contiguous() else contiguous(table)
-    _gather_rows_at_kernel[grid](x, y, x_out, y_out, table, cursor, flags if check else x_out,
-                                 table.shape[0], n_index, n_rows, width_x, width_y, sxr, sxc,
-                                 syr, syc, CHECK=check, BLOCK_I=block_i, BLOCK_D=block_d,
-                                 num_warps=4, **PDL)
-    if check and np.any(flags.cpu().numpy()):  # the one synchronisation
-        row = table[int(cursor.reshape(-1)[0].item()) % table.shape[0]]
-        _raise_if_bad("gather_rows_at_", flags, row, n_rows)
+    run(_gather_rows_at_kernel, grid, x, y, x_out, y_out, table, cursor,
+        errors.flag(x.device, "gather_rows_at_"), table.shape[0], n_index, n_rows, width_x,
+        width_y, sxr, sxc, syr, syc, BLOCK_I=block_i, BLOCK_D=block_d, num_warps=4, **PDL)
     return outs
 
 
+@planned()
 def take_row_(table, cursor, out, advance=False):
     """out[...] = table[cursor % R], read on the device; cursor += 1 if `advance` (one program,
     no host sync). table [R, *out.shape] may be pinned host memory on a GPU."""
     check_take_row(table, cursor, out)
     width = out.numel()
     block = max(16, min(1024, next_power_of_2(max(width, 1))))
-    _take_row_kernel[(1,)](table, cursor, out, table.shape[0], width, ADVANCE=bool(advance),
-                           BLOCK=block, num_warps=4, **PDL)
+    run(_take_row_kernel, (1,), table, cursor, out, table.shape[0], width,
+        ADVANCE=bool(advance), BLOCK=block, num_warps=4, **PDL)
     return out

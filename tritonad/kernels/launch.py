@@ -71,7 +71,8 @@ def empty(shape, dtype, device) -> torch.Tensor:
     """Uninitialised contiguous output memory; dtype may be a tritonad DType or a torch dtype.
     Launchers allocate through this, so that a plan being recorded knows the memory."""
     torch_dtype = dtype.torch if isinstance(dtype, dtypes.DType) else dtype
-    out = torch.empty(tuple(shape), dtype=torch_dtype, device=device)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    out = torch.empty(shape, dtype=torch_dtype, device=device)
     if _RECORDER is not None:
         _RECORDER.allocated(out)
     return out
@@ -327,7 +328,8 @@ def run(kernel, grid, *args, **meta):
 class _Recorder:
     """Watches one call of a launcher: its arrays, the arrays it allocates, its launches."""
 
-    def __init__(self, arrays):
+    def __init__(self, arrays, args=()):
+        self.args = args               # the call's arguments (a result may be one of them)
         self.slots = list(arrays)      # the call's arrays, then each allocation
         self.temps = []                # (shape, torch dtype, device) of each allocation
         self.steps = []                # (KernelLaunch, [(slot, byte offset, view)])
@@ -389,6 +391,9 @@ class _Recorder:
         return _Plan(len(self.slots) - len(self.temps), self.temps, self.steps, spec)
 
     def _result_spec(self, value):
+        for i, a in enumerate(self.args):
+            if value is a and not isinstance(a, (bool, int, float, str, type(None))):
+                return ("arg", i)
         if isinstance(value, torch.Tensor):
             where = self.locate(value)
             if where is None or where[0] == -1:
@@ -419,7 +424,7 @@ class _Plan:
     def __init__(self, n_call, temps, steps, spec):
         self.n_call, self.temps, self.steps, self.spec = n_call, temps, steps, spec
 
-    def __call__(self, arrays):
+    def __call__(self, arrays, args=()):
         slots = list(arrays)
         for shape, dtype, device in self.temps:
             slots.append(torch.empty(shape, dtype=dtype, device=device))
@@ -429,14 +434,16 @@ class _Plan:
         else:
             for launch, sources in self.steps:
                 launch(*[_view(slots[i], view) for i, _, view in sources])
-        return self._rebuild(self.spec, slots)
+        return self._rebuild(self.spec, slots, args)
 
-    def _rebuild(self, spec, slots):
+    def _rebuild(self, spec, slots, args):
         kind = spec[0]
         if kind == "array":
             return _view(slots[spec[1]], spec[3])
         if kind == "seq":
-            return spec[1](self._rebuild(s, slots) for s in spec[2])
+            return spec[1](self._rebuild(s, slots, args) for s in spec[2])
+        if kind == "arg":
+            return args[spec[1]]
         return spec[1]
 
 
@@ -485,7 +492,7 @@ def planned(settings=None):
             if plan is not None:
                 if plan is _UNPLANNABLE:
                     return fn(*args, **kwargs)
-                return plan(arrays)
+                return plan(arrays, args)
             return _record(plans, key, arrays, fn, args, kwargs)
 
         launcher.plans = plans
@@ -495,7 +502,7 @@ def planned(settings=None):
 
 def _record(plans, key, arrays, fn, args, kwargs):
     global _RECORDER
-    recorder = _Recorder(arrays)
+    recorder = _Recorder(arrays, args)
     _RECORDER = recorder
     try:
         result = fn(*args, **kwargs)

@@ -25,15 +25,16 @@ shapes; under the interpreter they are plain fp32.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from ..backend import check_mlp_cross_entropy, matmul_precision
+from . import errors
 from .elementwise import contiguous
+from .errors import report
 from .index import _cursor_row
-from .launch import INTERPRET, PDL, cdiv, next_power_of_2
+from .launch import INTERPRET, PDL, cdiv, empty, next_power_of_2, planned, run
 
 PRIMITIVES = ("mlp_cross_entropy_grads_",)
 
@@ -50,20 +51,22 @@ CONFIG = dict(M1=16, N1=32, K1=64, SPLIT_K=256, M2=16, H2=128, O3=64, I3=32, B3=
 @triton.jit
 def _sample_rows(table_ptr, cursor_ptr, m, m_ok, n_table, batch, n_samples,
                  GATHER: tl.constexpr, CURSOR: tl.constexpr):
-    """(sample index of batch row m, whether it was in range): table[cursor % R, m] (CURSOR),
-    table[0, m] or m itself; negative indices wrap, the rest are clamped into range."""
+    """(sample index of batch row m, whether it was in range, the index as given):
+    table[cursor % R, m] (CURSOR), table[0, m] or m itself; negative indices wrap, the rest are
+    clamped into range."""
     if GATHER:
         base = tl.zeros([], tl.int64)
         if CURSOR:
             base = _cursor_row(tl.load(cursor_ptr), n_table) * batch
-        row = tl.load(table_ptr + base + m, mask=m_ok, other=0).to(tl.int64)
-        ok = (row >= -n_samples) & (row < n_samples)
-        row = tl.where(row < 0, row + n_samples, row)
+        given = tl.load(table_ptr + base + m, mask=m_ok, other=0).to(tl.int64)
+        ok = (given >= -n_samples) & (given < n_samples)
+        row = tl.where(given < 0, given + n_samples, given)
         row = tl.minimum(tl.maximum(row, 0), n_samples - 1)
     else:
         row = m.to(tl.int64)
+        given = row
         ok = m >= 0
-    return row, ok
+    return row, ok, given
 
 
 @triton.jit
@@ -82,7 +85,7 @@ def _first_layer_kernel(part_ptr, xt_ptr, x_ptr, w_ptr, table_ptr, cursor_ptr,
     pid_n = tl.program_id(1)
     m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = m < batch
-    rows, _ = _sample_rows(table_ptr, cursor_ptr, m, m_ok, n_table, batch, n_samples,
+    rows, _, _ = _sample_rows(table_ptr, cursor_ptr, m, m_ok, n_table, batch, n_samples,
                            GATHER, CURSOR)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < H
@@ -132,7 +135,8 @@ def _store_t(ptr, v, m, m_ok, f, f_ok, batch):
 @triton.jit
 def _tail_kernel(part_ptr, b1_ptr, h1t_ptr, dz1t_ptr,
                  w2_ptr, b2_ptr, h2t_ptr, dz2t_ptr, w3_ptr, b3_ptr, dz3t_ptr,
-                 target_ptr, table_ptr, cursor_ptr, rows_ptr, loss_ptr, hits_ptr, info_ptr,
+                 target_ptr, table_ptr, cursor_ptr, rows_ptr, loss_ptr, hits_ptr,
+                 sample_flag_ptr, target_flag_ptr,
                  batch, n_samples, n_table, splits, H1, H2, C, inv_batch,
                  stride_w2o, stride_w2i, stride_w3o, stride_w3i, stride_t,
                  BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, H2_P: tl.constexpr,
@@ -145,20 +149,19 @@ def _tail_kernel(part_ptr, b1_ptr, h1t_ptr, dz1t_ptr,
     # one program: BLOCK_M rows of the batch through the rest of the forward and the backward.
     # MIDDLE: layers W2 [H2, H1] and W3 [C, H2] follow the first; otherwise only W2 [C, H1]
     # (then the w3/b3/h2t/dz2t arguments are unused). Outputs: h1 and every dz transposed,
-    # this program's loss sum and correct count, and info = (first row with a bad sample index,
-    # first row with a bad target), `batch` where none.
+    # this program's loss sum and correct count; a bad sample index or target is reported on
+    # the error flags (kernels/errors.py).
     pid = tl.program_id(0)
     m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = m < batch
-    rows, row_ok = _sample_rows(table_ptr, cursor_ptr, m, m_ok, n_table, batch, n_samples,
-                                GATHER, CURSOR)
+    rows, row_ok, given = _sample_rows(table_ptr, cursor_ptr, m, m_ok, n_table, batch,
+                                       n_samples, GATHER, CURSOR)
     tl.store(rows_ptr + m, rows, mask=m_ok)
     t = tl.load(target_ptr + rows * stride_t, mask=m_ok, other=0).to(tl.int64)
     t_ok = (t >= 0) & (t < C)
-    tl.store(info_ptr + 2 * pid, tl.min(tl.where(m_ok & ~row_ok, m, batch), 0).to(tl.int64))
-    tl.store(info_ptr + 2 * pid + 1,
-             tl.min(tl.where(m_ok & row_ok & ~t_ok, m, batch), 0).to(tl.int64))
-    t = tl.minimum(tl.maximum(t, 0), C - 1)  # NOTE: a bad target was flagged; nothing faults
+    report(sample_flag_ptr, m_ok & ~row_ok, m, given, n_samples)
+    report(target_flag_ptr, m_ok & row_ok & ~t_ok, rows, t, C)
+    t = tl.minimum(tl.maximum(t, 0), C - 1)  # NOTE: a bad target was reported; nothing faults
     hb = tl.arange(0, BLOCK_H)
     c = tl.arange(0, C_P)
     c_ok = c < C
@@ -328,13 +331,23 @@ def _precision():
     return "tf32x3" if CONFIG["x3"] else "ieee"
 
 
-def _capturing(device):
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grads, metrics,
                              rows=None, cursor=None, advance=False):
-    """Backend.mlp_cross_entropy_grads_ in three launches (see the module docstring)."""
+    """Backend.mlp_cross_entropy_grads_ in three launches (see the module docstring); a bad
+    sample index or target is raised at the next read of the device (kernels/errors.py)."""
+    mean = _mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grads,
+                                     metrics, rows, cursor, advance)
+    errors.after(x.device)
+    return mean
+
+
+def _settings():
+    return matmul_precision(), tuple(sorted(CONFIG.items()))
+
+
+@planned(settings=_settings)
+def _mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grads, metrics,
+                              rows=None, cursor=None, advance=False):
     batch = check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads,
                                     metrics, rows, cursor, advance)
     cfg = CONFIG
@@ -344,7 +357,7 @@ def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grad
     H2 = weights[1].shape[0] if middle else C
     n_samples = x.shape[0]
     loss_total, correct = metrics
-    mean = torch.empty((), dtype=torch.float32, device=device)
+    mean = empty((), torch.float32, device)
     gather = rows is not None
     table = rows if rows is None or rows.is_contiguous() else contiguous(rows)
     table = table.view(1, -1) if gather and table.dim() == 1 else table
@@ -358,10 +371,10 @@ def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grad
     # 1. the first layer's split-K partial products, and x^T
     k_split = max(cfg["K1"], min(cfg["SPLIT_K"], cdiv(D, cfg["K1"]) * cfg["K1"]))
     splits = cdiv(D, k_split)
-    part = torch.empty((splits, batch, H1), dtype=torch.float32, device=device)
-    xt = torch.empty((D, batch), dtype=torch.float32, device=device) if cfg["xt"] else part
+    part = empty((splits, batch, H1), torch.float32, device)
+    xt = empty((D, batch), torch.float32, device) if cfg["xt"] else part
     grid1 = (cdiv(batch, cfg["M1"]), cdiv(H1, cfg["N1"]), splits)
-    _first_layer_kernel[grid1](part, xt, x, weights[0], table_arg, cursor_arg,
+    run(_first_layer_kernel, grid1, part, xt, x, weights[0], table_arg, cursor_arg,
                                batch, n_samples, n_table, D, H1, k_split,
                                x.stride(0), x.stride(1), weights[0].stride(0),
                                weights[0].stride(1),
@@ -371,16 +384,16 @@ def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grad
 
     # 2. the rest of the forward and the backward, row-local
     tail = cdiv(batch, cfg["M2"])
-    h1t, dz1t = (torch.empty((H1, batch), dtype=torch.float32, device=device) for _ in range(2))
-    h2t, dz2t = (torch.empty((H2, batch), dtype=torch.float32, device=device) for _ in range(2))
-    dz3t = torch.empty((C, batch), dtype=torch.float32, device=device) if middle else dz2t
-    losses = torch.empty(tail, dtype=torch.float32, device=device)
-    hits = torch.empty(tail, dtype=torch.int64, device=device)
-    info = torch.empty((tail, 2), dtype=torch.int64, device=device)
-    samples = torch.empty(batch, dtype=torch.int64, device=device)  # the batch's sample rows
+    h1t, dz1t = (empty((H1, batch), torch.float32, device) for _ in range(2))
+    h2t, dz2t = (empty((H2, batch), torch.float32, device) for _ in range(2))
+    dz3t = empty((C, batch), torch.float32, device) if middle else dz2t
+    losses = empty(tail, torch.float32, device)
+    hits = empty(tail, torch.int64, device)
+    samples = empty(batch, torch.int64, device)  # the batch's sample rows
     w3, b3 = (weights[2], biases[2]) if middle else (weights[1], biases[1])
-    _tail_kernel[(tail,)](part, biases[0], h1t, dz1t, weights[1], biases[1], h2t, dz2t, w3, b3,
-                          dz3t, target, table_arg, cursor_arg, samples, losses, hits, info,
+    run(_tail_kernel, (tail,), part, biases[0], h1t, dz1t, weights[1], biases[1], h2t, dz2t, w3, b3,
+                          dz3t, target, table_arg, cursor_arg, samples, losses, hits,
+                          errors.flag(device, "mlp_sample"), errors.flag(device, "mlp_target"),
                           batch, n_samples, n_table, splits, H1, H2, C, 1.0 / batch,
                           weights[1].stride(0), weights[1].stride(1), w3.stride(0), w3.stride(1),
                           target.stride(0),
@@ -394,7 +407,7 @@ def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grad
     bo, bi = cfg["O3"], cfg["I3"]
     tiles = [cdiv(w.shape[0], bo) * cdiv(w.shape[1], bi) for w in weights]
     gw3, gb3 = (weight_grads[2], bias_grads[2]) if middle else (weight_grads[1], bias_grads[1])
-    _weight_grads_kernel[(sum(tiles),)](
+    run(_weight_grads_kernel, (sum(tiles),),
         dz1t, xt if cfg["xt"] else x, samples, weight_grads[0], bias_grads[0], dz2t, h1t,
         weight_grads[1], bias_grads[1], dz3t, h2t, gw3, gb3, losses, hits, loss_total, correct,
         mean, cursor_arg, batch, D, H1, H2, C, tiles[0], tiles[1], tail, 1.0 / batch,
@@ -405,27 +418,4 @@ def mlp_cross_entropy_grads_(x, target, weights, biases, weight_grads, bias_grad
         MIDDLE=middle, GATHER_X=not cfg["xt"], ADVANCE=bool(advance), PRECISION=precision,
         num_warps=cfg["warps3"], **PDL)
 
-    if not _capturing(device):
-        _raise_bad_rows(info, batch, table, cursor, advance, target, n_samples, C)
     return mean
-
-
-def _raise_bad_rows(info, batch, table, cursor, advanced, target, n_samples, n_classes):
-    """Read the tail kernel's verdict (the one host sync) and name the first bad row."""
-    first = np.min(info.cpu().numpy(), axis=0)
-    bad_index, bad_target = int(first[0]), int(first[1])
-    if bad_index >= batch and bad_target >= batch:
-        return
-    samples = np.arange(batch)
-    if table is not None:
-        row = 0
-        if cursor is not None:
-            row = (int(cursor.reshape(-1)[0].item()) - int(advanced)) % table.shape[0]
-        samples = table[row].cpu().numpy()
-    op = "mlp_cross_entropy_grads_"
-    if bad_index < batch:
-        raise IndexError(f"{op}: index {int(samples[bad_index])} (batch row {bad_index}) is out "
-                         f"of bounds for dimension 0 with size {n_samples}")
-    sample = int(samples[bad_target]) % n_samples
-    raise ValueError(f"{op}: target {int(target[sample].item())} (sample {sample}) is outside "
-                     f"[0, {n_classes})")

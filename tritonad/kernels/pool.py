@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, num_warps_for
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, num_warps_for, planned, run
 
 PRIMITIVES = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
 
@@ -250,6 +250,7 @@ def _flat_launch(total):
     return (cdiv(total, block),), block, total + block >= 2 ** 31, 4
 
 
+@planned()
 def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False):
     """(y, indices): y [N, C, Ho, Wo] window maxima; indices int64, the flat index h * W + w in
     each input plane of the first maximum of each window (padding counts as -inf)."""
@@ -261,12 +262,13 @@ def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
     indices = empty((n, c, oh, ow), torch.int64, x.device)
     if y.numel():
         grid, block, index_64, warps = _flat_launch(y.numel())
-        _max_pool_fwd_kernel[grid](x, y, indices, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
+        run(_max_pool_fwd_kernel, grid, x, y, indices, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
                                    sh, sw, ph, pw, dh, dw, ACC_FP64=x.dtype == torch.float64,
                                    INDEX_64=index_64, BLOCK=block, num_warps=warps)
     return y, indices
 
 
+@planned()
 def max_pool2d_backward(dy, indices, input_shape):
     """dx [N, C, H, W]: dy [N, C, Ho, Wo] summed into the positions `indices` name."""
     _check_float("max_pool2d_backward", dy)
@@ -283,7 +285,7 @@ def max_pool2d_backward(dy, indices, input_shape):
     separate = dy.dtype in (torch.float16, torch.bfloat16)
     acc = empty((n, c, h, w), torch.float32, dy.device) if separate else dx
     block = min(4096 if INTERPRET else 1024, max(128, next_power_of_2(h * w)))
-    _max_pool_bwd_kernel[(n * c,)](dy, indices, dx, acc, c, h * w, dy.shape[2] * dy.shape[3],
+    run(_max_pool_bwd_kernel, (n * c,), dy, indices, dx, acc, c, h * w, dy.shape[2] * dy.shape[3],
                                    dy.shape[3], *dy.stride(), *indices.stride(),
                                    SEPARATE_ACC=separate, BLOCK=block,
                                    num_warps=num_warps_for(block))
@@ -297,6 +299,7 @@ def _avg_args(op, shape, kernel_size, stride, padding, ceil_mode, divisor_overri
     return geo, int(divisor_override or 0)
 
 
+@planned()
 def avg_pool2d(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """Window means [N, C, Ho, Wo] with torch's padding and divisor rules."""
@@ -307,13 +310,14 @@ def avg_pool2d(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_in
     y = empty((n, c, oh, ow), x.dtype, x.device)
     if y.numel():
         grid, block, index_64, warps = _flat_launch(y.numel())
-        _avg_pool_fwd_kernel[grid](x, y, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
+        run(_avg_pool_fwd_kernel, grid, x, y, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
                                    sh, sw, ph, pw, divisor, COUNT_PAD=bool(count_include_pad),
                                    ACC_FP64=x.dtype == torch.float64, INDEX_64=index_64,
                                    BLOCK=block, num_warps=warps)
     return y
 
 
+@planned()
 def avg_pool2d_backward(dy, input_shape, kernel_size, stride, padding=(0, 0), ceil_mode=False,
                         count_include_pad=True, divisor_override=None):
     """dx [N, C, H, W] of avg_pool2d for dy [N, C, Ho, Wo]."""
@@ -329,7 +333,7 @@ def avg_pool2d_backward(dy, input_shape, kernel_size, stride, padding=(0, 0), ce
     dx = empty(input_shape, dy.dtype, dy.device)
     if dx.numel():
         grid, block, index_64, warps = _flat_launch(dx.numel())
-        _avg_pool_bwd_kernel[grid](dy, dx, dx.numel(), c, h, w, oh, ow, kh, kw, *dy.stride(),
+        run(_avg_pool_bwd_kernel, grid, dy, dx, dx.numel(), c, h, w, oh, ow, kh, kw, *dy.stride(),
                                    sh, sw, ph, pw, divisor, COUNT_PAD=bool(count_include_pad),
                                    ACC_FP64=dy.dtype == torch.float64, INDEX_64=index_64,
                                    BLOCK=block, num_warps=warps)

@@ -21,7 +21,7 @@ import triton.language as tl
 from .. import dtypes
 from ..reference import feistel_bits
 from .elementwise import cast_for_store, contiguous
-from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from .launch import INTERPRET, KernelLaunch, PlanCache, cdiv, dtype_of, empty, next_power_of_2, ptr
 
 PRIMITIVES = ("uniform", "normal", "dropout", "randperm")
 
@@ -63,9 +63,13 @@ def _uniform01(word):
     return (word >> 8).to(tl.float32) * (1.0 / 16777216.0)
 
 
+# NOTE: the per-call numbers are typed (tl.int64, tl.float32) and not specialized, so every
+# call of a shape runs the same compiled kernel whatever the seed (launch.KernelLaunch relies on
+# it; an untyped int argument is compiled as i32 or i64 depending on its value)
 @triton.jit(do_not_specialize=["seed_lo", "seed_hi", "offset", "low", "span", "p", "scale"])
-def _random_kernel(out_ptr, x_ptr, mask_ptr, n, seed_lo, seed_hi, offset, low, span, p, scale,
-                   DIST: tl.constexpr, BLOCK: tl.constexpr):
+def _random_kernel(out_ptr, x_ptr, mask_ptr, seed_lo: tl.int64, seed_hi: tl.int64,
+                   offset: tl.int64, low: tl.float32, span: tl.float32, p: tl.float32,
+                   scale: tl.float32, n, DIST: tl.constexpr, BLOCK: tl.constexpr):
     # One program: elements [pid * BLOCK, +BLOCK) of the draw, element i from counter offset + i.
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = i < n
@@ -89,8 +93,8 @@ def _random_kernel(out_ptr, x_ptr, mask_ptr, n, seed_lo, seed_hi, offset, low, s
 
 
 @triton.jit(do_not_specialize=["n", "seed_lo", "seed_hi", "offset_lo", "offset_hi", "half"])
-def _randperm_kernel(out_ptr, n, seed_lo, seed_hi, offset_lo, offset_hi, half,
-                     BLOCK: tl.constexpr):
+def _randperm_kernel(out_ptr, seed_lo: tl.int64, seed_hi: tl.int64, offset_lo: tl.int64,
+                     offset_hi: tl.int64, n, half, BLOCK: tl.constexpr):
     # One program: positions [pid * BLOCK, +BLOCK). Each value v splits into halves (left, right)
     # of `half` bits; a round maps (left, right) -> (right, left ^ F(right, round)) with
     # F = Philox word 0 of counter (right, round, offset lo, offset hi). Values landing at or past
@@ -129,16 +133,37 @@ def _block(n):
     return (min(next_power_of_2(max(n, 1)), INTERPRET_BLOCK), 1) if INTERPRET else (BLOCK, WARPS)
 
 
+# Plans: a draw of one (kind, shape, dtype, device) launches the same kernel on every call with
+# new pointers, seed and counter offset (the numbers vary per call, so they are the launch's
+# dynamic arguments rather than part of a recorded plan).
+_PLANS = PlanCache()
+
+
+def _numbers(seed, offset, low, span, p, scale):
+    lo, hi = _seed_words(seed)
+    return lo, hi, int(offset), float(low), float(span), float(p), float(scale)
+
+
+def _launch_draw(key, out, x, mask, numbers, dist, n):
+    launch = _PLANS.get(key)
+    if launch is None:
+        block, warps = _block(n)
+        _PLANS.keep(key, KernelLaunch(
+            _random_kernel, (cdiv(n, block),), [out, x, mask, *numbers, n],
+            dict(DIST=dist, BLOCK=block, num_warps=warps,
+                 enable_fp_fusion=False),  # NOTE: low + span * u rounded twice, as the reference
+            dynamic=range(10)))
+        return
+    launch(ptr(out), ptr(x), ptr(mask), *numbers)
+
+
 def _draw(dist, shape, low, span, seed, offset, dtype, device):
     dtype = dtypes.get_dtype(dtype)
-    out = torch.empty(tuple(shape), dtype=dtype.torch, device=device)
+    out = empty(tuple(shape), dtype.torch, device)
     n = out.numel()
     if n:
-        block, warps = _block(n)
-        _random_kernel[(cdiv(n, block),)](
-            out, out, out, n, *_seed_words(seed), int(offset), float(low), float(span), 0.0, 0.0,
-            DIST=dist, BLOCK=block, num_warps=warps,
-            enable_fp_fusion=False)  # NOTE: low + span * u rounded twice, as the reference
+        _launch_draw((dist, out.shape, out.dtype, out.device), out, out, out,
+                     _numbers(seed, offset, low, span, 0.0, 0.0), dist, n)
     return out
 
 
@@ -161,15 +186,13 @@ def dropout(x, p, seed, offset):
         raise TypeError(f"dropout: x must be floating point, got {dtype_of(x).name}")
     if not x.is_contiguous():
         x = contiguous(x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+    y = empty(x.shape, x.dtype, x.device)
+    keep = empty(x.shape, torch.bool, x.device)
     n = x.numel()
     if n:
-        block, warps = _block(n)
         scale = 1.0 / (1.0 - p) if p < 1 else 0.0
-        _random_kernel[(cdiv(n, block),)](
-            y, x, keep, n, *_seed_words(seed), int(offset), 0.0, 0.0, float(p), scale,
-            DIST="dropout", BLOCK=block, num_warps=warps, enable_fp_fusion=False)
+        key = ("dropout", x.shape, x.dtype, x.device, x.data_ptr() % 16 == 0)
+        _launch_draw(key, y, x, keep, _numbers(seed, offset, 0.0, 0.0, p, scale), "dropout", n)
     return y, keep
 
 
@@ -179,11 +202,17 @@ def randperm(n, seed, offset, device):
         raise ValueError(f"randperm: n must be non-negative, got {n}")
     if n >= 2**31:
         raise ValueError(f"randperm: n = {n} is too large (at most 2**31 - 1)")
-    out = torch.empty((n,), dtype=torch.int64, device=device)
+    out = empty((n,), torch.int64, device)
     if n:
-        block, warps = _block(n)
         offset = int(offset)
-        _randperm_kernel[(cdiv(n, block),)](
-            out, n, *_seed_words(seed), offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF,
-            feistel_bits(n) // 2, BLOCK=block, num_warps=warps)
+        numbers = (*_seed_words(seed), offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF)
+        key = ("randperm", n, out.device)
+        launch = _PLANS.get(key)
+        if launch is None:
+            block, warps = _block(n)
+            _PLANS.keep(key, KernelLaunch(_randperm_kernel, (cdiv(n, block),),
+                                          [out, *numbers, n, feistel_bits(n) // 2],
+                                          dict(BLOCK=block, num_warps=warps), dynamic=range(5)))
+        else:
+            launch(ptr(out), *numbers)
     return out

@@ -29,10 +29,12 @@ import triton
 import triton.language as tl
 
 from ..backend import check_metrics
+from . import errors
+from .errors import report_at
 from .launch import INTERPRET, PDL, cdiv, check_same_shape, dtype_of, empty, next_power_of_2
-from .launch import num_warps_for
+from .launch import num_warps_for, planned, run
 
-PRIMITIVES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
+PRIMITIVES = ("check_targets", "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
               "cross_entropy")
 
 # block rule (read at call time, so tests and benchmarks may override them)
@@ -298,14 +300,14 @@ def _ce_rows(logits_ptr, grad_ptr, target_ptr, rows, n_rows, n_cols, stride_n, s
 
 
 @triton.jit
-def _ce_count_kernel(info_ptr, target_ptr, n_rows, n_cols, stride_t, ignore_index,
+def _ce_count_kernel(info_ptr, flag_ptr, target_ptr, n_rows, n_cols, stride_t, ignore_index,
                      BLOCK_T: tl.constexpr):
-    # one program: info = [rows not ignored, first bad row (n_rows if none), its target]
+    # one program: info = rows not ignored; a target outside [0, C) is reported on the flag
     count, first_bad, bad_value = _ce_check_targets(target_ptr, n_rows, n_cols, stride_t,
                                                     ignore_index, BLOCK_T)
     tl.store(info_ptr, count.to(tl.int64))
-    tl.store(info_ptr + 1, first_bad)
-    tl.store(info_ptr + 2, bad_value)
+    if first_bad < n_rows:
+        report_at(flag_ptr, first_bad, bad_value, n_cols)
 
 
 @triton.jit
@@ -358,7 +360,7 @@ def _row_hits(logits_ptr, target_ptr, rows, n_rows, n_cols, stride_n, stride_c, 
 
 
 @triton.jit
-def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, loss_total_ptr,
+def _ce_small_kernel(out_ptr, grad_ptr, flag_ptr, logits_ptr, target_ptr, loss_total_ptr,
                      correct_ptr, n_rows, n_cols,
                      stride_n, stride_c, stride_gn, stride_gc, stride_t, ignore_index, smoothing,
                      REDUCTION: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
@@ -374,9 +376,8 @@ def _ce_small_kernel(out_ptr, grad_ptr, info_ptr, logits_ptr, target_ptr, loss_t
     # REDUCTION: 0 none, 1 sum, 2 mean.
     count, first_bad, bad_value = _ce_check_targets(target_ptr, n_rows, n_cols, stride_t,
                                                     ignore_index, BLOCK_T)
-    tl.store(info_ptr, count.to(tl.int64))
-    tl.store(info_ptr + 1, first_bad)
-    tl.store(info_ptr + 2, bad_value)
+    if first_bad < n_rows:
+        report_at(flag_ptr, first_bad, bad_value, n_cols)
     grad_scale = 1.0
     if REDUCTION == 2:
         grad_scale = 1.0 / count.to(ACC)
@@ -482,7 +483,7 @@ def _softmax_forward(op, x, dim, log):
         n_out, n_mid, n_in, n_cols = xv.shape
         n_rows = n_out * n_mid * n_in
         block_n, block_c, single, warps = _blocks(n_rows, n_cols, xv.stride(3) == 1)
-        _softmax_fwd_kernel[(cdiv(n_rows, block_n),)](
+        run(_softmax_fwd_kernel, (cdiv(n_rows, block_n),),
             yv, xv, n_rows, n_cols, n_mid, n_in, *xv.stride(), *yv.stride(),
             LOG=log, SINGLE=single, BLOCK_N=block_n, BLOCK_C=block_c,
             COL64=_col64(n_cols, xv.stride(3), yv.stride(3)), ACC=_acc(x.dtype),
@@ -504,7 +505,7 @@ def _softmax_backward(op, dy, y, dim, log):
         n_rows = n_out * n_mid * n_in
         block_n, block_c, single, warps = _blocks(n_rows, n_cols, yv.stride(3) == 1,
                                                     operands=2)  # dy and y
-        _softmax_bwd_kernel[(cdiv(n_rows, block_n),)](
+        run(_softmax_bwd_kernel, (cdiv(n_rows, block_n),),
             dxv, dyv, yv, n_rows, n_cols, n_mid, n_in, *dxv.stride(), *dyv.stride(), *yv.stride(),
             LOG=log, SINGLE=single, BLOCK_N=block_n, BLOCK_C=block_c,
             COL64=_col64(n_cols, dxv.stride(3), dyv.stride(3), yv.stride(3)),
@@ -512,22 +513,26 @@ def _softmax_backward(op, dy, y, dim, log):
     return dx
 
 
+@planned()
 def softmax(x, dim):
     """y = exp(x - max) / sum(exp(x - max)) along dim. x: [any shape], any strides; y contiguous.
     A row of -inf gives NaN (0 / 0), as the reference."""
     return _softmax_forward("softmax", x, dim, log=False)
 
 
+@planned()
 def log_softmax(x, dim):
     """y = x - logsumexp(x) along dim. x: [any shape], any strides; y contiguous."""
     return _softmax_forward("log_softmax", x, dim, log=True)
 
 
+@planned()
 def softmax_backward(dy, y, dim):
     """dx = y * (dy - sum(dy * y, dim)) with y = softmax(x). dy, y: [same shape], any strides."""
     return _softmax_backward("softmax_backward", dy, y, dim, log=False)
 
 
+@planned()
 def log_softmax_backward(dy, y, dim):
     """dx = dy - exp(y) * sum(dy, dim) with y = log_softmax(x). dy, y: [same shape]."""
     return _softmax_backward("log_softmax_backward", dy, y, dim, log=True)
@@ -554,18 +559,6 @@ def _check_cross_entropy(logits, target, reduction, label_smoothing):
         raise ValueError(f"{op}: logits of shape {tuple(logits.shape)} have no classes")
 
 
-def _raise_bad_target(info, logits, ignore_index):
-    """Read the kernels' verdict on the targets (the one host sync), unless a CUDA graph is
-    being captured: then the verdict stays in `info` on the device."""
-    if info.is_cuda and torch.cuda.is_current_stream_capturing():
-        return
-    _, first_bad, value = info.tolist()
-    if first_bad < logits.shape[0]:
-        raise ValueError(f"cross_entropy: target {value} is outside [0, {logits.shape[1]}) "
-                         f"(at row {first_bad}; ignore_index={ignore_index}); logits shape "
-                         f"{tuple(logits.shape)}")
-
-
 def _add_metrics(metrics, rows_loss, logits, target):
     """The metrics of a loss too large for the one-program kernel, by separate kernels."""
     from .elementwise import add
@@ -578,7 +571,35 @@ def _add_metrics(metrics, rows_loss, logits, target):
     count_correct_(logits, target, correct)
 
 
+def check_targets(target, n_classes, ignore_index=-100, op="nll_loss"):
+    """Report a class index outside [0, n_classes) other than ignore_index on the device's
+    error flags (raised at the next read of the device). target: [N] int64/int32."""
+    if target.dtype not in (torch.int64, torch.int32) or target.dim() != 1:
+        raise TypeError(f"{op}: target must be int64 (or int32) class indices [N], got "
+                        f"{tuple(target.shape)} {dtype_of(target).name}")
+    _check_targets(target, n_classes, ignore_index, op)
+    errors.after(target.device)
+
+
+@planned()
+def _check_targets(target, n_classes, ignore_index, op):
+    info = empty((1,), torch.int64, target.device)
+    run(_ce_count_kernel, (1,), info, errors.flag(target.device, op), target, target.shape[0],
+        n_classes, target.stride(0), ignore_index, BLOCK_T=TARGET_BLOCK, num_warps=4)
+
+
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0,
+                  compute_grad=True, metrics=None):
+    """Fused softmax cross-entropy (see _cross_entropy); a bad target is raised at the next
+    read of the device, or here with td.set_sync_checks(True)."""
+    result = _cross_entropy(logits, target, reduction, ignore_index, label_smoothing,
+                            compute_grad, metrics)
+    errors.after(logits.device)
+    return result
+
+
+@planned()
+def _cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0,
                   compute_grad=True, metrics=None):
     """Fused softmax cross-entropy: (loss, dloss/dlogits or None).
 
@@ -588,8 +609,8 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
     metrics: (loss_total, correct) running totals to add the summed row losses and the count
     of correct rows to (Backend.cross_entropy).
     Launches: one kernel when N * C is small (metrics included), else count + rows (+ reduce,
-    + the metrics' sum, add and count_correct_); one host read of the target check, right after
-    the count kernel (skipped during CUDA graph capture).
+    + the metrics' sum, add and count_correct_). No host read: a bad target is reported on the
+    device's error flags (kernels/errors.py) and raised at the next read of the device.
     """
     _check_cross_entropy(logits, target, reduction, label_smoothing)
     if metrics is not None:
@@ -599,37 +620,32 @@ def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smo
     grad = empty((n_rows, n_cols), logits.dtype, device) if compute_grad else None
     grad_arg = grad if compute_grad else logits  # never written without COMPUTE_GRAD
     out = empty((n_rows,) if reduction == "none" else (), logits.dtype, device)
-    info = empty((3,), torch.int64, device)
+    flag = errors.flag(device, "cross_entropy")
     block_n, block_c, single, warps = _blocks(n_rows, n_cols, logits.stride(1) == 1)
     smoothing = float(label_smoothing)
     strides = (*logits.stride(), *grad_arg.stride(), target.stride(0))
     flags = {"SMOOTH": smoothing > 0.0, "COMPUTE_GRAD": compute_grad, "BLOCK_C": block_c,
              "COL64": _col64(n_cols, logits.stride(1), grad_arg.stride(1)), "ACC": acc}
     if single and n_rows * block_c <= SMALL_PROBLEM:
-        loss_total, correct = metrics if metrics is not None else (out, info)
-        _ce_small_kernel[(1,)](out, grad_arg, info, logits, target, loss_total, correct, n_rows,
-                               n_cols, *strides, ignore_index, smoothing,
-                               REDUCTION=_REDUCTIONS[reduction], BLOCK_N=block_n,
-                               BLOCK_T=TARGET_BLOCK, num_warps=warps,
-                               METRICS=metrics is not None, **flags, **PDL)
+        loss_total, correct = metrics if metrics is not None else (out, out)
+        run(_ce_small_kernel, (1,), out, grad_arg, flag, logits, target, loss_total, correct,
+            n_rows, n_cols, *strides, ignore_index, smoothing,
+            REDUCTION=_REDUCTIONS[reduction], BLOCK_N=block_n, BLOCK_T=TARGET_BLOCK,
+            num_warps=warps, METRICS=metrics is not None, **flags, **PDL)
     else:
-        _ce_count_kernel[(1,)](info, target, n_rows, n_cols, target.stride(0), ignore_index,
-                               BLOCK_T=TARGET_BLOCK, num_warps=4)
-        # check before the heavy kernels: the host then waits for this tiny kernel only, and the
-        # row pass runs while Python goes on (a bad target never reaches the main kernel)
-        _raise_bad_target(info, logits, ignore_index)
+        info = empty((1,), torch.int64, device)
+        run(_ce_count_kernel, (1,), info, flag, target, n_rows, n_cols, target.stride(0),
+            ignore_index, BLOCK_T=TARGET_BLOCK, num_warps=4)
         loss_dtype = torch.float64 if acc == tl.float64 else torch.float32
         rows_loss = out if reduction == "none" else empty((n_rows,), loss_dtype, device)
         if n_rows:
-            _ce_rows_kernel[(cdiv(n_rows, block_n),)](
+            run(_ce_rows_kernel, (cdiv(n_rows, block_n),),
                 rows_loss, grad_arg, info, logits, target, n_rows, n_cols, *strides,
                 ignore_index, smoothing, MEAN=reduction == "mean", SINGLE=single,
                 BLOCK_N=block_n, num_warps=warps, **flags)
         if reduction != "none":
-            _ce_reduce_kernel[(1,)](out, rows_loss, info, n_rows, MEAN=reduction == "mean",
-                                    BLOCK=TARGET_BLOCK, ACC=acc, num_warps=4)
+            run(_ce_reduce_kernel, (1,), out, rows_loss, info, n_rows, MEAN=reduction == "mean",
+                BLOCK=TARGET_BLOCK, ACC=acc, num_warps=4)
         if metrics is not None:
             _add_metrics(metrics, rows_loss, logits, target)
-        return out, grad
-    _raise_bad_target(info, logits, ignore_index)
     return out, grad
