@@ -34,7 +34,7 @@ import math
 from .. import dtypes
 from ..backend import get_backend
 from ..tensor import Tensor, tensor
-from .optimizer import Optimizer
+from .optimizer import Optimizer, torch_only_flags
 from .lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, StepLR
 
 
@@ -50,7 +50,9 @@ class SGD(Optimizer):
     _state_names = ("momentum_buffer",)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False, maximize=False):
+                 nesterov=False, maximize=False, *, foreach=None, differentiable=False,
+                 fused=None):
+        torch_only_flags("SGD", differentiable)
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize))
@@ -58,8 +60,7 @@ class SGD(Optimizer):
     def _check_group(self, group):
         super()._check_group(group)
         for key in ("momentum", "weight_decay", "dampening"):
-            if not group[key] >= 0:
-                raise ValueError(f"SGD: invalid {key} {group[key]}")
+            self._check_range(group, key)
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum requires a momentum and zero dampening")
 
@@ -93,9 +94,12 @@ class Adam(Optimizer):
 
     _decoupled = False
     _state_names = ("exp_avg", "exp_avg_sq")
+    _keeps_steps = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, maximize=False):
+                 amsgrad=False, maximize=False, *, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        torch_only_flags(type(self).__name__, differentiable)
         if amsgrad:
             raise NotImplementedError(f"{type(self).__name__}: amsgrad is not supported")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
@@ -107,9 +111,8 @@ class Adam(Optimizer):
         beta1, beta2 = group["betas"]
         if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
             raise ValueError(f"{type(self).__name__}: invalid betas {group['betas']}")
-        if not group["eps"] >= 0 or not group["weight_decay"] >= 0:
-            raise ValueError(f"{type(self).__name__}: invalid eps {group['eps']} or weight_decay "
-                             f"{group['weight_decay']}")
+        self._check_range(group, "eps")
+        self._check_range(group, "weight_decay")
 
     def _update(self, group, bucket, present):
         lr = bucket.scalar("lr", group["lr"])
@@ -123,11 +126,6 @@ class Adam(Optimizer):
                 bucket.counter(cohort), lr, float(beta1), float(beta2), group["eps"],
                 group["weight_decay"], self._decoupled, group["maximize"])
 
-    def _slot_state(self, bucket, i):
-        state = super()._slot_state(bucket, i)
-        state["step"] = Tensor._wrap(bucket.counter(bucket.cohort[i]).view(()))
-        return state
-
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr * weight_decay
@@ -136,8 +134,10 @@ class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+                 amsgrad=False, maximize=False, *, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize,
+                         differentiable=differentiable)
 
 
 # ------------------------------------------------------------------------------ gradient clipping
