@@ -35,6 +35,7 @@ from .. import dtypes
 from ..backend import get_backend
 from ..tensor import Tensor, tensor
 from .optimizer import Optimizer, torch_only_flags
+from .adaptive import Adadelta, Adagrad, RMSprop
 from .lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, StepLR
 
 
