@@ -36,7 +36,8 @@ from ..backend import get_backend
 from ..tensor import Tensor, tensor
 from .optimizer import Optimizer, torch_only_flags
 from .adaptive import Adadelta, Adagrad, RMSprop
-from .lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, StepLR
+from .lr_scheduler import (ConstantLR, CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR,
+                           LRScheduler, MultiStepLR, OneCycleLR, SequentialLR, StepLR)
 
 
 class SGD(Optimizer):
