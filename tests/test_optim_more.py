@@ -6,9 +6,11 @@ float64; whole optimizers against torch.optim for 200 steps on random problems (
 two parameter groups with different hyperparameters, every flag, gradients missing or zero at
 some steps) on the numpy backend, and for a shorter run on the triton interpreter; state dicts
 round trip and a loaded state continues identically. The schedulers must give torch's lr
-sequences exactly. The GPU tier compares 10M-parameter updates and captured training steps.
+sequences exactly. The GPU tier (10M-parameter updates and captured steps of every fused
+optimizer) is in test_optim.py; here, the Trainer's captured steps with the new optimizers.
 """
 import math
+import textwrap
 import warnings
 
 import numpy as np
@@ -17,6 +19,7 @@ import torch
 
 import tritonad as td
 from helpers import assert_close
+from test_optim import _CountingKernel, _raw, _snapshot, forbid_host_reads
 from tritonad import optim
 from tritonad.kernels import optim as kernels
 from tritonad.optim import lr_scheduler
@@ -72,10 +75,6 @@ def test_references_by_hand():
 
 def _values(shape, seed, low=-1.0, high=1.0):
     return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
-
-
-def _raw(values):
-    return torch.from_numpy(np.array(values, dtype=np.float32)).to(td.get_backend().default_device)
 
 
 # ---------------------------------------------------------------------- the primitives
@@ -298,17 +297,6 @@ def test_one_launch_per_step(monkeypatch, name, options):
         _assert_same_state(opt, ref, "after 2 steps")
 
 
-class _CountingKernel:
-    """Stands in for a @triton.jit kernel and counts its launches."""
-
-    def __init__(self, kernel):
-        self.kernel, self.launches = kernel, 0
-
-    def __getitem__(self, grid):
-        self.launches += 1
-        return self.kernel[grid]
-
-
 def test_no_gradients_at_all_change_nothing(backend_name):
     ours, _ = _problem()
     for name in ("Adadelta", "RMSprop", "Adagrad"):
@@ -331,19 +319,6 @@ def test_an_empty_parameter_is_counted(backend_name):
         ref.step()
     _assert_same(ours, theirs, "3 steps")
     _assert_same_state(opt, ref, "3 steps")
-
-
-def _snapshot(state_dict):
-    """A deep copy through numpy (state_dict tensors share memory with the optimizer, as torch)."""
-    def copy(v):
-        if isinstance(v, td.Tensor):
-            return td.tensor(v.numpy().copy())
-        if isinstance(v, dict):
-            return {k: copy(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [copy(x) for x in v]
-        return v
-    return copy(state_dict)
 
 
 @pytest.mark.parametrize("name,options,other", NEW_OPTIMIZERS[1::2], ids=IDS[1::2])
@@ -458,12 +433,7 @@ def test_step_never_reads_device_values_on_the_host(monkeypatch):
                 optim.Adagrad(ours, lr_decay=0.1), optim.Adagrad(ours)]
         for p in ours:
             p.grad = td.ones(*p.shape)
-
-        def forbidden(*args, **kwargs):
-            raise AssertionError("a host synchronisation inside the step")
-
-        for name in ("item", "numpy", "tolist", "__float__", "__bool__"):
-            monkeypatch.setattr(td.Tensor, name, forbidden)
+        forbid_host_reads(monkeypatch)
         for _ in range(2):
             for opt in opts:
                 opt.step()
@@ -472,18 +442,17 @@ def test_step_never_reads_device_values_on_the_host(monkeypatch):
 # ---------------------------------------------------------------------- hand-written optimizers
 
 
-class MomentumSGD(optim.Optimizer):
-    """The worked example of tritonad.optim's docstring."""
+def _docstring_example():
+    """The worked example of tritonad.optim's docstring, run as it is written there."""
+    doc = optim.__doc__
+    start = doc.index("    class MomentumSGD(optim.Optimizer):")
+    end = doc.index("\n\n", doc.index("param.sub_(", start))
+    namespace = {"optim": optim}
+    exec(textwrap.dedent(doc[start:end]), namespace)
+    return namespace["MomentumSGD"]
 
-    def __init__(self, params, lr=0.01, momentum=0.9):
-        super().__init__(params, dict(lr=lr, momentum=momentum))
 
-    def update(self, param, grad, state, group):
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = grad.clone()
-        else:
-            state["momentum_buffer"].mul_(group["momentum"]).add_(grad)
-        param.sub_(state["momentum_buffer"], alpha=group["lr"])
+MomentumSGD = _docstring_example()
 
 
 class TorchStyleSGD(optim.Optimizer):
@@ -592,30 +561,48 @@ def _scheduled(name="SGD", groups=2):
             build(torch.optim, lambda: torch.tensor([1.0], requires_grad=True)))
 
 
-SCHEDULERS = {
-    "StepLR": lambda m, o: m.StepLR(o, step_size=7, gamma=0.5),
-    "MultiStepLR": lambda m, o: m.MultiStepLR(o, milestones=[3, 10, 10, 40], gamma=0.3),
-    "ExponentialLR": lambda m, o: m.ExponentialLR(o, gamma=0.97),
-    "LinearLR": lambda m, o: m.LinearLR(o, start_factor=0.05, total_iters=25),
-    "LinearLR-decay": lambda m, o: m.LinearLR(o, start_factor=1.0, end_factor=0.1,
-                                              total_iters=60),
-    "ConstantLR": lambda m, o: m.ConstantLR(o, factor=0.25, total_iters=6),
-    "LambdaLR": lambda m, o: m.LambdaLR(o, [lambda e: 0.9 ** e, lambda e: 1 / (1 + e)]),
-    "CosineAnnealingLR": lambda m, o: m.CosineAnnealingLR(o, T_max=40, eta_min=1e-4),
-    "OneCycleLR": lambda m, o: m.OneCycleLR(o, max_lr=[1.0, 0.5], total_steps=301),
-    "warm-up then cosine": lambda m, o: m.SequentialLR(
+SCHEDULERS = {  # kind: a builder from (module, optimizer, **last_epoch)
+    "StepLR": lambda m, o, **k: m.StepLR(o, step_size=7, gamma=0.5, **k),
+    "MultiStepLR": lambda m, o, **k: m.MultiStepLR(o, milestones=[3, 10, 10, 40], gamma=0.3, **k),
+    "ExponentialLR": lambda m, o, **k: m.ExponentialLR(o, gamma=0.97, **k),
+    "LinearLR": lambda m, o, **k: m.LinearLR(o, start_factor=0.05, total_iters=25, **k),
+    "LinearLR-decay": lambda m, o, **k: m.LinearLR(o, start_factor=1.0, end_factor=0.1,
+                                                   total_iters=60, **k),
+    "ConstantLR": lambda m, o, **k: m.ConstantLR(o, factor=0.25, total_iters=6, **k),
+    "LambdaLR": lambda m, o, **k: m.LambdaLR(o, [lambda e: 0.9 ** e, lambda e: 1 / (1 + e)], **k),
+    "CosineAnnealingLR": lambda m, o, **k: m.CosineAnnealingLR(o, T_max=40, eta_min=1e-4, **k),
+    "OneCycleLR": lambda m, o, **k: m.OneCycleLR(o, max_lr=[1.0, 0.5], total_steps=301, **k),
+    "warm-up then cosine": lambda m, o, **k: m.SequentialLR(
         o, [m.LinearLR(o, start_factor=0.1, total_iters=10), m.CosineAnnealingLR(o, T_max=90)],
-        milestones=[10]),
-    "three phases": lambda m, o: m.SequentialLR(
+        milestones=[10], **k),
+    "three phases": lambda m, o, **k: m.SequentialLR(
         o, [m.ConstantLR(o, factor=0.1, total_iters=4), m.ExponentialLR(o, gamma=0.95),
-            m.MultiStepLR(o, milestones=[20, 50])], milestones=[5, 40]),
+            m.MultiStepLR(o, milestones=[20, 50])], milestones=[5, 40], **k),
 }
+
+
+def _both(kind, opt, ref, **last_epoch):
+    """The scheduler `kind` on our optimizer and torch's on theirs."""
+    return (SCHEDULERS[kind](lr_scheduler, opt, **last_epoch),
+            SCHEDULERS[kind](torch.optim.lr_scheduler, ref, **last_epoch))
+
+
+def _step_alike(ours, theirs, opt, ref, steps, what):
+    """Step both schedulers `steps` times: the same lrs after each step, exactly."""
+    _same_lrs(ours, theirs, opt, ref, f"{what}, before stepping")
+    for step in range(steps):
+        ours.step()
+        theirs.step()
+        _same_lrs(ours, theirs, opt, ref, f"{what}, step {step + 1}")
 
 
 def _same_lrs(ours, theirs, opt, ref, what):
     assert ours.get_last_lr() == theirs.get_last_lr(), what
     assert [g["lr"] for g in opt.param_groups] == [g["lr"] for g in ref.param_groups], what
     assert ours.last_epoch == theirs.last_epoch, what
+    if "momentum" in opt.defaults:  # OneCycleLR cycles it (into RMSprop's device scalar)
+        assert [g["momentum"] for g in opt.param_groups] == \
+            [g["momentum"] for g in ref.param_groups], what
 
 
 @pytest.fixture
@@ -628,16 +615,7 @@ def quiet():
 @pytest.mark.parametrize("kind", list(SCHEDULERS))
 def test_schedules_match_torch_exactly(kind, quiet):
     opt, ref = _scheduled("RMSprop" if kind == "OneCycleLR" else "SGD")
-    ours, theirs = SCHEDULERS[kind](lr_scheduler, opt), SCHEDULERS[kind](
-        torch.optim.lr_scheduler, ref)
-    _same_lrs(ours, theirs, opt, ref, "at construction")
-    for step in range(300):
-        ours.step()
-        theirs.step()
-        _same_lrs(ours, theirs, opt, ref, f"step {step + 1}")
-        if kind == "OneCycleLR":  # RMSprop's momentum cycles too, into its device scalar
-            assert [g["momentum"] for g in opt.param_groups] == \
-                [g["momentum"] for g in ref.param_groups]
+    _step_alike(*_both(kind, opt, ref), opt, ref, 300, kind)
     # the device scalars hold what the groups say
     for group, buckets in zip(opt.param_groups, opt._buckets):
         assert float(buckets[0].hyper[0]) == pytest.approx(group["lr"], rel=1e-6)
@@ -648,53 +626,29 @@ def test_scheduler_state_dict_round_trip(kind, quiet):
     """Saved after 37 steps, loaded into a fresh scheduler of a fresh optimizer (made before the
     optimizer's state is loaded, as torch's documentation says): the next 40 lrs are torch's."""
     opt, ref = _scheduled()
-    ours, theirs = SCHEDULERS[kind](lr_scheduler, opt), SCHEDULERS[kind](
-        torch.optim.lr_scheduler, ref)
-    for _ in range(37):
-        ours.step()
-        theirs.step()
+    ours, theirs = _both(kind, opt, ref)
+    _step_alike(ours, theirs, opt, ref, 37, "before saving")
     state = ours.state_dict()
     assert "optimizer" not in state
     opt2, _ = _scheduled()
     resumed = SCHEDULERS[kind](lr_scheduler, opt2)  # before loading the optimizer, as torch
     opt2.load_state_dict(opt.state_dict())           # says: making it changes the lr
     resumed.load_state_dict(state)
-    for step in range(40):
-        resumed.step()
-        theirs.step()
-        _same_lrs(resumed, theirs, opt2, ref, f"step {38 + step}")
+    _step_alike(resumed, theirs, opt2, ref, 40, "resumed")
 
 
 @pytest.mark.parametrize("kind", ["StepLR", "MultiStepLR", "ExponentialLR", "LinearLR",
                                   "CosineAnnealingLR"])
 def test_last_epoch_resumes_as_torch(kind, quiet):
-    """A scheduler made with last_epoch=k (after loading the optimizer it ran with) continues
-    as torch's does, and step(epoch) jumps by the closed form as torch's."""
+    """A scheduler made with last_epoch=k (on the optimizer it ran with) continues as torch's
+    does, and step(epoch) jumps by the closed form as torch's."""
     opt, ref = _scheduled()
-    ours, theirs = SCHEDULERS[kind](lr_scheduler, opt), SCHEDULERS[kind](
-        torch.optim.lr_scheduler, ref)
-    for _ in range(12):
-        ours.step()
-        theirs.step()
-    build = {"StepLR": lambda m, o, e: m.StepLR(o, 7, 0.5, last_epoch=e),
-             "MultiStepLR": lambda m, o, e: m.MultiStepLR(o, [3, 10, 10, 40], 0.3, last_epoch=e),
-             "ExponentialLR": lambda m, o, e: m.ExponentialLR(o, 0.97, last_epoch=e),
-             "LinearLR": lambda m, o, e: m.LinearLR(o, 0.05, total_iters=25, last_epoch=e),
-             "CosineAnnealingLR": lambda m, o, e: m.CosineAnnealingLR(o, 40, 1e-4, last_epoch=e)}
-    ours, theirs = build[kind](lr_scheduler, opt, 12), build[kind](torch.optim.lr_scheduler, ref,
-                                                                   12)
-    _same_lrs(ours, theirs, opt, ref, "resumed")
-    for step in range(20):
-        ours.step()
-        theirs.step()
-        _same_lrs(ours, theirs, opt, ref, f"resumed, step {step}")
+    _step_alike(*_both(kind, opt, ref), opt, ref, 12, "first run")
+    ours, theirs = _both(kind, opt, ref, last_epoch=12)
+    _step_alike(ours, theirs, opt, ref, 20, "resumed")
     ours.step(5)
     theirs.step(5)
-    _same_lrs(ours, theirs, opt, ref, "step(5)")
-    for step in range(5):
-        ours.step()
-        theirs.step()
-        _same_lrs(ours, theirs, opt, ref, f"after step(5), step {step}")
+    _step_alike(ours, theirs, opt, ref, 5, "after step(5)")
 
 
 def test_a_tensor_learning_rate_is_filled_in_place():
@@ -738,67 +692,6 @@ def test_scheduler_errors():
 
 
 # ---------------------------------------------------------------------- GPU tier
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,options", [
-    ("Adadelta", dict(lr=1.0, weight_decay=0.01)),
-    ("RMSprop", dict(lr=1e-3, momentum=0.9, centered=True)),
-    ("Adagrad", dict(lr=0.01, lr_decay=1e-3)),
-    ("SGD", dict(lr=0.01, momentum=0.9, dampening=0.1, maximize=True))])
-def test_ten_million_parameters_match_torch_foreach(name, options):
-    with td.use_backend("triton"):
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        shapes = [(4096, 2048), (1023,), (1823, 781), (7,), (5000, 17)]  # ~10M, odd sizes
-        init = [torch.randn(s, device="cuda", generator=gen) for s in shapes]
-        ours = [td.from_torch(t.clone()).requires_grad_() for t in init]
-        theirs = [t.clone().requires_grad_() for t in init]
-        opt = getattr(optim, name)(ours, **options)
-        ref = getattr(torch.optim, name)(theirs, foreach=True, **options)
-        for step in range(20):
-            for p, t in zip(ours, theirs):
-                g = torch.randn(t.shape, device="cuda", generator=gen)
-                p.grad, t.grad = td.from_torch(g.clone()), g
-            opt.step()
-            ref.step()
-        for p, t in zip(ours, theirs):
-            torch.testing.assert_close(p.torch(), t.detach(), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name,options,sched", [
-    ("Adadelta", dict(lr=1.0), lambda m, o: m.StepLR(o, step_size=2, gamma=0.7)),
-    ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True),
-     lambda m, o: m.OneCycleLR(o, max_lr=0.02, total_steps=20)),
-    ("Adagrad", dict(lr=0.1, lr_decay=0.1), lambda m, o: m.ExponentialLR(o, gamma=0.9))])
-def test_captured_step_follows_the_schedule(name, options, sched):
-    """Capture opt.step() in a CUDA graph; a scheduler changes lr (and RMSprop's momentum)
-    between replays: the replays match torch's eager steps with the same schedule."""
-    with td.use_backend("triton"):
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        init = [torch.randn(s, device="cuda", generator=gen) for s in [(300, 7), (5,), (64,)]]
-        ours = [td.from_torch(t.clone()).requires_grad_() for t in init]
-        theirs = [t.clone().requires_grad_() for t in init]
-        opt = getattr(optim, name)(ours, **options)
-        ref = getattr(torch.optim, name)(theirs, **options)
-        ours_sched, ref_sched = sched(lr_scheduler, opt), sched(torch.optim.lr_scheduler, ref)
-        for p, t in zip(ours, theirs):
-            g = torch.randn(t.shape, device="cuda", generator=gen)
-            p.grad, t.grad = td.from_torch(g.clone()), g
-        opt.step()  # warm-up: compiles the kernels, creates the state
-        ref.step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            opt.step()
-        for _ in range(6):
-            ours_sched.step()
-            ref_sched.step()
-            graph.replay()
-            ref.step()
-        torch.cuda.synchronize()
-        for p, t in zip(ours, theirs):
-            torch.testing.assert_close(p.torch(), t.detach(), rtol=1e-5, atol=1e-6)
-        assert float(opt.state_dict()["state"][0]["step"]) == 8.0
 
 
 @pytest.mark.gpu

@@ -42,6 +42,20 @@ def _hyper(ptr, value, ON_DEVICE: tl.constexpr):
 
 
 @triton.jit
+def _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE: tl.constexpr,
+                  HAS_WEIGHT_DECAY: tl.constexpr):
+    """(p, g): the parameters and the gradient torch's rules start from,
+    g = (-grad if maximize else grad) + weight_decay * p."""
+    p = tl.load(param_ptr + offs, mask=mask)
+    g = tl.load(grad_ptr + offs, mask=mask)
+    if MAXIMIZE:
+        g = -g
+    if HAS_WEIGHT_DECAY:
+        g = g + weight_decay * p
+    return p, g
+
+
+@triton.jit
 def _max_propagating_nan(a, b):
     # NOTE: max as torch's inf-norm: NaN wins (the GPU's max instruction would drop it)
     return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
@@ -91,12 +105,8 @@ def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
-    p = tl.load(param_ptr + offs, mask=mask)
-    g = tl.load(grad_ptr + offs, mask=mask)
-    if MAXIMIZE:
-        g = -g
-    if HAS_WEIGHT_DECAY:
-        g = g + weight_decay * p
+    p, g = _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE,
+                         HAS_WEIGHT_DECAY)
     if HAS_MOMENTUM:
         momentum = _hyper(momentum_ptr, momentum, MOMENTUM_ON_DEVICE)
         if FIRST_STEP:
@@ -148,20 +158,6 @@ def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_
     tl.store(exp_avg_ptr + offs, m, mask=mask)
     tl.store(exp_avg_sq_ptr + offs, v, mask=mask)
     tl.store(param_ptr + offs, p - (lr / bias1) * m / denom, mask=mask)
-
-
-@triton.jit
-def _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE: tl.constexpr,
-                  HAS_WEIGHT_DECAY: tl.constexpr):
-    """(p, g): the parameters and the gradient torch's rules start from,
-    g = (-grad if maximize else grad) + weight_decay * p."""
-    p = tl.load(param_ptr + offs, mask=mask)
-    g = tl.load(grad_ptr + offs, mask=mask)
-    if MAXIMIZE:
-        g = -g
-    if HAS_WEIGHT_DECAY:
-        g = g + weight_decay * p
-    return p, g
 
 
 @triton.jit
