@@ -1,15 +1,19 @@
-"""One optimizer step: tritonad's fused single-launch SGD-momentum and Adam against torch.optim
-(foreach and fused=True) on the same GPU in the same run, for the parameter sets of the MNIST
-mlp and cnn recipes and a 100M-parameter set.
+"""One optimizer step: tritonad's fused single-launch SGD-momentum, Adam, Adadelta, RMSprop and
+Adagrad against torch.optim (foreach=True, and fused=True where torch has it on the GPU: SGD and
+Adam) on the same GPU in the same run, for the parameter sets of the MNIST mlp and cnn recipes
+and a 100M-parameter set.
 
     python benchmarks/bench_optim.py --out bench-results [--quick]
 
 Metric: GB/s = bytes touched / t, with bytes touched per parameter (float32) = what a fused
 update must read and write: SGD with momentum reads p, g, buf and writes p, buf: 5 * 4 = 20 B;
-Adam reads p, g, m, v and writes p, m, v: 7 * 4 = 28 B (the same count for every contender).
-Two timings each: eager (a Python call per step: launch-bound on small sets) and replayed from
-a CUDA graph (the step captured once; torch's Adam needs capturable=True there). Ratios are
-torch time / tritonad time: above 1 means tritonad is faster.
+Adam reads p, g, m, v and writes p, m, v: 7 * 4 = 28 B; Adadelta likewise with its two
+averages: 28 B; RMSprop reads p, g, v and writes p, v: 20 B, plus 8 B for the momentum buffer
+and 8 B for the centered average; Adagrad reads p, g, sum and writes p, sum: 20 B (the same
+count for every contender). Two timings each: eager (a Python call per step: launch-bound on
+small sets) and replayed from a CUDA graph (the step captured once; torch's Adam, Adadelta and
+RMSprop need capturable=True there). Ratios are torch time / tritonad time: above 1 means
+tritonad is faster; "best torch" is the faster of foreach and fused.
 """
 from __future__ import annotations
 
@@ -34,9 +38,14 @@ PARAM_SETS = {
 }
 QUICK_SETS = ("mlp", "cnn")
 OPTIMIZERS = {
-    # name: (class name, options, bytes touched per parameter)
-    "sgd-momentum": ("SGD", dict(lr=0.01, momentum=0.9), 20),
-    "adam": ("Adam", dict(lr=1e-3), 28),
+    # name: (class name, options, bytes touched per parameter, torch's variant for the graph)
+    "sgd-momentum": ("SGD", dict(lr=0.01, momentum=0.9), 20, dict(fused=True)),
+    "adam": ("Adam", dict(lr=1e-3), 28, dict(fused=True, capturable=True)),
+    "adadelta": ("Adadelta", dict(lr=1.0), 28, dict(foreach=True, capturable=True)),
+    "rmsprop": ("RMSprop", dict(lr=1e-2), 20, dict(foreach=True, capturable=True)),
+    "rmsprop-momentum-centered": ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True), 36,
+                                  dict(foreach=True, capturable=True)),
+    "adagrad": ("Adagrad", dict(lr=1e-2), 20, dict(foreach=True)),
 }
 
 
@@ -60,17 +69,24 @@ def _tritonad_step(values, grads, cls, options):
 
 
 def _torch_step(values, grads, cls, options, **variant):
+    """A warmed-up torch optimizer, or None where torch lacks the variant (say fused=True for
+    Adadelta, or on CUDA for Adagrad)."""
     params = [v.clone().requires_grad_() for v in values]
     for p, g in zip(params, grads):
         p.grad = g.clone()
-    opt = getattr(torch.optim, cls)(params, **options, **variant)
-    opt.step()
+    try:
+        opt = getattr(torch.optim, cls)(params, **options, **variant)
+        opt.step()
+    except (TypeError, RuntimeError) as err:
+        print(f"  (torch.optim.{cls} {variant}: {type(err).__name__}: "
+              f"{str(err).splitlines()[0]})")
+        return None
     return opt
 
 
 def measure(set_name, shapes, opt_name, device="cuda"):
     """One row: eager and graph timings of one step of every contender."""
-    cls, options, bytes_per_param = OPTIMIZERS[opt_name]
+    cls, options, bytes_per_param, graph_variant = OPTIMIZERS[opt_name]
     gen = torch.Generator(device=device).manual_seed(0)
     values = [torch.randn(s, device=device, generator=gen) for s in shapes]
     grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
@@ -84,11 +100,10 @@ def measure(set_name, shapes, opt_name, device="cuda"):
     del opt
     for variant, kwargs in (("foreach", dict(foreach=True)), ("fused", dict(fused=True))):
         opt = _torch_step(values, grads, cls, options, **kwargs)
-        row[f"{variant}_ms"] = common.bench(opt.step)
+        row[f"{variant}_ms"] = common.bench(opt.step) if opt is not None else None
         del opt
-    capture = dict(fused=True, capturable=True) if cls == "Adam" else dict(fused=True)
-    opt = _torch_step(values, grads, cls, options, **capture)
-    row["torch_graph_ms"] = _graph_ms(opt.step)
+    opt = _torch_step(values, grads, cls, options, **graph_variant)
+    row["torch_graph_ms"] = _graph_ms(opt.step) if opt is not None else None
     del opt
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -96,7 +111,7 @@ def measure(set_name, shapes, opt_name, device="cuda"):
     for key in ("td", "td_graph", "foreach", "fused", "torch_graph"):
         ms = row.get(f"{key}_ms")
         row[f"{key}_gbps"] = nbytes / ms / 1e6 if ms else None   # bytes touched / t
-    best_torch = min(row["foreach_ms"], row["fused_ms"])
+    best_torch = min(ms for ms in (row["foreach_ms"], row["fused_ms"]) if ms is not None)
     row["ratio"] = best_torch / row["td_ms"]
     if row["td_graph_ms"] and row["torch_graph_ms"]:
         row["graph_ratio"] = row["torch_graph_ms"] / row["td_graph_ms"]

@@ -451,6 +451,15 @@ def test_clip_grad_norm_edge_cases(backend_name):
     assert_close(q.grad, np.arange(6).reshape(3, 2).T / math.sqrt(55), 1e-5, 1e-7, name="grad")
 
 
+def forbid_host_reads(monkeypatch):
+    """From now on, reading a tensor's values on the host (a synchronisation) fails."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a host synchronisation inside the step")
+
+    for name in ("item", "numpy", "tolist", "__float__", "__bool__"):
+        monkeypatch.setattr(td.Tensor, name, forbidden)
+
+
 def test_step_never_reads_device_values_on_the_host(monkeypatch):
     """What a captured step needs: no .item()/.numpy() (host syncs) inside step() or clipping."""
     with td.use_backend("triton"):
@@ -458,12 +467,7 @@ def test_step_never_reads_device_values_on_the_host(monkeypatch):
         sgd, adam = optim.SGD(ours, lr=0.1, momentum=0.9), optim.Adam(ours, lr=0.1)
         for p in ours:
             p.grad = td.ones(*p.shape)
-
-        def forbidden(*args, **kwargs):
-            raise AssertionError("a host synchronisation inside the step")
-
-        for name in ("item", "numpy", "tolist", "__float__", "__bool__"):
-            monkeypatch.setattr(td.Tensor, name, forbidden)
+        forbid_host_reads(monkeypatch)
         for _ in range(2):
             sgd.step()
             adam.step()
@@ -661,10 +665,18 @@ def test_scheduler_state_dict_round_trip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,options", [("SGD", dict(lr=0.01, momentum=0.9, nesterov=True)),
-                                          ("Adam", dict(lr=1e-3, weight_decay=0.01)),
-                                          ("AdamW", dict(lr=1e-3))])
-def test_ten_million_parameters_match_torch_fused(name, options):
+@pytest.mark.parametrize("name,options,variant", [
+    ("SGD", dict(lr=0.01, momentum=0.9, nesterov=True), "fused"),
+    ("SGD", dict(lr=0.01, momentum=0.9, dampening=0.1, maximize=True), "fused"),
+    ("Adam", dict(lr=1e-3, weight_decay=0.01), "fused"),
+    ("AdamW", dict(lr=1e-3), "fused"),
+    # torch has no fused Adadelta or RMSprop, nor Adagrad on the GPU
+    ("Adadelta", dict(lr=1.0, weight_decay=0.01), "foreach"),
+    ("RMSprop", dict(lr=1e-3, momentum=0.9, centered=True), "foreach"),
+    ("Adagrad", dict(lr=0.01, lr_decay=1e-3), "foreach")])
+def test_ten_million_parameters_match_torch(name, options, variant):
+    """20 steps of every fused optimizer on ~10M parameters against torch's fused or foreach
+    step (to float32 rounding: compiled, sqrt_rn and the order of operations must hold)."""
     with td.use_backend("triton"):
         gen = torch.Generator(device="cuda").manual_seed(0)
         shapes = [(4096, 2048), (1023,), (1823, 781), (7,), (5000, 17)]  # ~10M, odd sizes
@@ -672,8 +684,8 @@ def test_ten_million_parameters_match_torch_fused(name, options):
         ours = [td.from_torch(t.clone()).requires_grad_() for t in init]
         theirs = [t.clone().requires_grad_() for t in init]
         opt = getattr(optim, name)(ours, **options)
-        ref = getattr(torch.optim, name)(theirs, fused=True, **options)
-        for step in range(3):
+        ref = getattr(torch.optim, name)(theirs, **{variant: True}, **options)
+        for step in range(20):
             for p, t in zip(ours, theirs):
                 g = torch.randn(t.shape, device="cuda", generator=gen)
                 p.grad, t.grad = td.from_torch(g.clone()), g
@@ -699,20 +711,24 @@ def test_ten_million_element_norm_and_clip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["SGD", "Adam"])
-def test_captured_step_follows_the_schedule(name):
-    """Capture opt.step() in a CUDA graph, change lr with a scheduler between replays: the
-    replays match torch's eager steps with the same schedule (lr and Adam's step are read on
-    the device at every replay)."""
+@pytest.mark.parametrize("name,options,schedule", [
+    ("SGD", dict(lr=0.1, momentum=0.9), lambda m, o: m.StepLR(o, step_size=2, gamma=0.5)),
+    ("Adam", dict(lr=0.01), lambda m, o: m.StepLR(o, step_size=2, gamma=0.5)),
+    ("Adadelta", dict(lr=1.0), lambda m, o: m.StepLR(o, step_size=2, gamma=0.7)),
+    ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True),
+     lambda m, o: m.OneCycleLR(o, max_lr=0.02, total_steps=20)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.1), lambda m, o: m.ExponentialLR(o, gamma=0.9))])
+def test_captured_step_follows_the_schedule(name, options, schedule):
+    """Capture opt.step() in a CUDA graph, change lr (and RMSprop's momentum) with a scheduler
+    between replays: the replays match torch's eager steps with the same schedule (lr,
+    momentum and the step counts are read on the device at every replay)."""
     with td.use_backend("triton"):
         ours, theirs = _pair([(300, 7), (5,), (64,)])
         ours = [td.from_torch(p.torch().cuda()).requires_grad_() for p in ours]
         theirs = [t.detach().cuda().requires_grad_() for t in theirs]
-        options = dict(lr=0.1, momentum=0.9) if name == "SGD" else dict(lr=0.01)
         opt, ref = getattr(optim, name)(ours, **options), getattr(torch.optim, name)(theirs,
                                                                                     **options)
-        sched = lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-        ref_sched = torch.optim.lr_scheduler.StepLR(ref, step_size=2, gamma=0.5)
+        sched, ref_sched = schedule(lr_scheduler, opt), schedule(torch.optim.lr_scheduler, ref)
         for p, t in zip(ours, theirs):
             g = torch.randn(t.shape, device="cuda")
             p.grad, t.grad = td.from_torch(g.clone()), g
@@ -729,6 +745,8 @@ def test_captured_step_follows_the_schedule(name):
         torch.cuda.synchronize()
         for p, t in zip(ours, theirs):
             torch.testing.assert_close(p.torch(), t.detach(), rtol=1e-5, atol=1e-6)
+        if name != "SGD":  # the step counts advanced at every replay: 1 eager step, 6 replays
+            assert float(opt.state_dict()["state"][0]["step"]) == 7.0
 
 
 @pytest.mark.gpu

@@ -376,6 +376,32 @@ class Backend:
         param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)."""
         raise NotImplementedError
 
+    # The three below start from g = (-grad if maximize else grad) + weight_decay * param, as
+    # torch.optim. `count`: None, or a 1-element float32 device array to which the update adds
+    # 1 (the step count torch keeps in state["step"]; the update itself does not read it).
+    def adadelta_step_(self, param, grad, square_avg, acc_delta, lr, rho=0.9, eps=1e-6,
+                       weight_decay=0.0, maximize=False, count=None):
+        """square_avg = rho sa + (1 - rho) g^2; delta = sqrt(acc_delta + eps) /
+        sqrt(square_avg + eps) * g; acc_delta = rho ad + (1 - rho) delta^2; param -= lr delta."""
+        raise NotImplementedError
+
+    def rmsprop_step_(self, param, grad, square_avg, grad_avg, momentum_buf, lr, alpha=0.99,
+                      eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False,
+                      count=None):
+        """square_avg = alpha sa + (1 - alpha) g^2; centered: grad_avg = lerp(grad_avg, g,
+        1 - alpha) and avg = sqrt(square_avg - grad_avg^2) + eps, else avg = sqrt(square_avg)
+        + eps; with momentum: buf = momentum buf + g / avg, param -= lr buf; else param -= lr g /
+        avg. grad_avg / momentum_buf may be None when not centered / momentum is 0; momentum may
+        be a 1-element device array (OneCycleLR cycles it)."""
+        raise NotImplementedError
+
+    def adagrad_step_(self, param, grad, state_sum, step, lr, lr_decay=0.0, eps=1e-10,
+                      weight_decay=0.0, maximize=False, count=None):
+        """clr = lr / (1 + (step - 1) lr_decay); state_sum += g^2;
+        param -= clr g / (sqrt(state_sum) + eps). step (this step's 1-based count) is read only
+        when lr_decay != 0; count must then be None (count the step before)."""
+        raise NotImplementedError
+
     def total_norm(self, arrays, norm_type=2.0):
         """L_p norm of all elements of all arrays together -> 0-d float32 array. arrays: a
         non-empty sequence of contiguous float arrays on one device; p = 2, 1, inf (max |x|, NaN

@@ -761,14 +761,26 @@ class NumpyBackend(Backend):
     def _number(v):
         return float(to_numpy(v).reshape(-1)[0]) if isinstance(v, torch.Tensor) else float(v)
 
-    def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
-                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
+    @staticmethod
+    def _decayed_grad(param, grad, weight_decay, maximize):
+        """(p, g): the parameters (a view) and g = (-grad if maximize else grad) + wd * p."""
         p, g = to_numpy(param), to_numpy(grad).astype(np.float32)
-        lr, momentum = np.float32(self._number(lr)), np.float32(self._number(momentum))
         if maximize:
             g = -g
         if weight_decay:
             g = g + np.float32(weight_decay) * p
+        return p, g
+
+    @staticmethod
+    def _count(count):
+        if count is not None:
+            c = to_numpy(count)
+            c[...] = c + np.float32(1)
+
+    def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
+                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
+        p, g = self._decayed_grad(param, grad, weight_decay, maximize)
+        lr, momentum = np.float32(self._number(lr)), np.float32(self._number(momentum))
         if momentum:
             buf = to_numpy(momentum_buf)
             buf[...] = g if first_step else momentum * buf + np.float32(1 - dampening) * g
@@ -793,6 +805,58 @@ class NumpyBackend(Backend):
         bias1 = np.float32(1 - beta1 ** step)
         bias2 = np.float32(1 - beta2 ** step)
         p -= lr * (m / bias1) / (np.sqrt(v / bias2) + np.float32(eps))
+        return param
+
+    # NOTE: the three below compute in float32 in torch's order of operations (1 - rho and
+    # 1 - alpha rounded once from float64, as torch's scalar arguments), so that hundreds of
+    # steps agree with torch.optim to float32 rounding
+    def adadelta_step_(self, param, grad, square_avg, acc_delta, lr, rho=0.9, eps=1e-6,
+                       weight_decay=0.0, maximize=False, count=None):
+        p, g = self._decayed_grad(param, grad, weight_decay, maximize)
+        v, u = to_numpy(square_avg), to_numpy(acc_delta)
+        f = np.float32
+        lr, eps, keep, take = f(self._number(lr)), f(eps), f(rho), f(1 - rho)
+        v[...] = keep * v + take * g * g
+        delta = np.sqrt(u + eps) / np.sqrt(v + eps) * g
+        u[...] = keep * u + take * delta * delta
+        p -= lr * delta
+        self._count(count)
+        return param
+
+    def rmsprop_step_(self, param, grad, square_avg, grad_avg, momentum_buf, lr, alpha=0.99,
+                      eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False,
+                      count=None):
+        p, g = self._decayed_grad(param, grad, weight_decay, maximize)
+        v = to_numpy(square_avg)
+        f = np.float32
+        lr, momentum, eps = f(self._number(lr)), f(self._number(momentum)), f(eps)
+        w = f(1 - alpha)
+        v[...] = f(alpha) * v + w * g * g
+        square = v
+        if centered:
+            a = to_numpy(grad_avg)
+            a[...] = a + w * (g - a) if w < 0.5 else g - (g - a) * (f(1) - w)  # torch's lerp
+            square = v - a * a
+        avg = np.sqrt(square) + eps
+        if momentum:
+            buf = to_numpy(momentum_buf)
+            buf[...] = momentum * buf + g / avg
+            p -= lr * buf
+        else:
+            p -= lr * (g / avg)
+        self._count(count)
+        return param
+
+    def adagrad_step_(self, param, grad, state_sum, step, lr, lr_decay=0.0, eps=1e-10,
+                      weight_decay=0.0, maximize=False, count=None):
+        p, g = self._decayed_grad(param, grad, weight_decay, maximize)
+        s = to_numpy(state_sum)
+        f = np.float32
+        lr = f(self._number(lr))
+        clr = lr / (f(1) + (f(self._number(step)) - f(1)) * f(lr_decay)) if lr_decay else lr
+        s[...] = s + g * g
+        p -= clr * (g / (np.sqrt(s) + f(eps)))
+        self._count(count)
         return param
 
     def total_norm(self, arrays, norm_type=2.0):

@@ -3,12 +3,16 @@
 An optimizer keeps all parameters of a group in one flat float32 buffer (and the gradients and
 the state in buffers of the same layout), so one launch of these kernels updates every
 parameter. Per element, SGD with momentum reads param, grad, buf and writes param, buf (20
-bytes); Adam reads param, grad, m, v and writes param, m, v (28 bytes). Unfused, the same update
-is 5-10 elementwise kernels, each reading and writing whole arrays again.
+bytes); Adam reads param, grad, m, v and writes param, m, v (28 bytes); Adadelta likewise with
+its two averages (28 bytes); RMSprop 20 bytes, plus 8 for momentum and 8 when centered; Adagrad
+20 bytes. Unfused, the same update is 5-10 elementwise kernels, each reading and writing whole
+arrays again.
 
 Hyperparameters that change between steps (the learning rate, SGD's momentum that OneCycleLR
 cycles, Adam's step count) may be 1-element float32 device arrays: the kernel then loads them
-itself, so a step captured in a CUDA graph reads the current value at every replay.
+itself, so a step captured in a CUDA graph reads the current value at every replay. The step
+counts that torch keeps for Adadelta, RMSprop and Adagrad (state["step"]) but their updates do
+not read are incremented by the update's own launch (program 0), not by a launch of their own.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import torch
 
 from .launch import INTERPRET, PDL, cdiv, empty, num_warps_for, tl, triton
 
-PRIMITIVES = ("sgd_step_", "adam_step_", "total_norm", "clip_scale_")
+PRIMITIVES = ("sgd_step_", "adam_step_", "adadelta_step_", "rmsprop_step_", "adagrad_step_",
+              "total_norm", "clip_scale_")
 
 # one program updates BLOCK elements; under the interpreter few big programs run faster
 BLOCK = 4096 if INTERPRET else 1024
@@ -34,6 +39,20 @@ def _hyper(ptr, value, ON_DEVICE: tl.constexpr):
     if ON_DEVICE:
         value = tl.load(ptr).to(tl.float32)
     return value
+
+
+@triton.jit
+def _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE: tl.constexpr,
+                  HAS_WEIGHT_DECAY: tl.constexpr):
+    """(p, g): the parameters and the gradient torch's rules start from,
+    g = (-grad if maximize else grad) + weight_decay * p."""
+    p = tl.load(param_ptr + offs, mask=mask)
+    g = tl.load(grad_ptr + offs, mask=mask)
+    if MAXIMIZE:
+        g = -g
+    if HAS_WEIGHT_DECAY:
+        g = g + weight_decay * p
+    return p, g
 
 
 @triton.jit
@@ -86,12 +105,8 @@ def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
-    p = tl.load(param_ptr + offs, mask=mask)
-    g = tl.load(grad_ptr + offs, mask=mask)
-    if MAXIMIZE:
-        g = -g
-    if HAS_WEIGHT_DECAY:
-        g = g + weight_decay * p
+    p, g = _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE,
+                         HAS_WEIGHT_DECAY)
     if HAS_MOMENTUM:
         momentum = _hyper(momentum_ptr, momentum, MOMENTUM_ON_DEVICE)
         if FIRST_STEP:
@@ -143,6 +158,112 @@ def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_
     tl.store(exp_avg_ptr + offs, m, mask=mask)
     tl.store(exp_avg_sq_ptr + offs, v, mask=mask)
     tl.store(param_ptr + offs, p - (lr / bias1) * m / denom, mask=mask)
+
+
+@triton.jit
+def _count_step(count_ptr, COUNT: tl.constexpr):
+    # program 0 adds 1 to the step counter (torch's state["step"]); no program of the launch
+    # reads it, so there is no race with the others
+    if COUNT:
+        first = tl.program_id(0) == 0
+        tl.store(count_ptr, tl.load(count_ptr, mask=first, other=0.0) + 1.0, mask=first)
+
+
+@triton.jit
+def _adadelta_kernel(param_ptr, grad_ptr, square_avg_ptr, acc_delta_ptr, lr_ptr, count_ptr, n,
+                     lr, rho, one_minus_rho, eps, weight_decay,
+                     LR_ON_DEVICE: tl.constexpr, COUNT: tl.constexpr, MAXIMIZE: tl.constexpr,
+                     HAS_WEIGHT_DECAY: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    # one program updates BLOCK consecutive elements (as torch.optim.Adadelta; v: square_avg,
+    # u: acc_delta):
+    #   v = rho v + (1 - rho) g^2;   delta = sqrt(u + eps) / sqrt(v + eps) * g
+    #   u = rho u + (1 - rho) delta^2;   p = p - lr * delta
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
+    p, g = _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE,
+                         HAS_WEIGHT_DECAY)
+    v = tl.load(square_avg_ptr + offs, mask=mask)
+    u = tl.load(acc_delta_ptr + offs, mask=mask)
+    v = rho * v + one_minus_rho * g * g
+    # NOTE: sqrt_rn (correctly rounded) as torch, not the approximate tl.sqrt: 200 steps must
+    # agree to float32 rounding
+    delta = tl.sqrt_rn(u + eps) / tl.sqrt_rn(v + eps) * g
+    u = rho * u + one_minus_rho * delta * delta
+    tl.store(square_avg_ptr + offs, v, mask=mask)
+    tl.store(acc_delta_ptr + offs, u, mask=mask)
+    tl.store(param_ptr + offs, p - lr * delta, mask=mask)
+    _count_step(count_ptr, COUNT)
+
+
+@triton.jit
+def _rmsprop_kernel(param_ptr, grad_ptr, square_avg_ptr, grad_avg_ptr, buf_ptr, lr_ptr,
+                    momentum_ptr, count_ptr, n,
+                    lr, alpha, one_minus_alpha, eps, weight_decay, momentum,
+                    LR_ON_DEVICE: tl.constexpr, MOMENTUM_ON_DEVICE: tl.constexpr,
+                    HAS_MOMENTUM: tl.constexpr, CENTERED: tl.constexpr, COUNT: tl.constexpr,
+                    MAXIMIZE: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr, BLOCK: tl.constexpr,
+                    GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    # one program updates BLOCK consecutive elements (as torch.optim.RMSprop; v: square_avg,
+    # a: grad_avg):
+    #   v = alpha v + (1 - alpha) g^2
+    #   centered: a = lerp(a, g, 1 - alpha), avg = sqrt(v - a^2) + eps; else avg = sqrt(v) + eps
+    #   momentum: buf = momentum buf + g / avg, p = p - lr buf;  else p = p - lr g / avg
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
+    p, g = _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE,
+                         HAS_WEIGHT_DECAY)
+    v = tl.load(square_avg_ptr + offs, mask=mask)
+    v = alpha * v + one_minus_alpha * g * g
+    tl.store(square_avg_ptr + offs, v, mask=mask)
+    if CENTERED:
+        a = tl.load(grad_avg_ptr + offs, mask=mask)
+        # NOTE: torch's lerp: start + w (end - start) for w < 0.5, else end - (end - start)(1 - w)
+        w = one_minus_alpha
+        a = tl.where(w < 0.5, a + w * (g - a), g - (g - a) * (1.0 - w))
+        tl.store(grad_avg_ptr + offs, a, mask=mask)
+        v = v - a * a
+    avg = tl.sqrt_rn(v) + eps
+    if HAS_MOMENTUM:
+        momentum = _hyper(momentum_ptr, momentum, MOMENTUM_ON_DEVICE)
+        buf = momentum * tl.load(buf_ptr + offs, mask=mask) + g / avg
+        tl.store(buf_ptr + offs, buf, mask=mask)
+        p = p - lr * buf
+    else:
+        p = p - lr * (g / avg)
+    tl.store(param_ptr + offs, p, mask=mask)
+    _count_step(count_ptr, COUNT)
+
+
+@triton.jit
+def _adagrad_kernel(param_ptr, grad_ptr, sum_ptr, lr_ptr, step_ptr, count_ptr, n,
+                    lr, step, lr_decay, eps, weight_decay,
+                    LR_ON_DEVICE: tl.constexpr, STEP_ON_DEVICE: tl.constexpr,
+                    COUNT: tl.constexpr, MAXIMIZE: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr,
+                    BLOCK: tl.constexpr, GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    # one program updates BLOCK consecutive elements (as torch.optim.Adagrad; s: sum):
+    #   clr = lr / (1 + (step - 1) lr_decay);   s = s + g^2;   p = p - clr * g / (sqrt(s) + eps)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
+    step = _hyper(step_ptr, step, STEP_ON_DEVICE)
+    clr = lr / (1.0 + (step - 1.0) * lr_decay)
+    p, g = _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE,
+                         HAS_WEIGHT_DECAY)
+    s = tl.load(sum_ptr + offs, mask=mask) + g * g
+    tl.store(sum_ptr + offs, s, mask=mask)
+    tl.store(param_ptr + offs, p - clr * (g / (tl.sqrt_rn(s) + eps)), mask=mask)
+    _count_step(count_ptr, COUNT)
 
 
 @triton.jit
@@ -297,6 +418,125 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.99
         float(weight_decay),
         LR_ON_DEVICE=lr_on_device, STEP_ON_DEVICE=step_on_device, WEIGHT_DECAY=decay_kind,
         MAXIMIZE=bool(maximize), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
+    return param
+
+
+def _counter(op, count, device):
+    """(pointer, COUNT) for the optional step counter a launch increments: None, or a 1-element
+    float32 array on the update's device."""
+    if count is None:
+        return None, False
+    if not isinstance(count, torch.Tensor) or count.numel() != 1 or \
+            count.dtype != torch.float32 or count.device != device:
+        got = f"{tuple(count.shape)} {count.dtype} on {count.device}" \
+            if isinstance(count, torch.Tensor) else type(count).__name__
+        raise ValueError(f"{op}: count must be None or a 1-element float32 array on {device}, "
+                         f"got {got}")
+    return count, True
+
+
+def _check_unit_interval(op, name, value):
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{op}: {name} must lie in [0, 1], got {value}")
+
+
+def _grid(n, counting):
+    # a counting launch runs at least one program, so that an empty update still counts its step
+    return (max(cdiv(n, BLOCK), 1 if counting else 0),)
+
+
+def adadelta_step_(param, grad, square_avg, acc_delta, lr, rho=0.9, eps=1e-6, weight_decay=0.0,
+                   maximize=False, count=None):
+    """Adadelta update of flat float32 arrays in place (see Backend.adadelta_step_); one launch.
+
+    param, grad, square_avg, acc_delta: [n]; lr: a number or a 1-element float32 device array
+    (read by the kernel: capture-friendly); count: None or a 1-element float32 device array
+    the launch adds 1 to (torch's state["step"]).
+    """
+    op = "adadelta_step_"
+    n = _check_flat(op, [param, grad, square_avg, acc_delta],
+                    ["param", "grad", "square_avg", "acc_delta"])
+    _check_unit_interval(op, "rho", rho)
+    lr_ptr, lr_value, lr_on_device = _scalar(op, "lr", lr, param.device)
+    count_ptr, counting = _counter(op, count, param.device)
+    if n == 0 and not counting:
+        return param
+    # unused pointers point at param; the kernel never reads them
+    _adadelta_kernel[_grid(n, counting)](
+        param, grad, square_avg, acc_delta, lr_ptr if lr_on_device else param,
+        count_ptr if counting else param, n,
+        lr_value, float(rho), 1.0 - float(rho), float(eps), float(weight_decay),
+        LR_ON_DEVICE=lr_on_device, COUNT=counting, MAXIMIZE=bool(maximize),
+        HAS_WEIGHT_DECAY=weight_decay != 0, BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
+    return param
+
+
+def rmsprop_step_(param, grad, square_avg, grad_avg, momentum_buf, lr, alpha=0.99, eps=1e-8,
+                  weight_decay=0.0, momentum=0.0, centered=False, maximize=False, count=None):
+    """RMSprop update of flat float32 arrays in place (see Backend.rmsprop_step_); one launch.
+
+    param, grad, square_avg: [n]; grad_avg: [n] when centered, else None; momentum_buf: [n]
+    when momentum is nonzero, else None; lr, momentum: numbers or 1-element float32 device
+    arrays (read by the kernel: capture-friendly); count as in adadelta_step_.
+    """
+    op = "rmsprop_step_"
+    has_momentum = isinstance(momentum, torch.Tensor) or momentum != 0
+    arrays, names = [param, grad, square_avg], ["param", "grad", "square_avg"]
+    for wanted, array, name, why in ((centered, grad_avg, "grad_avg", "centered is set"),
+                                     (has_momentum, momentum_buf, "momentum_buf",
+                                      "momentum is nonzero")):
+        if wanted and array is None:
+            raise ValueError(f"{op}: {why} but {name} is None")
+        if wanted:
+            arrays, names = arrays + [array], names + [name]
+    n = _check_flat(op, arrays, names)
+    _check_unit_interval(op, "alpha", alpha)
+    lr_ptr, lr_value, lr_on_device = _scalar(op, "lr", lr, param.device)
+    mom_ptr, mom_value, mom_on_device = _scalar(op, "momentum", momentum, param.device)
+    count_ptr, counting = _counter(op, count, param.device)
+    if n == 0 and not counting:
+        return param
+    # unused pointers point at param; the kernel never reads them
+    _rmsprop_kernel[_grid(n, counting)](
+        param, grad, square_avg, grad_avg if centered else param,
+        momentum_buf if has_momentum else param, lr_ptr if lr_on_device else param,
+        mom_ptr if mom_on_device else param, count_ptr if counting else param, n,
+        lr_value, float(alpha), 1.0 - float(alpha), float(eps), float(weight_decay), mom_value,
+        LR_ON_DEVICE=lr_on_device, MOMENTUM_ON_DEVICE=mom_on_device, HAS_MOMENTUM=has_momentum,
+        CENTERED=bool(centered), COUNT=counting, MAXIMIZE=bool(maximize),
+        HAS_WEIGHT_DECAY=weight_decay != 0, BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
+    return param
+
+
+def adagrad_step_(param, grad, state_sum, step, lr, lr_decay=0.0, eps=1e-10, weight_decay=0.0,
+                  maximize=False, count=None):
+    """Adagrad update of flat float32 arrays in place (see Backend.adagrad_step_); one launch.
+
+    param, grad, state_sum: [n]; step (the 1-based count including this step, read only when
+    lr_decay is nonzero) and lr: numbers or 1-element float32 device arrays (read by the kernel:
+    capture-friendly); count as in adadelta_step_ (not together with a device step: the
+    launch would read the counter it increments).
+    """
+    op = "adagrad_step_"
+    n = _check_flat(op, [param, grad, state_sum], ["param", "grad", "state_sum"])
+    lr_ptr, lr_value, lr_on_device = _scalar(op, "lr", lr, param.device)
+    step_ptr, step_value, step_on_device = _scalar(op, "step", step, param.device)
+    count_ptr, counting = _counter(op, count, param.device)
+    step_on_device = step_on_device and lr_decay != 0
+    if counting and step_on_device:
+        raise ValueError(f"{op}: a device step is read by every program; count it before the "
+                         "launch instead of passing count")
+    if n == 0 and not counting:
+        return param
+    # unused pointers point at param; the kernel never reads them
+    _adagrad_kernel[_grid(n, counting)](
+        param, grad, state_sum, lr_ptr if lr_on_device else param,
+        step_ptr if step_on_device else param, count_ptr if counting else param, n,
+        lr_value, step_value if lr_decay != 0 else 1.0, float(lr_decay), float(eps),
+        float(weight_decay),
+        LR_ON_DEVICE=lr_on_device, STEP_ON_DEVICE=step_on_device, COUNT=counting,
+        MAXIMIZE=bool(maximize), HAS_WEIGHT_DECAY=weight_decay != 0, BLOCK=BLOCK,
+        num_warps=num_warps_for(BLOCK), **PDL)
     return param
 
 

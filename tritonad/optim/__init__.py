@@ -3,27 +3,57 @@
     opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss.backward(); opt.step(); opt.zero_grad()
 
-How: at construction the optimizer copies the parameters of each group (per device) into one
-flat float32 buffer and re-points every parameter at its slice (`p.data` becomes a view: the
-parameter keeps its identity). A flat gradient buffer of the same layout is lent to the autodiff
-engine as each parameter's `_grad_buffer`, so backward writes every `.grad` into it; momentum and
-Adam state are flat buffers too. One kernel (backend.sgd_step_ / adam_step_) then updates all of
-it. Parameters whose size is a multiple of 4 come first in a buffer, so their slices stay 16-byte
-aligned for the other kernels.
+Fused, with torch.optim's constructor arguments, defaults and update rules: SGD (momentum,
+dampening, nesterov), Adam, AdamW, Adadelta, RMSprop (momentum, centered) and Adagrad; each
+takes weight_decay and maximize. The lr schedulers are in tritonad.optim.lr_scheduler (StepLR,
+MultiStepLR, ExponentialLR, LinearLR, ConstantLR, LambdaLR, CosineAnnealingLR, OneCycleLR,
+SequentialLR).
+
+Writing your own optimizer: subclass Optimizer, pass the defaults to its constructor and write
+the rule for one parameter in `update(param, grad, state, group)` with tritonad's in-place ops.
+step() calls it under no_grad for every parameter that has a gradient; `state` is the
+parameter's own dict (empty at its first step) and goes into state_dict(); read the
+hyperparameters from `group`, where param_groups and the schedulers change them:
+
+    class MomentumSGD(optim.Optimizer):
+        def __init__(self, params, lr=0.01, momentum=0.9):
+            super().__init__(params, dict(lr=lr, momentum=momentum))
+
+        def update(self, param, grad, state, group):
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = grad.clone()
+            else:
+                state["momentum_buffer"].mul_(group["momentum"]).add_(grad)
+            param.sub_(state["momentum_buffer"], alpha=group["lr"])
+
+Overriding step() itself, as torch's optimizers do (`for group in self.param_groups: for p in
+group["params"]: ... self.state[p] ...` under `td.no_grad()`), works too. Such an optimizer runs
+a few kernels per parameter instead of one launch for all: slower than the fused ones, but any
+rule works, on parameters of any dtype, with param_groups, state_dict / load_state_dict and the
+schedulers. In a captured step (CUDA graph) its hyperparameters are frozen at capture.
+
+How the fused ones work: at construction the optimizer copies the parameters of each group (per
+device) into one flat float32 buffer and re-points every parameter at its slice (`p.data`
+becomes a view: the parameter keeps its identity). A flat gradient buffer of the same layout is
+lent to the autodiff engine as each parameter's `_grad_buffer`, so backward writes every `.grad`
+into it; momentum and Adam state are flat buffers too. One kernel (backend.sgd_step_,
+adam_step_, ...) then updates all of it. Parameters whose size is a multiple of 4 come first in
+a buffer, so their slices stay 16-byte aligned for the other kernels.
 
 Capturing a step in a CUDA graph: step() never synchronises with the host and reads every value
-that changes between steps from device memory: the learning rate (and SGD's momentum) from
-1-element device scalars, Adam's step count from a device counter that step() increments with a
-kernel. A captured step never refills those scalars: a scheduler's step() copies the new lr
-(and OneCycleLR's momentum) into them itself, outside the graph; after setting
+that changes between steps from device memory: the learning rate (and SGD's and RMSprop's
+momentum) from 1-element device scalars, Adam's step count from a device counter that step()
+increments with a kernel. A captured step never refills those scalars: a scheduler's step()
+copies the new lr (and OneCycleLR's momentum) into them itself, outside the graph; after setting
 `param_groups[i]["lr"]` by hand between replays, call `opt.sync()`. (tritonad.train.Trainer
-saves even that launch: inside `opt.fed_hyperparameters()` its captured step copies each
-step's values from a row of a pinned host table the loop fills.) A tensor lr
+saves even that launch: inside `opt.fed_hyperparameters()` its captured step copies each step's
+values from a row of a pinned host table the loop fills.) A tensor lr
 (`SGD(params, lr=td.tensor([0.1]))`) is read in place. Frozen at capture (re-capture after
-changing them): the structure of the update (which parameters have a gradient, momentum zero or
-not, nesterov, maximize, the number of launches), weight_decay, dampening, eps and Adam's betas.
-Run one step() eagerly before capturing (as torch's recipe does): the first step creates the
-state and the device scalars, and creating them during a capture raises.
+changing them): the structure of the update (which parameters have a gradient, momentum zero or not, nesterov,
+centered, maximize, the number of launches), weight_decay, dampening, eps, Adam's betas,
+Adadelta's rho, RMSprop's alpha and Adagrad's lr_decay. Run one step() eagerly before capturing
+(as torch's recipe does): the first step creates the state and the device scalars, and creating
+them during a capture raises.
 clip_grad_norm_ is capture-friendly too: the norm and the clip coefficient stay on the device.
 """
 
@@ -34,8 +64,10 @@ import math
 from .. import dtypes
 from ..backend import get_backend
 from ..tensor import Tensor, tensor
-from .optimizer import Optimizer
-from .lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, StepLR
+from .optimizer import Optimizer, torch_only_flags
+from .adaptive import Adadelta, Adagrad, RMSprop
+from .lr_scheduler import (ConstantLR, CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR,
+                           LRScheduler, MultiStepLR, OneCycleLR, SequentialLR, StepLR)
 
 
 class SGD(Optimizer):
@@ -50,7 +82,9 @@ class SGD(Optimizer):
     _state_names = ("momentum_buffer",)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False, maximize=False):
+                 nesterov=False, maximize=False, *, foreach=None, differentiable=False,
+                 fused=None):
+        torch_only_flags("SGD", differentiable)
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize))
@@ -58,8 +92,7 @@ class SGD(Optimizer):
     def _check_group(self, group):
         super()._check_group(group)
         for key in ("momentum", "weight_decay", "dampening"):
-            if not group[key] >= 0:
-                raise ValueError(f"SGD: invalid {key} {group[key]}")
+            self._check_range(group, key)
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("SGD: nesterov momentum requires a momentum and zero dampening")
 
@@ -93,9 +126,12 @@ class Adam(Optimizer):
 
     _decoupled = False
     _state_names = ("exp_avg", "exp_avg_sq")
+    _keeps_steps = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, maximize=False):
+                 amsgrad=False, maximize=False, *, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        torch_only_flags(type(self).__name__, differentiable)
         if amsgrad:
             raise NotImplementedError(f"{type(self).__name__}: amsgrad is not supported")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
@@ -107,9 +143,8 @@ class Adam(Optimizer):
         beta1, beta2 = group["betas"]
         if not (0 <= beta1 < 1 and 0 <= beta2 < 1):
             raise ValueError(f"{type(self).__name__}: invalid betas {group['betas']}")
-        if not group["eps"] >= 0 or not group["weight_decay"] >= 0:
-            raise ValueError(f"{type(self).__name__}: invalid eps {group['eps']} or weight_decay "
-                             f"{group['weight_decay']}")
+        self._check_range(group, "eps")
+        self._check_range(group, "weight_decay")
 
     def _update(self, group, bucket, present):
         lr = bucket.scalar("lr", group["lr"])
@@ -123,11 +158,6 @@ class Adam(Optimizer):
                 bucket.counter(cohort), lr, float(beta1), float(beta2), group["eps"],
                 group["weight_decay"], self._decoupled, group["maximize"])
 
-    def _slot_state(self, bucket, i):
-        state = super()._slot_state(bucket, i)
-        state["step"] = Tensor._wrap(bucket.counter(bucket.cohort[i]).view(()))
-        return state
-
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr * weight_decay
@@ -136,8 +166,10 @@ class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+                 amsgrad=False, maximize=False, *, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize,
+                         differentiable=differentiable)
 
 
 # ------------------------------------------------------------------------------ gradient clipping

@@ -5,16 +5,22 @@ float32 buffer and re-points every parameter at its slice (`p.data` becomes a vi
 parameter keeps its identity). A flat gradient buffer of the same layout is lent to the autodiff
 engine as each parameter's `_grad_buffer`, so backward writes every `.grad` into it; the state
 (momentum, Adam's moments) lives in flat buffers of the same layout, so one kernel launch updates
-everything. Subclasses (tritonad/optim/__init__.py) implement `_update`.
+everything. Fused subclasses (tritonad/optim/__init__.py, adaptive.py) implement `_update`.
+
+A hand-written optimizer (a subclass that implements `update(param, grad, state, group)` or
+`step()` instead, see tritonad/optim/__init__.py) keeps its parameters as they are and its state
+in per-parameter dicts, as torch's optimizers do.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 
 import torch
 
 from .. import dtypes
-from ..autodiff.grad_mode import enable_grad
+from ..autodiff.grad_mode import enable_grad, no_grad
 from ..backend import get_backend
 from ..tensor import Tensor, tensor
 
@@ -93,6 +99,10 @@ class _FlatBucket:
     def span(self, flat, start, end):
         return flat if (start, end) == (0, self.numel) else flat[start:end]
 
+    def spans(self, start, end, *flats):
+        """span() of each flat buffer (None stays None)."""
+        return [None if flat is None else self.span(flat, start, end) for flat in flats]
+
     def buffer(self, name):
         """A flat state buffer, zeros when first asked for."""
         if name not in self.buffers:
@@ -163,25 +173,41 @@ class _FlatBucket:
                 out.append((self.offsets[i], end, k))
         return out
 
-    def advance_steps(self, present):
-        """Add 1 to the step counters of the slots that have a grad (one launch per cohort).
+    def split_cohorts(self, present):
+        """Before a step: the cohorts (slots sharing a step counter) that take it.
 
-        Slots skipped at some step (no grad) split off into a cohort with its own counter, so
-        every parameter counts its own steps, as torch's per-parameter state["step"]."""
-        backend = get_backend()
-        if len(self.counters) == 1 and all(present):  # the usual case: one counter for all
-            counter = self.counter(self.cohort[0])
-            backend.add(counter, 1.0, out=counter)
-            return
-        for c in sorted(set(self.cohort[i] for i, here in enumerate(present) if here)):
+        Slots skipped at this step (no grad) split off into a cohort with a copy of the counter,
+        so every parameter counts its own steps, as torch's per-parameter state["step"]."""
+        if all(present):  # the usual case: nothing to split
+            return sorted(set(self.cohort))
+        stepping = sorted(set(k for k, here in zip(self.cohort, present) if here))
+        for c in stepping:
             absent = [i for i, (k, here) in enumerate(zip(self.cohort, present))
                       if k == c and not here]
             if absent:
                 split = max(self.cohort + list(self.counters)) + 1
-                self.counters[split] = backend.contiguous(self.counter(c))
+                self.counters[split] = get_backend().contiguous(self.counter(c))
                 for i in absent:
                     self.cohort[i] = split
-            backend.add(self.counter(c), 1.0, out=self.counter(c))
+        return stepping
+
+    def advance_steps(self, present):
+        """Add 1 to the step counters of the slots that have a grad (one launch per cohort),
+        for updates that read the count (Adam's bias corrections)."""
+        backend = get_backend()
+        for c in self.split_cohorts(present):
+            counter = self.counter(c)
+            backend.add(counter, 1.0, out=counter)
+
+    def counted_runs(self, present):
+        """runs() of the slots with a grad, one cohort each, as (start, end, counter or None)
+        for updates that count their step in their own launch but never read the count: the
+        first run of each cohort gets its counter to increment, later runs of it None."""
+        self.split_cohorts(present)
+        counted = set()
+        for start, end, cohort in self.runs(present, self.cohort):
+            yield start, end, None if cohort in counted else self.counter(cohort)
+            counted.add(cohort)
 
     def counter(self, cohort):
         """The step counter of a cohort (zero when first asked for)."""
@@ -204,15 +230,28 @@ class _FlatBucket:
 
 
 class Optimizer:
-    """Base class: parameter groups, flat buffers, zero_grad, state_dict; subclasses implement
-    `_update(group, bucket, present)` (one fused launch per run of slots with a gradient)."""
+    """Base class of the optimizers: parameter groups, state, zero_grad, state_dict.
+
+    Two kinds of subclass:
+    - fused (SGD, Adam, ...): implement `_update(group, bucket, present)`, one launch per run of
+      a flat bucket's slots that have a gradient (see _FlatBucket);
+    - hand-written: implement `update(param, grad, state, group)` with tritonad ops (called
+      under no_grad for each parameter that has a gradient; `state` is that parameter's dict,
+      empty at first), or override `step()` as in torch, with `self.state[p]` as the dict.
+      Slower (several launches per parameter) but any rule works, on parameters of any dtype.
+    param_groups, state_dict, load_state_dict and the lr schedulers work the same for both.
+    """
 
     _device_hyperparameters = ("lr",)  # group keys the kernels read from device scalars
+    _state_names = ()                  # fused: the names of the flat state buffers
+    _keeps_steps = False               # fused: state["step"] from the bucket's step counters
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
         self.param_groups = []
         self._buckets = []
+        self._fused = type(self)._update is not Optimizer._update
+        self._state = collections.defaultdict(dict)  # hand-written: {param: {name: value}}
         if isinstance(params, Tensor):
             raise TypeError(f"{type(self).__name__}: params must be an iterable of tensors or "
                             "of dicts, got a single tensor; pass [tensor]")
@@ -238,7 +277,7 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: can't optimize a non-leaf tensor "
                                  f"(parameter {i}, shape {p.shape}); pass "
                                  "t.detach().requires_grad_()")
-            if p.dtype is not dtypes.float32:
+            if self._fused and p.dtype is not dtypes.float32:
                 raise TypeError(f"{type(self).__name__}: parameter {i} (shape {p.shape}) has dtype "
                                 f"{p.dtype}; the fused optimizers update float32 parameters")
             if id(p) in seen:
@@ -250,15 +289,35 @@ class Optimizer:
             group.setdefault(key, value)
         self._check_group(group)
         by_device = {}
-        for p in params:
+        for p in params if self._fused else ():
             by_device.setdefault(p.device, []).append(p)
+        buckets = [_FlatBucket(ps, device, self._device_hyperparameters)
+                   for device, ps in by_device.items()]
         self.param_groups.append(group)
-        self._buckets.append([_FlatBucket(ps, device, self._device_hyperparameters)
-                              for device, ps in by_device.items()])
+        self._buckets.append(buckets)
+        for bucket in buckets:
+            self._init_state(group, bucket)
 
     def _check_group(self, group):
-        if not isinstance(group["lr"], Tensor) and not group["lr"] >= 0:
-            raise ValueError(f"{type(self).__name__}: invalid learning rate {group['lr']}")
+        if "lr" in group and not isinstance(group["lr"], Tensor):
+            self._check_range(group, "lr")
+
+    def _check_range(self, group, key, low=0.0, high=None, high_open=False):
+        """A clear error unless low <= group[key] <= high (< high if high_open)."""
+        value = group[key]
+        try:
+            ok = low <= value and (high is None or (value < high if high_open else value <= high))
+        except TypeError:
+            ok = False
+        if not ok or isinstance(value, bool):
+            bound = f">= {low}" if high is None else \
+                f"in [{low}, {high}{')' if high_open else ']'}"
+            raise ValueError(f"{type(self).__name__}: invalid {key} {value!r} (must be a number "
+                             f"{bound})")
+
+    def _init_state(self, group, bucket):
+        """Fused: state that exists before the first step (Adagrad's sum), for a new bucket and
+        after load_state_dict; slots that have it are marked initialized."""
 
     # -------------------------------------------------------------------- the update
     def sync(self):
@@ -289,7 +348,8 @@ class Optimizer:
         training step that copies each step's values from a table the host fills ahead
         (tritonad.train.Trainer: no launch per step for a learning-rate schedule). Yields the
         device arrays, one per bucket, holding hyperparameter_values() in order. On leaving,
-        the next sync() writes every value again. Tensor hyperparameters cannot be fed."""
+        the next sync() writes every value again. Tensor hyperparameters cannot be fed.
+        A hand-written optimizer has no device scalars: it yields an empty list."""
         for group in self.param_groups:
             for name in self._device_hyperparameters:
                 if isinstance(group.get(name), Tensor):
@@ -311,6 +371,13 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        if not self._fused:
+            with no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            self.update(p, p.grad, self._state[p], group)
+            return loss
         self.sync()
         for group, buckets in zip(self.param_groups, self._buckets):
             for bucket in buckets:
@@ -324,23 +391,35 @@ class Optimizer:
                         bucket.params[i]._bump_version()
         return loss
 
+    def update(self, param, grad, state, group):
+        """Hand-written optimizers: update `param` in place from `grad` (tritonad ops; step()
+        calls it under no_grad for every parameter that has a gradient). `state` is the
+        parameter's own dict (empty at its first step): keep tensors and numbers there, they go
+        into state_dict(). `group` is the parameter's group: read hyperparameters from it, as
+        schedulers change them there."""
+        raise NotImplementedError(f"{type(self).__name__}: implement update(param, grad, state, "
+                                  "group) (or step()) to write an optimizer")
+
     def _update(self, group, bucket, present):
         raise NotImplementedError
 
     def zero_grad(self, set_to_none=True):
         """Forget the gradients (set_to_none=True, no launch) or zero them in place (one fill
-        launch per flat gradient buffer)."""
+        launch per flat gradient buffer, and one per gradient outside them)."""
         backend = get_backend()
-        for buckets in self._buckets:
+        for group, buckets in zip(self.param_groups, self._buckets):
+            if set_to_none:
+                for p in group["params"]:
+                    p.grad = None
+                continue
+            in_flat = set()
             for bucket in buckets:
-                if set_to_none:
-                    for p in bucket.params:
-                        p.grad = None
-                    continue
                 backend.fill_(bucket.grad_flat, 0.0)
-                for i, p in enumerate(bucket.params):
-                    if p.grad is not None and not _same_memory(p.grad._data, bucket.grad_views[i]):
-                        backend.fill_(p.grad._data, 0.0)
+                in_flat.update(id(p) for i, p in enumerate(bucket.params) if p.grad is not None
+                               and _same_memory(p.grad._data, bucket.grad_views[i]))
+            for p in group["params"]:
+                if p.grad is not None and id(p) not in in_flat:
+                    backend.fill_(p.grad._data, 0.0)
 
     # -------------------------------------------------------------------- state
     def _locate(self):
@@ -353,8 +432,12 @@ class Optimizer:
                 index += 1
 
     def _slot_state(self, bucket, i):
-        """The state of one parameter as {name: Tensor}: views of the flat buffers."""
-        return {name: Tensor._wrap(bucket.slot(flat, i)) for name, flat in bucket.buffers.items()}
+        """The state of one parameter as {name: Tensor}: views of the flat buffers (and the
+        step count, a 0-d view of its counter, where the optimizer keeps one)."""
+        state = {name: Tensor._wrap(bucket.slot(flat, i)) for name, flat in bucket.buffers.items()}
+        if self._keeps_steps:
+            state["step"] = Tensor._wrap(bucket.counter(bucket.cohort[i]).view(()))
+        return state
 
     def _load_slot_state(self, bucket, i, entry):
         """Copy one parameter's saved state into the flat buffers; whether there was any."""
@@ -373,7 +456,10 @@ class Optimizer:
 
     @property
     def state(self):
-        """{parameter: {name: Tensor}} as torch's optimizer.state (views, not copies)."""
+        """{parameter: {name: Tensor}} as torch's optimizer.state (fused: views, not copies; a
+        hand-written optimizer's own dicts)."""
+        if not self._fused:
+            return self._state
         state = {}
         for _, _, bucket, i in self._locate():
             entry = self._slot_state(bucket, i) if bucket.initialized[i] else None
@@ -385,10 +471,15 @@ class Optimizer:
         """{"state": {index: {name: Tensor}}, "param_groups": [{..., "params": [index]}]}, as
         torch's. Like torch's, the tensors share memory with the optimizer: clone to keep."""
         state, groups = {}, []
-        for index, group, bucket, i in self._locate():
-            entry = self._slot_state(bucket, i) if bucket.initialized[i] else None
-            if entry:
-                state[index] = entry
+        if self._fused:
+            for index, group, bucket, i in self._locate():
+                entry = self._slot_state(bucket, i) if bucket.initialized[i] else None
+                if entry:
+                    state[index] = entry
+        else:
+            params = [p for group in self.param_groups for p in group["params"]]
+            state = {index: dict(self._state[p]) for index, p in enumerate(params)
+                     if self._state.get(p)}
         index = 0
         for group in self.param_groups:
             saved = {k: v for k, v in group.items() if k != "params"}
@@ -398,7 +489,8 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        """Restore hyperparameters and state saved by state_dict() (from a checkpoint too)."""
+        """Restore hyperparameters and state saved by state_dict() (from a checkpoint too, or
+        from torch.optim's state_dict of the same optimizer)."""
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"load_state_dict: the state dict has {len(saved_groups)} parameter "
@@ -410,11 +502,19 @@ class Optimizer:
         for saved, group in zip(saved_groups, self.param_groups):
             group.update({key: (tuple(v) if key == "betas" else v)
                           for key, v in saved.items() if key != "params"})
-        positions = {}
-        for (index, group, bucket, i), saved_index in zip(
-                self._locate(), (j for g in saved_groups for j in g["params"])):
-            positions[saved_index] = (bucket, i)
         state = {int(k): v for k, v in state_dict["state"].items()}
+        saved_indices = [j for g in saved_groups for j in g["params"]]
+        if not self._fused:
+            params = [p for group in self.param_groups for p in group["params"]]
+            self._state.clear()
+            for p, saved_index in zip(params, saved_indices):
+                if saved_index in state:
+                    self._state[p] = {name: _copied(value, p.device)
+                                      for name, value in state[saved_index].items()}
+            return
+        positions = {}
+        for (index, group, bucket, i), saved_index in zip(self._locate(), saved_indices):
+            positions[saved_index] = (bucket, i)
         for buckets in self._buckets:
             for bucket in buckets:
                 bucket.reset_state()
@@ -426,6 +526,9 @@ class Optimizer:
                 steps.setdefault(id(bucket), (bucket, {}))[1][i] = float(entry["step"])
         for bucket, known in steps.values():
             bucket.set_steps([known.get(i, 0.0) for i in range(len(bucket.params))])
+        for group, buckets in zip(self.param_groups, self._buckets):
+            for bucket in buckets:
+                self._init_state(group, bucket)
 
     def __repr__(self):
         lines = [f"{type(self).__name__} ("]
@@ -435,6 +538,15 @@ class Optimizer:
         return "\n".join(lines + [")"])
 
 
+def torch_only_flags(name, differentiable=False):
+    """torch.optim's switches between its implementations (foreach, fused, capturable) are
+    accepted so that torch code runs unchanged, and ignored: tritonad's step is always fused and
+    capturable. differentiable=True (gradients through the step) is refused."""
+    if differentiable:
+        raise NotImplementedError(f"{name}: differentiable=True (gradients through the "
+                                  "optimizer step) is not supported")
+
+
 def _raw(value, device):
     """A raw array on `device` from a Tensor, a torch tensor, a number or a numpy array."""
     if isinstance(value, torch.Tensor):
@@ -442,3 +554,14 @@ def _raw(value, device):
     if not isinstance(value, Tensor):
         value = tensor(value, dtype=dtypes.float32)
     return value.to(device)._data
+
+
+def _copied(value, device):
+    """A loaded state value of a hand-written optimizer: tensors (tritonad's or torch's) as new
+    tritonad tensors on the parameter's device (never sharing the state dict's memory); other
+    values as they are."""
+    if isinstance(value, torch.Tensor):
+        value = Tensor._wrap(value)
+    if isinstance(value, Tensor):
+        return Tensor._wrap(get_backend().contiguous(value.to(device)._data))
+    return copy.deepcopy(value)
