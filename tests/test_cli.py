@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import tritonad as td
-from helpers import assert_close
-from tritonad import cli, models, nn, optim
+from helpers import assert_close, cli_error
+from tritonad import cli, data, models, nn, optim, train
 from tritonad.autodiff import nn_ops
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "mnist"
@@ -49,6 +49,66 @@ def test_resume_continues_exactly(tmp_path, capsys):
     assert json.loads(out[-1])["test_accuracy"] == pytest.approx(a["history"][-1]["test_accuracy"])
 
 
+def _lr_sequence(monkeypatch):
+    """The learning rate of every optimizer step the CLI takes from now on."""
+    lrs, step = [], optim.SGD.step
+
+    def recording_step(self, closure=None):
+        lrs.append(self.param_groups[0]["lr"])
+        return step(self, closure)
+
+    monkeypatch.setattr(optim.SGD, "step", recording_step)
+    return lrs
+
+
+def test_resume_with_more_epochs_extends_the_cosine(tmp_path, capsys, monkeypatch):
+    """1 epoch, then resumed to 2: the second epoch follows the 2-epoch cosine of a straight
+    run (it does not climb back to the peak), and the log and the JSON say so."""
+    ckpt = tmp_path / "one.tdckpt"
+    common = ["--model", "logreg", "--limit", "700", "--batch-size", "100", "--backend", "numpy"]
+    lrs = _lr_sequence(monkeypatch)
+    run_cli(capsys, "train", *common, "--quiet", "--epochs", "2")
+    straight = list(lrs)
+    run_cli(capsys, "train", *common, "--quiet", "--epochs", "1", "--save", str(ckpt))
+    del lrs[:]
+    cli.main(["train", *common, "--epochs", "2", "--resume", str(ckpt)])
+    out, err = capsys.readouterr()
+    assert len(straight) == 14 and len(lrs) == 7
+    assert_close(np.array(lrs), np.array(straight[7:]), 1e-12, 1e-15, name="resumed lrs")
+    assert lrs[0] == pytest.approx(0.05 * (1 + np.cos(np.pi * 7 / 14)) / 2)
+    assert "schedule now spans 14 steps (2 epochs) instead of 7" in err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["schedule"] == {"name": "cosine", "steps": 14, "extended_from_steps": 7}
+    assert report["epochs"] == 2 and report["resumed_from_epoch"] == 1
+    assert td.load(ckpt)["history"][-1]["lr"] == pytest.approx(0.0, abs=1e-12)  # not resumed
+
+
+def test_resume_partway_keeps_the_cosine_exact(tmp_path, capsys, monkeypatch):
+    """A 2-epoch cosine run stopped after epoch 1 and resumed (--epochs taken from the
+    checkpoint) ends with the weights of the uninterrupted run."""
+    full, half = tmp_path / "full.tdckpt", tmp_path / "half.tdckpt"
+    common = ["--model", "logreg", "--limit", "600", "--backend", "numpy", "--quiet"]
+    run_cli(capsys, "train", *common, "--epochs", "2", "--save", str(full))
+    train_epoch = train.Trainer.train_epoch
+
+    def stop_after_one(self, epoch, *args, **kwargs):
+        if epoch == 2:
+            raise KeyboardInterrupt
+        return train_epoch(self, epoch, *args, **kwargs)
+
+    monkeypatch.setattr(train.Trainer, "train_epoch", stop_after_one)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", *common, "--epochs", "2", "--save", str(half)])
+    assert stop.value.code == 130 and "error: interrupted" in capsys.readouterr().err
+    monkeypatch.setattr(train.Trainer, "train_epoch", train_epoch)
+    out = run_cli(capsys, "train", "--resume", str(half), "--save", str(half), "--backend",
+                  "numpy", "--quiet")
+    a, b = td.load(full), td.load(half)
+    assert b["epoch"] == 2 and json.loads(out[-1])["schedule"]["extended_from_steps"] is None
+    for key in a["model"]:
+        assert_close(b["model"][key], a["model"][key], 1e-6, 1e-7, name=key)
+
+
 def _digit_png(path, index, dark_on_light=True, size=(112, 112)):
     from PIL import Image
 
@@ -83,24 +143,21 @@ def test_predict_rejects_what_is_not_an_image(tmp_path, capsys):
             "numpy", "--quiet", "--save", str(ckpt))
     text = tmp_path / "notes.png"
     text.write_text("not a picture")
-    with pytest.raises(SystemExit, match="is not an image"):
-        cli.main(["predict", "--checkpoint", str(ckpt), "--backend", "numpy", str(text)])
-    with pytest.raises(SystemExit, match="no such image"):
-        cli.main(["predict", "--checkpoint", str(ckpt), "--backend", "numpy", "missing.png"])
+    predict = ["predict", "--checkpoint", ckpt, "--backend", "numpy"]
+    cli_error(capsys, predict + [text], text, "is not an image")
+    cli_error(capsys, predict + ["missing.png"], "missing.png", "no such image")
 
 
-def test_bad_arguments_print_usage(capsys):
-    with pytest.raises(SystemExit) as err:
-        cli.main(["train", "--model", "resnet"])
-    assert err.value.code == 2 and "invalid choice" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli.main([])
+def test_bad_arguments_are_one_line_errors(capsys):
+    cli_error(capsys, ["train", "--model", "resnet"], "--model", "invalid choice", "--help")
+    cli_error(capsys, [], "required")
 
 
-def test_missing_data_names_the_folder(tmp_path):
-    with pytest.raises(Exception, match=str(tmp_path)):
-        cli.main(["train", "--model", "logreg", "--data-dir", str(tmp_path), "--backend",
-                  "numpy", "--quiet", "--epochs", "1"])
+def test_missing_data_names_the_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(data, "DOWNLOAD_TIMEOUT_S", 1)
+    monkeypatch.setattr(data.MNIST, "MIRRORS", ("http://127.0.0.1:9/",))  # nothing listens
+    cli_error(capsys, ["train", "--model", "logreg", "--data-dir", tmp_path, "--backend",
+                       "numpy", "--quiet", "--epochs", "1"], tmp_path, "could not download")
 
 
 # ------------------------------------------------------------------------ both backends agree
