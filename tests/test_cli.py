@@ -137,6 +137,82 @@ def test_predict_reads_a_png_of_a_test_digit(tmp_path, capsys):
     assert len(probs) == 3 and probs == sorted(probs, reverse=True)
 
 
+def _png(path, values, color_type):
+    """A 16-bit PNG written by hand (Pillow writes 16 bits only for grey): values uint16
+    [H, W] or [H, W, channels], color_type 0 grey, 2 RGB, 4 grey+alpha, 6 RGBA."""
+    import struct
+    import zlib
+
+    h, w = values.shape[:2]
+    rows = b"".join(b"\0" + values[y].astype(">u2").tobytes() for y in range(h))
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I",
+                                                                        zlib.crc32(kind + body))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n"
+                     + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def _picture(kind, v8, v16, tmp_path):
+    """A file holding the grey picture v8 (uint8 [H, W]; v16: the same at 16 bits) as `kind`."""
+    from PIL import Image
+
+    ink = 255 - v8  # for the pictures with transparency: how much stroke covers a pixel
+    zero = np.zeros_like(v8)
+    files = {
+        "I;16 png": lambda p: Image.fromarray(v16).save(p),
+        "I;16B tiff": lambda p: Image.frombytes("I;16B", v16.shape[::-1],
+                                                v16.astype(">u2").tobytes()).save(p),
+        "I tiff": lambda p: Image.fromarray(v16.astype(np.int32)).save(p),
+        "F tiff": lambda p: Image.fromarray(v8.astype(np.float32)).save(p),
+        "RGB png": lambda p: Image.fromarray(np.stack([v8] * 3, -1)).save(p),
+        "P png": lambda p: Image.fromarray(v8).convert("P").save(p),
+        "RGB 16-bit png": lambda p: _png(p, np.stack([v16] * 3, -1), 2),
+        "LA 16-bit png": lambda p: _png(p, np.stack([v16, np.full_like(v16, 65535)], -1), 4),
+        # dark strokes on transparent paper (whose hidden colour is black)
+        "RGBA dark strokes": lambda p: Image.fromarray(np.stack([zero] * 3 + [ink], -1)).save(p),
+        # light strokes on transparent paper: they need dark paper under them
+        "LA light strokes": lambda p: Image.fromarray(np.stack([zero + 255, ink], -1)).save(p),
+        "RGBA 16-bit dark strokes": lambda p: _png(p, np.stack(
+            [np.zeros_like(v16)] * 3 + [65535 - v16], -1), 6),
+    }
+    suffix = ".tiff" if "tiff" in kind else ".png"
+    path = tmp_path / (kind.replace(" ", "_").replace(";", "") + suffix)
+    files[kind](path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["I;16 png", "I;16B tiff", "I tiff", "F tiff", "RGB png",
+                                  "P png", "RGB 16-bit png", "LA 16-bit png",
+                                  "RGBA dark strokes", "LA light strokes",
+                                  "RGBA 16-bit dark strokes"])
+def test_predict_reads_any_bit_depth_and_mode(tmp_path, kind):
+    """Each kind of picture is prepared as its 8-bit grey version is (to rounding): 16-bit
+    values are scaled by 65535 (not clipped at 255) and transparency is put on suitable paper."""
+    from PIL import Image
+
+    from tritonad.predict import load_digit
+
+    rng = np.random.default_rng(len(kind))
+    raw = gzip.open(DATA / "t10k-images-idx3-ubyte.gz").read()
+    for index, dark_on_light in ((0, True), (1, False)):
+        digit = np.frombuffer(raw, np.uint8, offset=16 + 784 * index).reshape(-1, 28, 28)[0]
+        v8 = np.asarray(Image.fromarray(digit).resize((45, 61), Image.BILINEAR))
+        if dark_on_light or "strokes" in kind:
+            v8 = 255 - v8
+        # 16-bit values that round to v8: not multiples of 257
+        v16 = np.clip(v8.astype(np.int64) * 257 + rng.integers(-128, 129, v8.shape), 0, 65535).astype(np.uint16)
+        Image.fromarray(v8).save(tmp_path / "eight.png")
+        expected = load_digit(tmp_path / "eight.png")
+        if "light strokes" in kind:  # the strokes are light: as a light-on-dark 8-bit picture
+            Image.fromarray(255 - v8).save(tmp_path / "eight.png")
+            expected = load_digit(tmp_path / "eight.png")
+        got = load_digit(_picture(kind, v8, v16, tmp_path))
+        assert_close(got, expected, 0, 3 / 255, name=f"{kind}, digit {index}")
+        assert got.max() == pytest.approx(1.0, abs=0.02)  # strokes at full strength, not clipped
+
+
 def test_predict_rejects_what_is_not_an_image(tmp_path, capsys):
     ckpt = tmp_path / "m.tdckpt"
     run_cli(capsys, "train", "--model", "logreg", "--epochs", "1", "--limit", "500", "--backend",
