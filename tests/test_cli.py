@@ -202,7 +202,8 @@ def test_predict_reads_any_bit_depth_and_mode(tmp_path, kind):
         if dark_on_light or "strokes" in kind:
             v8 = 255 - v8
         # 16-bit values that round to v8: not multiples of 257
-        v16 = np.clip(v8.astype(np.int64) * 257 + rng.integers(-128, 129, v8.shape), 0, 65535).astype(np.uint16)
+        noise = rng.integers(-128, 129, v8.shape)
+        v16 = np.clip(v8.astype(np.int64) * 257 + noise, 0, 65535).astype(np.uint16)
         Image.fromarray(v8).save(tmp_path / "eight.png")
         expected = load_digit(tmp_path / "eight.png")
         if "light strokes" in kind:  # the strokes are light: as a light-on-dark 8-bit picture
