@@ -160,6 +160,8 @@ def _picture(kind, v8, v16, tmp_path):
 
     ink = 255 - v8  # for the pictures with transparency: how much stroke covers a pixel
     zero = np.zeros_like(v8)
+    margin = v8 == v8[0, 0]  # the paper of a 4-pixel border
+    margin[4:-4, 4:-4] = False
     files = {
         "I;16 png": lambda p: Image.fromarray(v16).save(p),
         "I;16B tiff": lambda p: Image.frombytes("I;16B", v16.shape[::-1],
@@ -176,6 +178,11 @@ def _picture(kind, v8, v16, tmp_path):
         "LA light strokes": lambda p: Image.fromarray(np.stack([zero + 255, ink], -1)).save(p),
         "RGBA 16-bit dark strokes": lambda p: _png(p, np.stack(
             [np.zeros_like(v16)] * 3 + [65535 - v16], -1), 6),
+        # opaque paper with a transparent margin whose hidden colour is the picture inverted
+        "RGBA margins": lambda p: Image.fromarray(np.stack(
+            [np.where(margin, 255 - v8, v8)] * 3 + [np.where(margin, 0, 255).astype(np.uint8)],
+            -1)).save(p),
+        "1 png": lambda p: Image.fromarray(v8).convert("1", dither=Image.Dither.NONE).save(p),
     }
     suffix = ".tiff" if "tiff" in kind else ".png"
     path = tmp_path / (kind.replace(" ", "_").replace(";", "") + suffix)
@@ -186,7 +193,7 @@ def _picture(kind, v8, v16, tmp_path):
 @pytest.mark.parametrize("kind", ["I;16 png", "I;16B tiff", "I tiff", "F tiff", "RGB png",
                                   "P png", "RGB 16-bit png", "LA 16-bit png",
                                   "RGBA dark strokes", "LA light strokes",
-                                  "RGBA 16-bit dark strokes"])
+                                  "RGBA 16-bit dark strokes", "RGBA margins", "1 png"])
 def test_predict_reads_any_bit_depth_and_mode(tmp_path, kind):
     """Each kind of picture is prepared as its 8-bit grey version is (to rounding): 16-bit
     values are scaled by 65535 (not clipped at 255) and transparency is put on suitable paper."""
@@ -204,6 +211,8 @@ def test_predict_reads_any_bit_depth_and_mode(tmp_path, kind):
         # 16-bit values that round to v8: not multiples of 257
         noise = rng.integers(-128, 129, v8.shape)
         v16 = np.clip(v8.astype(np.int64) * 257 + noise, 0, 65535).astype(np.uint16)
+        if kind == "1 png":  # one bit: as the 8-bit picture thresholded
+            v8 = np.where(v8 >= 128, 255, 0).astype(np.uint8)
         Image.fromarray(v8).save(tmp_path / "eight.png")
         expected = load_digit(tmp_path / "eight.png")
         if "light strokes" in kind:  # the strokes are light: as a light-on-dark 8-bit picture

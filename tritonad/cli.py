@@ -410,13 +410,20 @@ def _evaluation_model(args):
     return model, state, device, notes
 
 
+def _dataset_kind(state):
+    """The dataset class a checkpoint's model was trained on."""
+    from tritonad import data
+
+    return data.FashionMNIST if state.get("dataset") == "fashion-mnist" else data.MNIST
+
+
 def cmd_eval(args):
     import tritonad as td
     from tritonad import train
 
     _check_data_dir(args.data_dir)
     model, state, device, notes = _evaluation_model(args)
-    _, test_set = train.datasets(state.get("dataset", "mnist"), args.data_dir)
+    test_set = _dataset_kind(state)(args.data_dir, train=False)  # the test split only
     for note in notes:
         print(note, file=sys.stderr)
     loss, acc = train.evaluate(model, td.data.DataLoader(test_set, 1000, device=device))
@@ -433,7 +440,7 @@ def cmd_predict(args):
     from tritonad.predict import load_digit
 
     model, state, device, notes = _evaluation_model(args)
-    kind = data.FashionMNIST if state.get("dataset") == "fashion-mnist" else data.MNIST
+    kind = _dataset_kind(state)
     pictures = [load_digit(path) for path in args.images]
     for note in notes:
         print(note, file=sys.stderr)

@@ -25,6 +25,8 @@ def load_digit(path) -> np.ndarray:
             gray = grayscale(img, name=path)
     except (UnidentifiedImageError, OSError) as err:
         raise ValueError(f"predict: {path} is not an image that can be read ({err})") from None
+    except Image.DecompressionBombError as err:  # far more pixels than any picture of a digit
+        raise ValueError(f"predict: {path} is too large to read ({err})") from None
     return mnist_like(gray)
 
 
