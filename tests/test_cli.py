@@ -5,6 +5,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import torch
 
 import tritonad as td
 from helpers import assert_close, cli_error
@@ -107,6 +108,34 @@ def test_resume_partway_keeps_the_cosine_exact(tmp_path, capsys, monkeypatch):
     assert b["epoch"] == 2 and json.loads(out[-1])["schedule"]["extended_from_steps"] is None
     for key in a["model"]:
         assert_close(b["model"][key], a["model"][key], 1e-6, 1e-7, name=key)
+
+
+@pytest.mark.gpu
+def test_extended_resume_with_captured_steps_on_the_gpu(tmp_path, capsys):
+    """The re-spanned learning rate reaches the captured CUDA-graph steps: a resumed, extended
+    run with graphs ends where the same run stepped eagerly does; --device is checked against
+    the GPU and the backend."""
+    ckpt = tmp_path / "one.tdckpt"
+    common = ["--model", "logreg", "--limit", "2000", "--batch-size", "100", "--backend",
+              "triton", "--quiet"]
+    run_cli(capsys, "train", *common, "--epochs", "1", "--save", str(ckpt))
+    ends = {}
+    for flags in ([], ["--no-graph"]):
+        out = tmp_path / f"two{len(flags)}.tdckpt"
+        report = json.loads(run_cli(capsys, "train", *common, "--epochs", "2", "--resume",
+                                    str(ckpt), "--save", str(out), *flags)[-1])
+        assert report["graph"] == (not flags) and report["schedule"]["extended_from_steps"] == 20
+        ends[bool(flags)] = td.load(out, map_location="cpu")
+    for key, value in ends[True]["model"].items():
+        assert_close(value, ends[False]["model"][key], 1e-5, 1e-6, name=key)
+    assert ends[True]["history"][-1]["lr"] == pytest.approx(0.0, abs=1e-12)
+    count = torch.cuda.device_count()
+    train_cmd = ["train", "--model", "logreg", "--quiet", "--epochs", "1", "--limit", "100"]
+    cli_error(capsys, train_cmd + ["--backend", "triton", "--device", "cpu"],
+              "triton backend runs on the GPU")
+    cli_error(capsys, train_cmd + ["--backend", "numpy", "--device", "cuda"],
+              "numpy backend runs on the CPU only")
+    cli_error(capsys, train_cmd + ["--device", f"cuda:{count}"], f"has {count} GPU(s)")
 
 
 def _digit_png(path, index, dark_on_light=True, size=(112, 112)):
