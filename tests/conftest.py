@@ -48,3 +48,6 @@ def _fresh_state():
     """Every test starts from the default backend and seed 0."""
     td.manual_seed(0)
     yield
+    from tritonad.kernels import errors
+
+    errors.clear()  # an error a test left on the device flags is not the next test's

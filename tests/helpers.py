@@ -149,3 +149,27 @@ def read_device(array):
     device = array.device
     td.backend.backend_for(device).check_errors(device)
     return array
+
+
+def cli_error(capsys, argv, *names):
+    """Run the command line in-process on argv, expecting a user's mistake: exit status 2, stderr
+    ending in one line `error: ...` (and no other error line, no traceback) that mentions every
+    string in names. Returns that line."""
+    from tritonad import cli
+
+    capsys.readouterr()
+    try:
+        cli.main([str(a) for a in argv])
+    except SystemExit as stop:
+        code = stop.code
+    else:
+        code = 0
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, f"{argv}: exit status {code}, stderr:\n{err}"
+    assert lines and lines[-1].startswith("error: "), f"{argv}: stderr:\n{err}"
+    assert sum(line.startswith("error") for line in lines) == 1, f"{argv}: stderr:\n{err}"
+    assert "Traceback" not in err, f"{argv}: stderr:\n{err}"
+    for name in names:
+        assert str(name) in lines[-1], f"{argv}: {name!r} is not in {lines[-1]!r}"
+    return lines[-1]

@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import http.server
 import os
+import re
 import shutil
 import socket
 import struct
@@ -131,25 +132,85 @@ def test_checksum_mismatch_is_a_clear_error(tmp_path):
     assert "delete it" in message
 
 
-def test_fashion_checks_the_gz_md5_and_reads_plain_files(tmp_path):
+def test_fashion_checks_decompressed_content(tmp_path, monkeypatch):
+    """Fashion-MNIST is checked by the MD5 of its decompressed contents, as MNIST: a copy
+    recompressed with other gzip settings (other .gz bytes) or decompressed passes; a copy with
+    one value changed fails. The pinned checksums are those of small fake files here."""
     images = np.random.default_rng(1).integers(0, 256, (6, 28, 28), dtype=np.uint8)
     labels = np.array([0, 9, 3, 3, 1, 2], dtype=np.uint8)
-    write(tmp_path / "t10k-images-idx3-ubyte.gz", idx_bytes(images, 0x08), gz=True)
-    write(tmp_path / "t10k-labels-idx1-ubyte.gz", idx_bytes(labels, 0x08), gz=True)
-    with pytest.raises(data.DataFileError, match="MD5 of its gz file .* expected "
-                                                  "bef4ecab320f06d8554ea6380940ec79"):
-        data.FashionMNIST(root=tmp_path, train=False, download=False)
-    # decompressed files have no published checksum: format and sizes are checked
-    plain = tmp_path / "plain"
-    write(plain / "t10k-images-idx3-ubyte", idx_bytes(images, 0x08), gz=False)
-    write(plain / "t10k-labels-idx1-ubyte", idx_bytes(labels, 0x08), gz=False)
-    ds = data.FashionMNIST(root=plain, train=False, download=False)
-    np.testing.assert_array_equal(ds.images, images)
-    assert ds.labels.tolist() == labels.tolist() and ds.classes[9] == "Ankle boot"
+    content = {"t10k-images-idx3-ubyte": idx_bytes(images, 0x08),
+               "t10k-labels-idx1-ubyte": idx_bytes(labels, 0x08)}
+    assert set(content) < set(data.FashionMNIST.CONTENT_MD5)
+    monkeypatch.setattr(data.FashionMNIST, "CONTENT_MD5",
+                        {name: hashlib.md5(c).hexdigest() for name, c in content.items()})
+    copies = {"fast": lambda c: gzip.compress(c, compresslevel=1, mtime=0),
+              "best": lambda c: gzip.compress(c, compresslevel=9, mtime=12345),
+              "plain": lambda c: c}
+    gz_bytes = set()
+    for kind, compress in copies.items():
+        for name, c in content.items():
+            suffix = "" if kind == "plain" else ".gz"
+            (tmp_path / kind).mkdir(exist_ok=True)
+            (tmp_path / kind / (name + suffix)).write_bytes(compress(c))
+            gz_bytes.add(hashlib.md5(compress(c)).hexdigest())
+        ds = data.FashionMNIST(root=tmp_path / kind, train=False, download=False)
+        np.testing.assert_array_equal(ds.images, images)
+        assert ds.labels.tolist() == labels.tolist() and ds.classes[9] == "Ankle boot"
+    assert len(gz_bytes) == 6  # the copies really differ in their bytes
     assert (ds.MEAN, ds.STD) == (0.2860, 0.3530)
-    write(plain / "t10k-labels-idx1-ubyte", idx_bytes(labels[:5], 0x08), gz=False)
+    altered = images.copy()
+    altered[3, 14, 14] ^= 1
+    write(tmp_path / "altered" / "t10k-images-idx3-ubyte.gz", idx_bytes(altered, 0x08), gz=True)
+    write(tmp_path / "altered" / "t10k-labels-idx1-ubyte.gz", content["t10k-labels-idx1-ubyte"],
+          gz=True)
+    with pytest.raises(data.DataFileError, match="checksum mismatch: the MD5 of its decompressed "
+                                                  "contents") as err:
+        data.FashionMNIST(root=tmp_path / "altered", train=False, download=False)
+    assert "t10k-images-idx3-ubyte.gz" in str(err.value)
+    write(tmp_path / "short" / "t10k-images-idx3-ubyte", content["t10k-images-idx3-ubyte"], False)
+    write(tmp_path / "short" / "t10k-labels-idx1-ubyte", idx_bytes(labels[:5], 0x08), False)
+    monkeypatch.setattr(data.FashionMNIST, "CONTENT_MD5", {})
     with pytest.raises(data.DataFileError, match="6 images but .* 5 labels"):
-        data.FashionMNIST(root=plain, train=False, download=False)
+        data.FashionMNIST(root=tmp_path / "short", train=False, download=False)
+
+
+def test_files_of_other_element_types(tmp_path):
+    """An IDX file of another element type holding MNIST's exact values (int32, int16,
+    float32, float64) loads as the uint8 file and passes its checksum; one whose values are not
+    whole numbers in range is refused, naming the file and its type."""
+    plain = {name: gzip.decompress((REPO_MNIST / (name + ".gz")).read_bytes())
+             for name in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+    original = data.MNIST(root=REPO_MNIST, train=False, download=False)
+    for code in (0x0B, 0x0C, 0x0D, 0x0E):
+        folder = tmp_path / f"type{code}"
+        for name, content in plain.items():
+            write(folder / name, idx_bytes(data.parse_idx(content), code), gz="labels" in name)
+        ds = data.MNIST(root=folder, train=False, download=False)
+        assert ds.images.dtype == np.uint8 and ds.labels.dtype == np.int64
+        np.testing.assert_array_equal(ds.images, original.images)
+        np.testing.assert_array_equal(ds.labels, original.labels)
+    images = np.random.default_rng(3).integers(0, 256, (4, 28, 28))
+    labels = np.array([1, 2, 3, 4])
+    cases = [  # images, their IDX type, labels, theirs: the type named in the error
+        (images / 255, 0x0D, labels, 0x08, "pixel values as float32 (IDX type 0x0D)"),
+        (images + 256, 0x0C, labels, 0x08, "pixel values as int32 (IDX type 0x0C)"),
+        (images, 0x0E, labels + 0.5, 0x0E, "labels as float64 (IDX type 0x0E)"),
+        (images, 0x08, -labels, 0x0B, "labels as int16 (IDX type 0x0B)"),
+        (images, 0x08, labels + 9, 0x09, "labels as int8 (IDX type 0x09)")]
+    for k, (x, x_code, y, y_code, message) in enumerate(cases):
+        folder = tmp_path / f"bad{k}"
+        write(folder / "tiny-images-idx3-ubyte", idx_bytes(x, x_code), gz=False)
+        write(folder / "tiny-labels-idx1-ubyte", idx_bytes(y, y_code), gz=False)
+        with pytest.raises(data.DataFileError, match=re.escape(message) + ", and not all") as err:
+            Unpinned(root=folder, download=False)
+        assert str(folder) in str(err.value)
+    labels = labels.astype(np.uint8)
+    write(tmp_path / "wide" / "tiny-images-idx3-ubyte", idx_bytes(np.zeros((2, 28, 30),
+                                                                            np.uint8), 0x08), False)
+    write(tmp_path / "wide" / "tiny-labels-idx1-ubyte", idx_bytes(labels[:2], 0x08), False)
+    with pytest.raises(data.DataFileError, match=r"shape \(2, 28, 30\), expected images of shape "
+                                                  r"\[N, 28, 28\]"):
+        Unpinned(root=tmp_path / "wide", download=False)
 
 
 # ---------------------------------------------------------------------- finding and downloading
@@ -165,6 +226,11 @@ class Tiny(data.MNIST):
     FILES = {True: tuple(TINY_CONTENT), False: tuple(TINY_CONTENT)}
     CONTENT_MD5 = {name: hashlib.md5(c).hexdigest() for name, c in TINY_CONTENT.items()}
     MIRRORS = ()
+
+
+class Unpinned(Tiny):
+    """Tiny's files with no checksums: any content of the right form loads."""
+    CONTENT_MD5: dict = {}
 
 
 def write_tiny(folder: Path, gz=True):

@@ -1,24 +1,52 @@
-"""The command line: `python -m tritonad {train,eval,predict,bench} ...` (also `tritonad ...`)."""
+"""The command line: `python -m tritonad {train,eval,predict,bench} ...` (also `tritonad ...`).
+
+A user's mistake (a bad option, a missing or corrupt file, no network) ends in one line on
+stderr, `error: <message>`, and exit status 2, as argparse does for its own errors; `--debug`
+or TRITONAD_DEBUG=1 shows the traceback too. A bug in tritonad still shows its traceback.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import linecache
+import math
 import os
 import sys
 import time
+from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist")
+EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
+
+
+class CommandError(Exception):
+    """A mistake in the command line or in the files it names: printed as `error: ...`."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in our one-line format (usage is one `--help` away)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="tritonad", description="Train, evaluate and run MNIST "
-                                "models and kernel benchmarks on tritonad's Triton kernels.")
+    p = _Parser(prog="tritonad", description="Train, evaluate and run MNIST models and kernel "
+                "benchmarks on tritonad's Triton kernels.")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error "
+                   "(also TRITONAD_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
+    # every subcommand takes --debug too, after its name (SUPPRESS keeps the top-level value)
+    debug = _Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
 
-    t = sub.add_parser("train", help="train a model (logreg, mlp, cnn)")
-    t.add_argument("--model", choices=["logreg", "mlp", "cnn"], default="mlp")
-    t.add_argument("--epochs", type=int, help="default: the recipe's (10)")
+    t = sub.add_parser("train", parents=[debug], help="train a model (logreg, mlp, cnn)")
+    t.add_argument("--model", choices=["logreg", "mlp", "cnn"],
+                   help="default: mlp (with --resume: the checkpoint's)")
+    t.add_argument("--epochs", type=int, help="the run's total number of epochs (default: the "
+                   "recipe's, 10; with --resume: the checkpoint's run's, or more to extend it)")
     t.add_argument("--batch-size", type=int, help="default: the recipe's")
     t.add_argument("--lr", type=float, help="default: the recipe's")
     t.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], help="default: sgd")
@@ -26,11 +54,12 @@ def _parser():
     t.add_argument("--device", help="cuda or cpu (default: cuda if there is a GPU)")
     t.add_argument("--backend", choices=["triton", "numpy"],
                    help="default: triton on a GPU, numpy otherwise")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, help="default: 0")
     t.add_argument("--save", metavar="PATH", help="write a checkpoint here after each epoch")
-    t.add_argument("--resume", metavar="PATH", help="continue from a checkpoint")
+    t.add_argument("--resume", metavar="PATH", help="continue the run of a checkpoint (its "
+                   "settings; --epochs may extend it)")
     t.add_argument("--data-dir", help="folder holding the dataset files (or TRITONAD_DATA)")
-    t.add_argument("--dataset", choices=["mnist", "fashion-mnist"], default="mnist")
+    t.add_argument("--dataset", choices=["mnist", "fashion-mnist"], help="default: mnist")
     t.add_argument("--plot", metavar="PATH", help="write a PNG of the loss/accuracy curves")
     t.add_argument("--no-graph", action="store_true", help="run every step eagerly on the GPU "
                    "instead of replaying a captured CUDA graph")
@@ -39,42 +68,223 @@ def _parser():
     t.add_argument("--limit", type=int, help="train on the first N training images only")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    e = sub.add_parser("eval", help="test accuracy of a checkpoint")
+    e = sub.add_parser("eval", parents=[debug], help="test accuracy of a checkpoint")
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--data-dir")
     e.add_argument("--device")
     e.add_argument("--backend", choices=["triton", "numpy"])
 
-    r = sub.add_parser("predict", help="classify images of handwritten digits")
+    r = sub.add_parser("predict", parents=[debug], help="classify images of handwritten digits")
     r.add_argument("--checkpoint", required=True)
     r.add_argument("images", nargs="+", metavar="IMAGE")
     r.add_argument("--device")
     r.add_argument("--backend", choices=["triton", "numpy"])
 
-    b = sub.add_parser("bench", help="benchmarks against PyTorch (needs a GPU)")
+    b = sub.add_parser("bench", parents=[debug], help="benchmarks against PyTorch (needs a GPU)")
     b.add_argument("which", choices=BENCHMARKS + ("all",))
     b.add_argument("--out", default="bench-results", help="folder for tables, JSON and PNGs")
     b.add_argument("--quick", action="store_true", help="fewer sizes")
     return p
 
 
-def _setup(args, say):
-    """Pick backend and device; say what was picked and why."""
+# ---------------------------------------------------------------------- checking options
+# (option, what it must be, test): numbers are checked by what they mean, so that 0 or nan is
+# an error that names the option, never a silent default
+_NUMBERS = (("epochs", "a positive integer", lambda v: v >= 1),
+            ("batch_size", "a positive integer", lambda v: v >= 1),
+            ("limit", "a positive integer", lambda v: v >= 1),
+            ("seed", "a non-negative integer", lambda v: v >= 0),
+            ("lr", "a positive finite number", lambda v: math.isfinite(v) and v > 0))
+
+
+def _option(dest) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _check_numbers(args):
+    for dest, what, ok in _NUMBERS:
+        value = getattr(args, dest, None)
+        if value is not None and not ok(value):
+            raise CommandError(f"{_option(dest)} must be {what}, got {value}")
+
+
+def _check_input_file(path, option):
+    if not os.path.exists(path):
+        raise CommandError(f"{option} {path}: no such file")
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path} is a folder, not a file")
+
+
+def _check_output_file(path, option):
+    """The file can be created: its folder exists and it is not a folder itself."""
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path} is a folder; give a file name")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise CommandError(f"{option} {path}: the folder {folder} does not exist")
+
+
+def _check_data_dir(path):
+    if path is not None and os.path.exists(path) and not os.path.isdir(path):
+        raise CommandError(f"--data-dir {path} is a file, not a folder")
+
+
+def _check_plot(path):
+    """--plot at the start, not after the training: a writable path, matplotlib, a format."""
+    _check_output_file(path, "--plot")
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        raise CommandError("--plot needs matplotlib (pip install matplotlib)") from None
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix and suffix not in formats:
+        raise CommandError(f"--plot {path}: matplotlib cannot write .{suffix} pictures; use one "
+                           f"of {', '.join('.' + f for f in sorted(formats))}")
+
+
+def _device_option(value, backend, gpu):
+    """The device a command runs on: --device checked against the backend and this machine."""
+    import torch
+
+    if value is None:
+        return "cuda" if backend == "triton" and gpu else "cpu"
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise CommandError(f"--device {value!r} is not a device tritonad runs on; use cpu or "
+                           f"cuda (cuda:N for the N-th GPU)")
+    if device.type == "cuda":
+        if not gpu:
+            raise CommandError(f"--device {value}: this machine has no CUDA GPU; use --device "
+                               f"cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise CommandError(f"--device {value}: this machine has {count} GPU(s), cuda:0 to "
+                               f"cuda:{count - 1}")
+        if backend == "numpy":
+            raise CommandError(f"--device {value}: the numpy backend runs on the CPU only; use "
+                               f"--backend triton on the GPU")
+    elif backend == "triton" and gpu:
+        raise CommandError(f"--device {value}: on a machine with a GPU the triton backend runs "
+                           f"on the GPU; use --backend numpy on the CPU")
+    return str(device)
+
+
+def _setup(args):
+    """Pick backend and device: (backend, device, notes), the notes saying what was picked and
+    why (commands print them once their files have loaded, so a bad file is the only line)."""
     import torch
 
     import tritonad as td
 
     gpu = torch.cuda.is_available()
     backend = args.backend or ("triton" if gpu else "numpy")
+    device = _device_option(args.device, backend, gpu)
     td.set_backend(backend)
-    device = args.device or ("cuda" if backend == "triton" and gpu else "cpu")
+    notes = []
     if backend == "triton" and not gpu:
-        say("note: no GPU found: the triton backend runs under Triton's interpreter (very slow)")
+        notes.append("note: no GPU found: the triton backend runs under Triton's interpreter "
+                     "(very slow)")
     elif backend == "numpy" and not args.backend and not gpu:
-        say("note: no GPU found, so this runs on the numpy backend on the CPU")
-    where = torch.cuda.get_device_name() if device.startswith("cuda") else "CPU"
-    say(f"backend: {backend} | device: {device} ({where})")
-    return backend, device
+        notes.append("note: no GPU found, so this runs on the numpy backend on the CPU")
+    where = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
+    notes.append(f"backend: {backend} | device: {device} ({where})")
+    return backend, device, notes
+
+
+# ---------------------------------------------------------------------- checkpoints
+def _load_checkpoint(path, device, option, resume=False):
+    """A training checkpoint (written by `train --save`), checked for what the commands read."""
+    from tritonad import models, serialization
+
+    _check_input_file(path, option)
+    state = serialization.load(path, map_location=device)
+    needed = ("model_name", "model") + (("optimizer", "epoch", "rng") if resume else ())
+    if not isinstance(state, dict) or state.get("format") != "tritonad-checkpoint" or \
+            any(key not in state for key in needed):
+        raise CommandError(f"{option} {path}: not a tritonad training checkpoint (written by "
+                           f"`train --save`)")
+    if state["model_name"] not in models.RECIPES:
+        raise CommandError(f"{option} {path} holds an unknown model {state['model_name']!r}; "
+                           f"this tritonad knows {', '.join(models.RECIPES)}")
+    if resume and (not isinstance(state["epoch"], int) or state["epoch"] < 1):
+        raise CommandError(f"{option} {path}: its epoch count {state['epoch']!r} is not a "
+                           f"positive integer")
+    return state
+
+
+def _restore(what, path, load, value):
+    """load(value) with the path named if the checkpoint's `what` does not fit."""
+    try:
+        load(value)
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise CommandError(f"{path}: its {what} does not fit ({type(err).__name__}: "
+                           f"{err})") from None
+
+
+def _build_model(state, path, device):
+    from tritonad import models
+
+    model = models.build(state["model_name"]).to(device)
+    _restore("model", path, model.load_state_dict, state["model"])
+    return model
+
+
+# ---------------------------------------------------------------------- train
+# the settings that make a run: a resumed run keeps its checkpoint's (only --epochs may change)
+_RUN_SETTINGS = ("model", "dataset", "batch_size", "lr", "optimizer", "schedule", "limit")
+
+
+def _train_settings(args, state):
+    """{setting: value} for this run: the options given, else the resumed checkpoint's, else the
+    recipe's. Refuses options that contradict the run being resumed."""
+    from tritonad import train
+
+    saved = {}
+    if state is not None:
+        saved = dict(state.get("run") or {})
+        saved.update(model=state["model_name"], dataset=state.get("dataset", "mnist"),
+                     schedule="cosine" if state.get("scheduler") else "constant")
+        for name in _RUN_SETTINGS:
+            given = getattr(args, name)
+            if given is not None and name in saved and given != saved[name]:
+                was = f"{_option(name)} {saved[name]}" if saved[name] is not None else \
+                    f"no {_option(name)}"
+                raise CommandError(f"--resume {args.resume} continues a run with {was}, but "
+                                   f"{_option(name)} {given} was given; a resumed run keeps "
+                                   f"its settings (only --epochs may change)")
+    model = args.model or saved.get("model") or "mlp"
+    rec = train.recipe(model)
+    defaults = dict(model=model, dataset="mnist", batch_size=rec.batch_size, lr=rec.lr,
+                    optimizer=rec.optimizer, schedule=rec.schedule, limit=None,
+                    epochs=saved.get("epochs", rec.epochs), seed=0)
+    run = {}
+    for name, default in defaults.items():
+        given = getattr(args, name)
+        run[name] = given if given is not None else saved.get(name, default)
+    if state is not None and run["epochs"] <= state["epoch"]:
+        raise CommandError(f"--resume {args.resume} has already trained {state['epoch']} "
+                           f"epoch(s) of a {run['epochs']}-epoch run; pass --epochs "
+                           f"{state['epoch'] + 1} or more to train further")
+    return run
+
+
+def _respan_cosine(scheduler, optimizer, total_steps):
+    """Make a loaded cosine schedule span total_steps from the step it reached, t: the learning
+    rate becomes the closed form eta_min + (base - eta_min) (1 + cos(pi t / total_steps)) / 2,
+    which the scheduler's recurrence continues from. Returns the span it had."""
+    state = scheduler.state_dict()
+    old, t, low = state["T_max"], state["last_epoch"], state["eta_min"]
+    lrs = [low + (base - low) * (1 + math.cos(math.pi * t / total_steps)) / 2
+           for base in state["base_lrs"]]
+    scheduler.load_state_dict({**state, "T_max": total_steps, "_last_lr": lrs})
+    for group, lr in zip(optimizer.param_groups, lrs):
+        group["lr"] = lr
+    optimizer.sync()
+    return old
 
 
 def cmd_train(args):
@@ -82,64 +292,83 @@ def cmd_train(args):
     from tritonad import models, optim, serialization, train
 
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
-    backend, device = _setup(args, say)
-    rec = train.recipe(args.model)
-    epochs = args.epochs or rec.epochs
-    batch = args.batch_size or rec.batch_size
-    lr = args.lr or rec.lr
-    opt_name = args.optimizer or rec.optimizer
-    schedule = args.schedule or rec.schedule
-    if epochs < 1 or batch < 1 or lr <= 0:
-        raise SystemExit("train: --epochs, --batch-size and --lr must be positive")
-    td.manual_seed(args.seed)
-    train_set, test_set = train.datasets(args.dataset, args.data_dir)
-    loader = td.data.DataLoader(train_set, batch, shuffle=True, device=device, limit=args.limit)
+    _check_numbers(args)
+    _check_data_dir(args.data_dir)
+    if args.save:
+        _check_output_file(args.save, "--save")
+    if args.plot:
+        _check_plot(args.plot)
+    backend, device, notes = _setup(args)
+    state = _load_checkpoint(args.resume, device, "--resume", resume=True) if args.resume \
+        else None
+    run = _train_settings(args, state)
+    epochs, batch, lr = run["epochs"], run["batch_size"], run["lr"]
+    td.manual_seed(run["seed"])
+    train_set, test_set = train.datasets(run["dataset"], args.data_dir)
+    for note in notes:
+        say(note)
+    loader = td.data.DataLoader(train_set, batch, shuffle=True, device=device, limit=run["limit"])
     test_loader = td.data.DataLoader(test_set, 1000, device=device)
-    model = models.build(args.model).to(device)
-    optimizer = train.make_optimizer(opt_name, model.parameters(), lr, rec.momentum)
-    steps = epochs * len(loader)
-    scheduler = optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps) \
-        if schedule == "cosine" else None
-    start_epoch, history = 1, []
-    if args.resume:
-        state = serialization.load(args.resume, map_location=device)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if scheduler is not None and state.get("scheduler"):
-            scheduler.load_state_dict(state["scheduler"])
-        td.set_rng_state(state["rng"])
-        start_epoch, history = state["epoch"] + 1, list(state.get("history", []))
-        say(f"resumed from {args.resume} after epoch {state['epoch']}")
+    model = models.build(run["model"]).to(device)
+    optimizer = train.make_optimizer(run["optimizer"], model.parameters(), lr,
+                                     train.recipe(run["model"]).momentum)
+    scheduler = optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * len(loader)) \
+        if run["schedule"] == "cosine" else None
+    start_epoch, history, extended = 1, [], None
+    if state is not None:
+        path = args.resume
+        _restore("model", path, model.load_state_dict, state["model"])
+        _restore("optimizer state", path, optimizer.load_state_dict, state["optimizer"])
+        if scheduler is not None:
+            _restore("schedule", path, scheduler.load_state_dict, state["scheduler"])
+        _restore("random number state", path, td.set_rng_state, state["rng"])
+        done = state["epoch"]
+        start_epoch, history = done + 1, list(state.get("history", []))
+        say(f"resumed from {path} after epoch {done}")
+        if scheduler is not None:
+            # the cosine spans this run's total: the steps taken plus the epochs still to go
+            total = scheduler.last_epoch + (epochs - done) * len(loader)
+            if total != scheduler.T_max:
+                extended = _respan_cosine(scheduler, optimizer, total)
+                say(f"the cosine schedule now spans {total} steps ({epochs} epochs) instead of "
+                    f"{extended}: it continues from step {scheduler.last_epoch} at lr "
+                    f"{optimizer.param_groups[0]['lr']:.6g}")
     graph = device.startswith("cuda") and backend == "triton" and not args.no_graph
     trainer = train.Trainer(model, optimizer, loader, scheduler, graph=graph,
                             fuse=not args.no_fuse)
     steps = ("captured CUDA graph" if graph else "eager") + (" fused MLP" if trainer.fused else "")
-    say(f"model: {args.model} ({sum(p.numel() for p in model.parameters()):,} parameters) | "
-        f"data: {args.dataset}, {loader.num_samples} training images | batch {batch}, "
-        f"{opt_name} lr {lr} ({schedule}) | {steps} steps")
+    say(f"model: {run['model']} ({sum(p.numel() for p in model.parameters()):,} parameters) | "
+        f"data: {run['dataset']}, {loader.num_samples} training images | batch {batch}, "
+        f"{run['optimizer']} lr {lr} ({run['schedule']}) | {steps} steps")
     began = time.perf_counter()
     for epoch in range(start_epoch, epochs + 1):
         stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet)
         test_loss, test_acc = train.evaluate(model, test_loader)
-        stats.update(epoch=epoch, test_loss=test_loss, test_accuracy=test_acc)
+        stats.update(epoch=epoch, test_loss=test_loss, test_accuracy=test_acc,
+                     lr=optimizer.param_groups[0]["lr"])
         history.append(stats)
         say(f"epoch {epoch}: train loss {stats['loss']:.4f} acc {stats['accuracy']:.4f} | test "
             f"loss {test_loss:.4f} acc {test_acc:.4f} | {stats['seconds']:.2f} s, "
             f"{stats['images_per_s']:,.0f} img/s")
         if args.save:
-            serialization.save({"format": "tritonad-checkpoint", "model_name": args.model,
-                                "dataset": args.dataset, "model": model.state_dict(),
+            serialization.save({"format": "tritonad-checkpoint", "model_name": run["model"],
+                                "dataset": run["dataset"], "model": model.state_dict(),
                                 "optimizer": optimizer.state_dict(),
                                 "scheduler": scheduler.state_dict() if scheduler else None,
-                                "epoch": epoch, "rng": td.get_rng_state(), "history": history},
+                                "epoch": epoch, "rng": td.get_rng_state(), "history": history,
+                                "run": {name: run[name] for name in _RUN_SETTINGS + ("epochs",)}},
                                args.save)
     if args.plot:
-        _plot(history, args.plot, f"{args.model} on {args.dataset}")
+        _plot(history, args.plot, f"{run['model']} on {run['dataset']}")
         say(f"wrote {args.plot}")
     final = history[-1] if history else {}
-    print(json.dumps({"model": args.model, "dataset": args.dataset, "backend": backend,
+    schedule = {"name": run["schedule"]}
+    if scheduler is not None:
+        schedule.update(steps=scheduler.T_max, extended_from_steps=extended)
+    print(json.dumps({"model": run["model"], "dataset": run["dataset"], "backend": backend,
                       "device": device, "epochs": epochs, "batch_size": batch, "lr": lr,
-                      "optimizer": opt_name, "graph": graph,
+                      "optimizer": run["optimizer"], "schedule": schedule, "graph": graph,
+                      "resumed_from_epoch": state["epoch"] if state is not None else None,
                       "test_accuracy": final.get("test_accuracy"),
                       "test_loss": final.get("test_loss"),
                       "train_loss": final.get("loss"), "train_accuracy": final.get("accuracy"),
@@ -172,26 +401,31 @@ def _plot(history, path, title):
     plt.close(fig)
 
 
-def _load_model(path, say, args):
-    from tritonad import models, serialization
-
-    _, device = _setup(args, say)
-    state = serialization.load(path, map_location=device)
-    if not isinstance(state, dict) or state.get("format") != "tritonad-checkpoint":
-        raise SystemExit(f"{path}: not a tritonad training checkpoint (written by `train --save`)")
-    model = models.build(state["model_name"]).to(device)
-    model.load_state_dict(state["model"])
+def _evaluation_model(args):
+    """(model in eval mode, checkpoint, device, notes) for eval and predict."""
+    _, device, notes = _setup(args)
+    state = _load_checkpoint(args.checkpoint, device, "--checkpoint")
+    model = _build_model(state, args.checkpoint, device)
     model.eval()
-    return model, state, device
+    return model, state, device, notes
+
+
+def _dataset_kind(state):
+    """The dataset class a checkpoint's model was trained on."""
+    from tritonad import data
+
+    return data.FashionMNIST if state.get("dataset") == "fashion-mnist" else data.MNIST
 
 
 def cmd_eval(args):
     import tritonad as td
     from tritonad import train
 
-    say = lambda *a: print(*a, file=sys.stderr)  # noqa: E731
-    model, state, device = _load_model(args.checkpoint, say, args)
-    _, test_set = train.datasets(state.get("dataset", "mnist"), args.data_dir)
+    _check_data_dir(args.data_dir)
+    model, state, device, notes = _evaluation_model(args)
+    test_set = _dataset_kind(state)(args.data_dir, train=False)  # the test split only
+    for note in notes:
+        print(note, file=sys.stderr)
     loss, acc = train.evaluate(model, td.data.DataLoader(test_set, 1000, device=device))
     print(json.dumps({"checkpoint": args.checkpoint, "model": state["model_name"],
                       "dataset": state.get("dataset"), "test_loss": loss, "test_accuracy": acc,
@@ -205,15 +439,11 @@ def cmd_predict(args):
     from tritonad import data
     from tritonad.predict import load_digit
 
-    say = lambda *a: print(*a, file=sys.stderr)  # noqa: E731
-    model, state, device = _load_model(args.checkpoint, say, args)
-    kind = data.FashionMNIST if state.get("dataset") == "fashion-mnist" else data.MNIST
-    pictures = []
-    for path in args.images:
-        try:
-            pictures.append(load_digit(path))
-        except (ValueError, FileNotFoundError) as err:
-            raise SystemExit(str(err)) from None
+    model, state, device, notes = _evaluation_model(args)
+    kind = _dataset_kind(state)
+    pictures = [load_digit(path) for path in args.images]
+    for note in notes:
+        print(note, file=sys.stderr)
     x = td.tensor((np.stack(pictures) - kind.MEAN) / kind.STD, dtype=td.float32, device=device)
     with td.no_grad():
         probs = model(x.reshape(len(pictures), 1, 28, 28)).softmax(1).numpy()
@@ -226,25 +456,83 @@ def cmd_predict(args):
 
 def cmd_bench(args):
     import importlib
-    import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
     if not root.is_dir():
-        raise SystemExit(f"bench: the benchmarks folder is not next to the package ({root}); run "
-                         "from a checkout of the repository")
+        raise CommandError(f"bench: the benchmarks folder is not next to the package ({root}); "
+                           f"run from a checkout of the repository")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise CommandError(f"--out {args.out} is a file, not a folder")
     sys.path.insert(0, str(root))
     names = BENCHMARKS if args.which == "all" else (args.which,)
     argv = ["--out", args.out] + (["--quick"] if args.quick else [])
     for name in names:
         module = importlib.import_module("bench_" + name.replace("-", "_"))
-        module.main(argv)
+        try:
+            module.main(argv)
+        except SystemExit as stop:  # a benchmark's own refusal ("needs a CUDA GPU")
+            if isinstance(stop.code, str):
+                raise CommandError(stop.code) from None
+            raise
+
+
+# ---------------------------------------------------------------------- errors
+def _raised_by_tritonad(err) -> bool:
+    """Whether err was raised on purpose by a `raise` statement in tritonad's source (a check
+    of a user's input), rather than by Python, numpy or torch inside it (a bug)."""
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    package = os.path.dirname(os.path.abspath(__file__))
+    if os.path.commonpath([package, os.path.abspath(filename)]) != package:
+        return False
+    return linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise ")
+
+
+def _user_error(err):
+    """The one-line message of an exception that is a user's mistake; None for a bug."""
+    ours = [CommandError]
+    for module, name in (("tritonad.serialization", "CheckpointError"),
+                         ("tritonad.data", "DataFileError"), ("tritonad.data", "DownloadError")):
+        if module in sys.modules:  # not imported: that error cannot have been raised
+            ours.append(getattr(sys.modules[module], name))
+    if isinstance(err, tuple(ours)):
+        message = str(err)
+    elif isinstance(err, OSError):  # missing, unreadable, full: the user's files and disks
+        message = f"{err.filename}: {err.strerror}" if err.filename and err.strerror \
+            else str(err)
+    elif isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        message = f"out of memory ({err}); try a smaller --batch-size"
+    elif isinstance(err, (ValueError, TypeError)) and _raised_by_tritonad(err):
+        message = str(err)
+    else:
+        return None
+    return " ".join(line.strip() for line in message.splitlines() if line.strip()) or \
+        type(err).__name__
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    debug = args.debug or os.environ.get("TRITONAD_DEBUG", "") not in ("", "0")
     os.environ.setdefault("TQDM_DISABLE", "0")
-    {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict, "bench": cmd_bench}[
-        args.command](args)
+    command = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict,
+               "bench": cmd_bench}[args.command]
+    try:
+        command(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("error: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's status for Ctrl-C
+    except Exception as err:  # noqa: BLE001: sorted into user mistakes and bugs just below
+        message = _user_error(err)
+        if message is None or debug:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
 
 
 if __name__ == "__main__":

@@ -105,6 +105,18 @@ def read_idx(path) -> np.ndarray:
     return parse_idx(read_file(path), str(path))
 
 
+def _exact_uint8(values, top, where, what, code) -> np.ndarray:
+    """values as uint8 if they are whole numbers in 0..top, else a DataFileError naming the file
+    and its element type."""
+    whole = np.isfinite(values).all() and (values == np.round(values)).all() \
+        if values.dtype.kind == "f" else True
+    if not whole or (values.size and (values.min() < 0 or values.max() > top)):
+        raise DataFileError(f"{where} stores its {what} as {IDX_TYPES[code].name} (IDX type "
+                            f"0x{code:02X}), and not all of them are whole numbers in 0..{top}; "
+                            f"{_FIX}")
+    return values.astype(np.uint8)
+
+
 # ---------------------------------------------------------------------- downloads
 class _PlainProgress:
     """`name:  42% 4.1/9.9 MB` on stderr, redrawn at most ten times a second."""
@@ -203,7 +215,8 @@ class MNIST:
 
     MNIST(root=None, train=True, download=True): the 60000 training or 10000 test images, from
     `root` / TRITONAD_DATA / the repository's data/mnist / ~/.cache/tritonad (module docstring).
-    Checksums: the MD5 of each file's decompressed contents (mirrors differ in their gz bytes).
+    Checksums: the MD5 of each file's decompressed contents (mirrors differ in their gz bytes);
+    a file of another IDX element type holding the same values is checked as the uint8 file.
     `ds[i]` gives (normalised float32 Tensor [1, 28, 28], int label), as torchvision does.
     """
 
@@ -216,10 +229,10 @@ class MNIST:
                    "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
                    "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
                    "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637"}
-    GZ_MD5: dict = {}  # MD5 of the .gz bytes, for datasets with one canonical source
     classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six",
                "7 - seven", "8 - eight", "9 - nine"]
     MEAN, STD = 0.1307, 0.3081
+    IMAGE_SHAPE = (28, 28)
 
     def __init__(self, root=None, train=True, download=True):
         self.train = bool(train)
@@ -261,39 +274,45 @@ class MNIST:
                 f"--data-dir / TRITONAD_DATA{hint}")
         return download_file(base + ".gz", target, self.MIRRORS, self._verify_download, hint)
 
-    def _checksum_problem(self, name, path, content):
-        """What is wrong with a file's checksum (None if nothing): `name` is the file name the
-        checksum is pinned under, `path` the file on disk, `content` its decompressed bytes."""
+    def _checked(self, name, content, where, images) -> np.ndarray:
+        """The values of a dataset file as uint8, after every check: IDX header and size, shape
+        ([N, *IMAGE_SHAPE] images or [N] labels), element type, and the MD5 of the contents
+        pinned under `name`. `content` is the decompressed file, `where` names it in errors;
+        `images`: whether it holds the images (else the labels).
+
+        A file of another IDX element type (int16, int32, float32, ...) is converted if its
+        values are exactly those of the uint8 file (whole numbers in range) and then checked
+        as that file: its checksum is the MD5 of the canonical uint8 IDX contents.
+        """
         base = name[:-3] if name.endswith(".gz") else name
+        values = parse_idx(content, where)
+        shape = ("N",) + self.IMAGE_SHAPE if images else ("N",)
+        if values.ndim != len(shape) or (images and values.shape[1:] != self.IMAGE_SHAPE):
+            what = "images" if images else "labels"
+            raise DataFileError(f"{where} holds an array of shape {values.shape}, expected "
+                                f"{what} of shape [{', '.join(map(str, shape))}]; {_FIX}")
+        top = 255 if images else len(self.classes) - 1
+        if values.dtype != np.uint8:
+            values = _exact_uint8(values, top, where, "pixel values" if images else "labels",
+                                  content[2])
+            content = bytes([0, 0, 0x08, values.ndim]) + struct.pack(
+                f">{values.ndim}I", *values.shape) + values.tobytes()
         if base in self.CONTENT_MD5:
             found, expected = hashlib.md5(content).hexdigest(), self.CONTENT_MD5[base]
-            what = "decompressed contents"
-        elif name.endswith(".gz") and name in self.GZ_MD5:
-            found, expected = hashlib.md5(path.read_bytes()).hexdigest(), self.GZ_MD5[name]
-            what = "gz file"
-        else:
-            return None
-        return None if found == expected else f"the MD5 of its {what} is {found}, expected " \
-                                                f"{expected}"
+            if found != expected:
+                raise DataFileError(f"{where}: checksum mismatch: the MD5 of its decompressed "
+                                    f"contents is {found}, expected {expected}; the file is "
+                                    f"corrupt or not the {type(self).__name__} file of that "
+                                    f"name; {_FIX}")
+        return values
 
     def _verify_download(self, tmp, url):
-        content = read_file(tmp, name=url)
-        problem = self._checksum_problem(url.rsplit("/", 1)[-1], tmp, content)
-        if problem:
-            raise DataFileError(f"checksum mismatch ({problem})")
-        parse_idx(content, url)
+        name = url.rsplit("/", 1)[-1]
+        images = name.removesuffix(".gz") in (self.FILES[True][0], self.FILES[False][0])
+        self._checked(name, read_file(tmp, name=url), url, images)
 
     def _load(self, path, ndim) -> np.ndarray:
-        content = read_file(path)
-        problem = self._checksum_problem(path.name, path, content)
-        if problem:
-            raise DataFileError(f"{path}: checksum mismatch: {problem}; the file is corrupt or not "
-                                f"the {type(self).__name__} file of that name; {_FIX}")
-        values = parse_idx(content, str(path))
-        if values.ndim != ndim:
-            raise DataFileError(f"{path} holds an array of shape {values.shape}, expected "
-                                f"{ndim} dims; {_FIX}")
-        return values
+        return self._checked(path.name, read_file(path), str(path), images=ndim == 3)
 
     def __len__(self):
         return len(self.labels)
@@ -312,17 +331,16 @@ class MNIST:
 class FashionMNIST(MNIST):
     """Zalando's Fashion-MNIST: MNIST's format and sizes, 10 kinds of clothing.
 
-    Checksums: the MD5 of each .gz file as published by its one official source (the same bytes
-    on every copy of it); plain (decompressed) files are checked for format and size only.
+    Checksums: as MNIST's, the MD5 of each file's decompressed contents, so that recompressed
+    copies (some distributions ship them) and plain files are accepted and checked alike.
     """
 
     NAME = "fashion-mnist"
     MIRRORS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",)
-    CONTENT_MD5: dict = {}
-    GZ_MD5 = {"train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-              "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-              "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-              "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310"}
+    CONTENT_MD5 = {"train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",  # 47040016 B
+                   "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",  # 60008 B
+                   "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",  # 7840016 B
+                   "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965"}  # 10008 B
     classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                "Sneaker", "Bag", "Ankle boot"]
     MEAN, STD = 0.2860, 0.3530

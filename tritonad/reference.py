@@ -411,7 +411,7 @@ class NumpyBackend(Backend):
     def _softmax_parts(self, x, dim):
         dtype = dtypes.get_dtype(x.dtype)
         v = self._float_in(x, dtype)
-        m = np.max(v, axis=dim, keepdims=True)
+        m = np.max(v, axis=dim, keepdims=True, initial=-np.inf)  # (initial: a zero-size dim)
         m = np.where(np.isfinite(m), m, 0)  # rows of -inf: exp(-inf - 0) = 0, not NaN from inf-inf
         with np.errstate(all="ignore"):
             z = v - m
@@ -579,6 +579,9 @@ class NumpyBackend(Backend):
         n, c, h, w = v.shape
         out_hw, extra = self._pool_geometry(v.shape, kernel_size, stride, padding, dilation,
                                             ceil_mode)
+        if n * c == 0:  # an empty batch: empty results, as torch
+            return (self._new(np.empty((n, c, *out_hw), v.dtype), dtype),
+                    self._new(np.empty((n, c, *out_hw), np.int64), dtypes.int64))
         win = _windows(_pad(v, padding, -np.inf, extra), kernel_size, stride, dilation, out_hw)
         flat = win.reshape(n, c, *out_hw, -1)
         arg = np.argmax(flat, axis=-1)  # the first maximum (and the first NaN) in each window
@@ -598,6 +601,8 @@ class NumpyBackend(Backend):
         dtype = dtypes.get_dtype(dy.dtype)
         g = self._float_in(dy, dtype)
         n, c, h, w = input_shape
+        if g.size == 0:
+            return self._new(np.zeros(input_shape, g.dtype), dtype)
         dx = np.zeros((n * c, h * w), g.dtype)
         planes = np.repeat(np.arange(n * c), g[0, 0].size)
         at = to_numpy(indices).reshape(-1)

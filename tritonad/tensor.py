@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections import namedtuple
 
 import numpy as np
@@ -38,13 +39,16 @@ def _device(device) -> torch.device:
     return device
 
 
-def _shape(args) -> tuple:
-    """Accept f(2, 3) and f((2, 3)) alike."""
+def _shape(args, op="tensor") -> tuple:
+    """Accept f(2, 3) and f((2, 3)) alike; `op` names the function in errors."""
     if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
         args = tuple(args[0])
-    shape = tuple(int(s) for s in args)
+    try:  # integers only (as torch): int(2.5) or int("2") would hide a mistake
+        shape = tuple(operator.index(s) for s in args)
+    except TypeError:
+        raise TypeError(f"{op}: sizes must be integers, got {args}") from None
     if any(s < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
+        raise ValueError(f"{op}: negative dimension in shape {shape}")
     return shape
 
 
@@ -613,7 +617,7 @@ def from_torch(t: torch.Tensor) -> Tensor:
 
 def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
     dtype = dtypes.get_dtype(dtype or dtypes.default_float)
-    raw = get_backend().empty(_shape(shape), dtype, _device(device))
+    raw = get_backend().empty(_shape(shape, "empty"), dtype, _device(device))
     return _leaf(raw, requires_grad)
 
 
@@ -624,17 +628,18 @@ def full(shape, fill_value, dtype=None, device=None, requires_grad=False) -> Ten
     dtype = dtypes.get_dtype(dtype or dtypes.scalar_dtype(fill_value))
     device = _device(device)
     get_backend().check_device("full", device)
-    t = _leaf(get_backend().full(_shape((shape,)), fill_value, dtype, device), requires_grad)
+    t = _leaf(get_backend().full(_shape((shape,), "full"), fill_value, dtype, device),
+              requires_grad)
     t._const = (fill_value, 0)
     return t
 
 
 def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return full(_shape(shape), 0, dtype or dtypes.default_float, device, requires_grad)
+    return full(_shape(shape, "zeros"), 0, dtype or dtypes.default_float, device, requires_grad)
 
 
 def ones(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return full(_shape(shape), 1, dtype or dtypes.default_float, device, requires_grad)
+    return full(_shape(shape, "ones"), 1, dtype or dtypes.default_float, device, requires_grad)
 
 
 def zeros_like(t, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -659,7 +664,8 @@ def empty_like(t, dtype=None, device=None, requires_grad=False) -> Tensor:
 
 def rand(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform on [0, 1), from the global seed (`td.manual_seed`)."""
-    return uniform(_shape(shape), 0.0, 1.0, dtype=dtype, device=device, requires_grad=requires_grad)
+    return uniform(_shape(shape, "rand"), 0.0, 1.0, dtype=dtype, device=device,
+                   requires_grad=requires_grad)
 
 
 def uniform(shape, low=0.0, high=1.0, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -669,7 +675,8 @@ def uniform(shape, low=0.0, high=1.0, dtype=None, device=None, requires_grad=Fal
 
 def randn(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal samples, from the global seed."""
-    return normal(_shape(shape), 0.0, 1.0, dtype=dtype, device=device, requires_grad=requires_grad)
+    return normal(_shape(shape, "randn"), 0.0, 1.0, dtype=dtype, device=device,
+                  requires_grad=requires_grad)
 
 
 def normal(shape, mean=0.0, std=1.0, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -679,7 +686,7 @@ def normal(shape, mean=0.0, std=1.0, dtype=None, device=None, requires_grad=Fals
 
 def _draw(kind, shape, a, b, dtype, device, requires_grad):
     """A random draw of `kind` from the global (seed, counter) stream."""
-    shape = _shape((shape,))
+    shape = _shape((shape,), kind)
     dtype = dtypes.get_dtype(dtype or dtypes.default_float)
     if not dtype.is_floating_point:
         raise TypeError(f"{kind}: expected a floating point dtype, got {dtype}")
@@ -706,6 +713,12 @@ def randn_like(t, dtype=None, device=None) -> Tensor:
 
 def randperm(n, device=None) -> Tensor:
     """A random permutation of range(n) (int64), drawn on the device."""
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"randperm: n must be an int, got {n!r}") from None
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, got {n}")
     device = _device(device)
     get_backend().check_device("randperm", device)
     seed, offset = generator.take(n)
@@ -716,6 +729,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     """Values from start (0 if only one bound is given) up to end, excluding it."""
     if end is None:
         start, end = 0, start
+    for name, value in (("start", start), ("end", end), ("step", step)):
+        try:
+            finite = math.isfinite(value)
+        except TypeError:
+            raise TypeError(f"arange: {name} must be a number, got {value!r}") from None
+        if not finite:
+            raise ValueError(f"arange: {name} must be a finite number, got {value!r}")
     if step == 0:
         raise ValueError("arange: step must be nonzero")
     if dtype is None:

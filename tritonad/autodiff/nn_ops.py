@@ -153,7 +153,10 @@ def linear(x, weight, bias=None, activation=None):
         raise ValueError(f"linear: unknown activation {activation!r}")
     _same_float("linear", x, weight, bias)
     lead = x.shape[:-1]
-    y = Linear.apply(reshape(x, (-1, x.shape[-1])), weight, bias, activation)
+    rows = 1
+    for n in lead:  # not -1: with no input features the row count is not implied
+        rows *= n
+    y = Linear.apply(reshape(x, (rows, x.shape[-1])), weight, bias, activation)
     return reshape(y, lead + (weight.shape[0],))
 
 

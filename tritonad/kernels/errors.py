@@ -129,6 +129,15 @@ def check(device=None):
                           "the op itself)")
 
 
+def clear():
+    """Forget every error reported and not yet raised (tests start from clean flags)."""
+    from .elementwise import fill_
+
+    with not_recording():
+        for flags in _FLAGS.values():
+            fill_(flags, 0)
+
+
 def after(device):
     """Call after a checking op: with synchronous checks on, read the flags now."""
     if sync_checks():

@@ -6,6 +6,7 @@ friends walk that tree in registration order, so names and layouts match torch's
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from .. import dtypes
 from ..autodiff.grad_mode import no_grad
@@ -139,7 +140,15 @@ class Module:
         strict: the keys must match exactly. Shape mismatches always raise, listing them all.
         Returns (missing_keys, unexpected_keys).
         """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"load_state_dict: expected a dict of name -> Tensor (as "
+                            f"state_dict() gives), got {type(state_dict).__name__}")
         own = self.state_dict()
+        not_tensors = [f"{k} ({type(v).__name__})" for k, v in state_dict.items()
+                       if k in own and not isinstance(v, Tensor)]
+        if not_tensors:
+            raise TypeError(f"load_state_dict into {type(self).__name__}: these values are not "
+                            f"Tensors: {', '.join(not_tensors)}")
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         wrong = [f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {own[k].shape}"
@@ -156,11 +165,7 @@ class Module:
                                + " | ".join(problems))
         for key, target in own.items():
             if key in state_dict:
-                value = state_dict[key]
-                if not isinstance(value, Tensor):
-                    raise TypeError(f"load_state_dict: {key} is a {type(value).__name__}, "
-                                    "not a Tensor")
-                target.copy_(value)
+                target.copy_(state_dict[key])
         return missing, unexpected
 
     # ------------------------------------------------------------------ modes and moves
