@@ -253,13 +253,24 @@ class MNIST:
                 if (folder / name).is_file():
                     return folder / name
         target = roots[-1] / self.NAME
-        hint = f" (a folder holding {', '.join(f + '.gz' for f in self.FILES[self.train])})"
+        holding = f"a folder holding {', '.join(f + '.gz' for f in self.FILES[self.train])}"
+        env = os.environ.get("TRITONAD_DATA")
+        if root is not None:  # say which setting won, so that nobody sets the one that lost
+            source = "the root argument" + (f", which takes precedence over TRITONAD_DATA={env}"
+                                            if env else "")
+            elsewhere = "pass another root"
+        elif env:
+            source, elsewhere = f"TRITONAD_DATA={env}", "point TRITONAD_DATA elsewhere"
+        else:
+            source = "the default places: the repository's data/ folder, then ~/.cache/tritonad"
+            elsewhere = "pass root= (--data-dir) or set TRITONAD_DATA"
         if not download:
             raise FileNotFoundError(
-                f"{type(self).__name__}: {base}.gz not found in {', '.join(map(str, folders))}; "
-                f"pass download=True to fetch it into {target}, put the files there, or pass "
-                f"--data-dir / TRITONAD_DATA{hint}")
-        return download_file(base + ".gz", target, self.MIRRORS, self._verify_download, hint)
+                f"{type(self).__name__}: {base}.gz not found; looked in "
+                f"{', '.join(map(str, folders))} ({source}); pass download=True to fetch it into "
+                f"{target}, put the files there, or {elsewhere} ({holding})")
+        return download_file(base + ".gz", target, self.MIRRORS, self._verify_download,
+                             f" ({holding}); the folder came from {source}")
 
     def _checksum_problem(self, name, path, content):
         """What is wrong with a file's checksum (None if nothing): `name` is the file name the
@@ -435,3 +446,8 @@ class DataLoader:
 
 __all__ = ["MNIST", "FashionMNIST", "TensorDataset", "DataLoader", "read_idx", "parse_idx",
            "read_file", "download_file", "DataFileError", "DownloadError", "IDX_TYPES"]
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from ._hints import missing
+    raise missing(__name__, name, globals())

@@ -208,3 +208,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm_", "LRScheduler", "StepLR",
            "CosineAnnealingLR", "OneCycleLR"]
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from .._hints import missing
+    raise missing(__name__, name, globals())
