@@ -14,7 +14,7 @@ from . import launch  # sets TRITON_INTERPRET before triton is imported, where t
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
-            "optim", "mlp")
+            "optim", "mlp", "augment")
 
 
 class TritonBackend(Backend):
