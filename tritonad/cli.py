@@ -8,7 +8,7 @@ import sys
 import time
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
-              "optim", "mnist")
+              "optim", "mnist", "augment")
 
 
 def _parser():
