@@ -19,6 +19,8 @@ float64 cos rounding across a float32 boundary).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import triton
@@ -26,7 +28,7 @@ import triton.language as tl
 
 from ..reference import DEG_TO_RAD, check_random_warp
 from .elementwise import cast_for_store
-from .launch import INTERPRET, cdiv, next_power_of_2
+from .launch import INTERPRET, next_power_of_2
 from .random import _philox, _seed_words, _uniform01
 
 PRIMITIVES = ("random_warp",)
@@ -119,8 +121,10 @@ def _random_warp_kernel(out_ptr, x_ptr, C, H, W, out_h, out_w,
 # ----------------------------------------------------------------------------------- launchers
 
 
+@functools.lru_cache(maxsize=256)
 def _kernel_parameters(crop, ranges, h, w):
-    """p0..p5, cx, cy of the kernel: the ranges combined in float32 as the reference does."""
+    """p0..p5, cx, cy of the kernel: the ranges combined in float32 as the reference does
+    (cached: numpy scalar arithmetic costs microseconds a call)."""
     r = [np.float32(v) for v in ranges]
     one = np.float32(1)
     p = (r[0], r[1], r[2] + one, r[3] + one, 0, 0) if crop else \
@@ -140,8 +144,10 @@ def random_warp(x, out_size, crop, ranges, fill, bilinear, seed, offset):
         return out
     block, warps = (min(next_power_of_2(pixels), INTERPRET_BLOCK), 1) if INTERPRET else \
         (BLOCK, WARPS)
-    _random_warp_kernel[(n, cdiv(pixels, block))](
+    # NOTE: plain integer division for the grid: triton.cdiv is a jit function, slow on the host
+    _random_warp_kernel[(n, -(-pixels // block))](
         out, x, c, h, w, out_h, out_w, *x.stride(), *_seed_words(seed), int(offset),
-        *_kernel_parameters(crop, ranges, h, w), float(np.float32(fill)), CROP=bool(crop), BILINEAR=bool(bilinear), BLOCK=block, num_warps=warps,
+        *_kernel_parameters(bool(crop), tuple(float(v) for v in ranges), h, w),
+        float(np.float32(fill)), CROP=bool(crop), BILINEAR=bool(bilinear), BLOCK=block, num_warps=warps,
         enable_fp_fusion=False)  # NOTE: each product rounded on its own, as the reference
     return out
