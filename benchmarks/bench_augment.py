@@ -3,12 +3,15 @@
     python benchmarks/bench_augment.py --out DIR [--quick]
 
 Each row augments one batch [128, 1, 28, 28] float32 on the GPU, every image with its own random
-parameters (tritonad: one random_warp kernel). Columns, in microseconds (medians):
-    eager      the transform called from Python (what a training loop pays per batch)
-    kernel     the random_warp launch alone, replayed in a CUDA graph (the GPU's time)
-    torch      the same per-image work in PyTorch: random parameters, affine_grid, grid_sample
-    tv v2      torchvision.transforms.v2 on the GPU tensor, if installed; NOTE it draws ONE set
-               of parameters for the whole batch (less work than the others)
+parameters (tritonad: one random_warp kernel). Columns, in microseconds:
+    eager      the transform called from Python, as a training loop calls it: the wall time of
+               200 calls in a row and one synchronisation, per call, best of 5 (the call is
+               bound by the host, whose timings jitter; do_bench's per-call events jitter more)
+    kernel     the random_warp launch alone, replayed in a CUDA graph (the GPU's time, median)
+    torch      the same per-image work in PyTorch (random parameters, affine_grid, grid_sample),
+               timed as eager
+    tv v2      torchvision.transforms.v2 on the GPU tensor, if installed, timed as eager; NOTE it
+               draws ONE set of parameters for the whole batch (less work than the others)
 GB/s counts the bytes moved at least: the batch read once and the result written once,
 (N*C*H*W + N*C*Ho*Wo) * 4 / t. x = torch us / eager us (above 1: tritonad is faster).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 
 import torch
 
@@ -81,17 +85,32 @@ def torch_crop(x, size, padding):
     return padded.reshape(n, c, -1).gather(2, index).reshape(n, c, size, size)
 
 
+def loop_us(fn, calls=200, repeats=5):
+    """Per-call microseconds of `calls` calls in a row with one synchronisation, best of
+    `repeats` (after a warm-up)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
 def run_case(name, ours, theirs, tv, x_td):
     from tritonad.kernels import augment
 
     x = x_td.torch()
     out_size, crop, ranges = ours._warp(*x.shape[2:])
     row = {"op": name, "batch": "x".join(map(str, x.shape))}
-    row["us_eager"] = common.bench(lambda: ours(x_td)) * 1e3
+    row["us_eager"] = loop_us(lambda: ours(x_td))
     row["us_kernel"] = common.bench_graph(lambda: augment.random_warp(
         x, out_size, crop, ranges, ours.fill, ours.bilinear, 1, 0)) * 1e3
-    row["torch_us"] = common.bench(lambda: theirs(x)) * 1e3
-    row["tv_us"] = common.bench(lambda: tv(x)) * 1e3 if tv is not None else None
+    row["torch_us"] = loop_us(lambda: theirs(x))
+    row["tv_us"] = loop_us(lambda: tv(x)) if tv is not None else None
     nbytes = (x.numel() + x.shape[0] * x.shape[1] * out_size[0] * out_size[1]) * 4
     row["gbs_kernel"] = nbytes / row["us_kernel"] / 1e3
     row["ratio"] = row["torch_us"] / row["us_eager"]
