@@ -137,6 +137,18 @@ def test_transforms_the_resident_path_cannot_take_go_sample_by_sample(mnist_imag
         assert loader.images is None and len(loader) == 3
         x, y = next(iter(loader))
         assert x.shape == (10, 1, 28, 28) and y.dtype is td.int64
+    class Cropped(data.Dataset):  # arrays, but samples from its own __getitem__
+        def __init__(self):
+            self.images, self.labels = images[:6], labels[:6]
+
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return td.tensor(self.images[i, 4:8, 4:8]), int(self.labels[i])
+
+    loader = data.DataLoader(Cropped(), batch_size=6)
+    assert loader.images is None and next(iter(loader))[0].shape == (6, 4, 4)
     x, y = next(iter(data.DataLoader(mnist(transform=double), batch_size=4)))
     assert_close(x, images[:4, None] / np.float32(255) * 2, 1e-6, 1e-6)
     y = next(iter(data.DataLoader(mnist(target_transform=lambda v: v + 1), batch_size=4)))[1]

@@ -416,8 +416,7 @@ def _collate(samples, where):
     here = f" at {where}" if where else ""
     if isinstance(elem, Tensor):
         return _stack(samples, here)
-    if isinstance(elem, (np.ndarray, np.generic, numbers.Number)) and \
-            not isinstance(elem, (str, bytes)):
+    if isinstance(elem, (np.ndarray, np.generic, numbers.Number)):
         kinds = {isinstance(s, np.ndarray) for s in samples}
         if len(kinds) != 1 or not all(isinstance(s, (np.ndarray, np.generic, numbers.Number))
                                       for s in samples):
@@ -509,10 +508,10 @@ class DataLoader:
                generator=None, num_workers=0, pin_memory=False, persistent_workers=False,
                device=None, normalize=True, flatten=False, limit=None)
 
-    Device-resident path (the fast one): datasets with `images` and `labels` arrays (MNIST,
-    FashionMNIST; they yield (images, labels)) and TensorDataset (one batch per tensor), with no
-    collate_fn, no target_transform, and no transform or one that starts with ToTensor (see
-    transforms.resident_plan). The images go to `device` once, as uint8, and are converted
+    Device-resident path (the fast one): MNIST, FashionMNIST and other datasets with `images`
+    and `labels` arrays and no __getitem__ of their own (they yield (images, labels)), and
+    TensorDataset (one batch per tensor), with no collate_fn, no target_transform, and no
+    transform or one that starts with ToTensor (see transforms.resident_plan). The images go to `device` once, as uint8, and are converted
     there by our kernels: float32 / 255, then (x - MEAN) / STD if `normalize` and the dataset
     has MEAN/STD (with a transform: its ToTensor and leading Normalize instead, and its
     augmentations on each batch); `flatten` gives [N, C*H*W] instead of [N, C, H, W]. Each
@@ -589,9 +588,12 @@ class DataLoader:
         """(once, per_batch) transforms when the dataset can stay on the device, else None."""
         if collate_fn is not None:
             return None
-        if isinstance(dataset, TensorDataset):
+        # NOTE: a class with a __getitem__ of its own gets its samples from it, arrays or not
+        getitem = getattr(type(dataset), "__getitem__", None)
+        if isinstance(dataset, TensorDataset) and getitem is TensorDataset.__getitem__:
             return [], []
         if not (hasattr(dataset, "images") and hasattr(dataset, "labels")) or \
+                getitem not in (None, MNIST.__getitem__) or \
                 getattr(dataset, "target_transform", None) is not None:
             return None
         transform = getattr(dataset, "transform", None)
