@@ -1,8 +1,10 @@
-"""Datasets (MNIST, FashionMNIST, TensorDataset) and a DataLoader that lives on the device.
+"""Datasets (MNIST, FashionMNIST, TensorDataset, your own Dataset) and a DataLoader that keeps
+array-backed datasets on the device and batches any other dataset sample by sample.
 
     train = td.data.MNIST(train=True)                  # numpy uint8 images [60000, 28, 28]
     loader = td.data.DataLoader(train, batch_size=128, shuffle=True, device="cuda")
     for images, labels in loader: ...                  # [128, 1, 28, 28] float32, [128] int64
+    td.data.DataLoader(MyDataset(), batch_size=32, shuffle=True, collate_fn=None)  # any dataset
 
 Where the files come from, first match wins:
   1. `root=` (the CLI's --data-dir), else the environment variable TRITONAD_DATA: that folder only;
