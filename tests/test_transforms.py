@@ -67,6 +67,10 @@ def test_normalize_per_channel(backend_name):
     t = td.tensor(x)
     assert T.Normalize(mean, std, inplace=True)(t) is t
     assert_close(t, expected, 1e-6, 1e-6)
+    leaf = td.tensor(x, requires_grad=True)  # differentiable, as torchvision's
+    norm(leaf).sum().backward()
+    assert_close(leaf.grad, np.broadcast_to(1 / np.float32(std)[:, None, None], x.shape), 1e-6,
+                 1e-6)
     half = norm(td.tensor(x).half())
     assert half.dtype is td.float16
     assert_close(half, expected, 2e-3, 2e-3)

@@ -126,7 +126,7 @@ class Normalize:
         if len(self.mean) not in (1, channels):
             raise ValueError(f"Normalize: {len(self.mean)} means and stds for images of "
                              f"{channels} channels (shape {x.shape})")
-        with no_grad(), _computing(x):
+        with _computing(x):  # NOTE: differentiable, as torchvision's
             if len(self.mean) == 1:  # Python numbers: no tensor to make
                 mean, std = self.mean[0], self.std[0]
             else:
