@@ -356,6 +356,30 @@ def test_folder_resolution(tmp_path, monkeypatch):
                                   tmp_path / "home" / ".cache" / "tritonad"]
 
 
+def test_not_found_says_which_setting_won(tmp_path, monkeypatch, closed_port_url):
+    monkeypatch.setenv("TRITONAD_DATA", str(tmp_path / "env"))
+    with pytest.raises(FileNotFoundError) as err:
+        Tiny(root=tmp_path / "mine", download=False)
+    message = str(err.value)
+    assert f"looked in {tmp_path / 'mine'}, {tmp_path / 'mine' / 'tiny'} (the root argument, " \
+           f"which takes precedence over TRITONAD_DATA={tmp_path / 'env'})" in message
+    assert "pass another root" in message and "\n" not in message
+    with pytest.raises(FileNotFoundError, match=r"\(TRITONAD_DATA=.*env\); .* or point "
+                                                r"TRITONAD_DATA elsewhere"):
+        Tiny(download=False)
+    monkeypatch.setattr(Tiny, "MIRRORS", (closed_port_url,))
+    with pytest.raises(data.DownloadError, match="the folder came from the root argument, which "
+                                                 "takes precedence over TRITONAD_DATA="):
+        Tiny(root=tmp_path / "mine")
+    monkeypatch.delenv("TRITONAD_DATA")
+    with pytest.raises(FileNotFoundError, match=r"\(the root argument\); pass download=True"):
+        Tiny(root=tmp_path / "mine", download=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(FileNotFoundError, match="the default places: .*pass root= "
+                                                r"\(--data-dir\) or set TRITONAD_DATA"):
+        Tiny(download=False)
+
+
 # ---------------------------------------------------------------------- DataLoader
 class Indexed:
     """A dataset whose label is the sample's index: batches show which rows were gathered."""
@@ -424,8 +448,9 @@ def test_loader_options_and_errors():
     assert len(big) == 1 and len(td.data.DataLoader(ds, batch_size=64, drop_last=True)) == 0
     with pytest.raises(ValueError, match="batch_size"):
         td.data.DataLoader(ds, batch_size=0)
-    with pytest.raises(TypeError, match="images"):
-        td.data.DataLoader([1, 2, 3])
+    with pytest.raises(TypeError, match=r"expected a dataset \(a class with __getitem__ and "
+                                        r"__len__, or with __iter__\), got int"):
+        td.data.DataLoader(42)
 
 
 def test_tensor_dataset_loader():

@@ -245,8 +245,8 @@ def test_bad_checkpoint_files(tmp_path):
     raw = good.read_bytes()
     cases = {"truncated.td": (raw[:len(raw) // 2], serialization.CheckpointError, "truncated"),
              "random.td": (os.urandom(200), serialization.CheckpointError,
-                           "is not a tritonad checkpoint"),
-             "empty.td": (b"", serialization.CheckpointError, "is not a tritonad checkpoint"),
+                           "is not a checkpoint"),
+             "empty.td": (b"", serialization.CheckpointError, "is not a checkpoint"),
              "pickle.td": (b"\x80\x04" + raw[2:], serialization.CheckpointError, "pickle")}
     for name, (content, kind, message) in cases.items():
         (tmp_path / name).write_bytes(content)
@@ -263,15 +263,16 @@ def test_an_interrupted_checkpoint_write_keeps_the_last_one(tmp_path, capsys, mo
     """Ctrl-C while `train --save` writes epoch 2's checkpoint: exit 130, one line, and the
     file still holds epoch 1 (no partial file, no temporary file left behind)."""
     ckpt = tmp_path / "run.tdckpt"
-    chunks = serialization._file_chunks
+    write = serialization._serialize_file
 
-    def interrupted(*args):
-        if ckpt.exists():  # the second save: stopped after its first chunk
-            yield next(chunks(*args))
+    def interrupted(arrays, filename, metadata):
+        write(arrays, filename, metadata)
+        if ckpt.exists():  # the second save: stopped halfway through its data
+            with open(filename, "r+b") as f:
+                f.truncate(os.path.getsize(filename) // 2)
             raise KeyboardInterrupt
-        yield from chunks(*args)
 
-    monkeypatch.setattr(serialization, "_file_chunks", interrupted)
+    monkeypatch.setattr(serialization, "_serialize_file", interrupted)
     with pytest.raises(SystemExit) as stop:
         cli.main(["train", "--model", "logreg", "--epochs", "2", "--limit", "300", "--backend",
                   "numpy", "--quiet", "--save", str(ckpt)])
@@ -325,7 +326,7 @@ TRAIN_MISTAKES = [
     (["--save", "{tmp}"], ["--save", "is a folder"]),
     (["--resume", "{tmp}/missing.td"], ["--resume", "missing.td: no such file"]),
     (["--resume", "{tmp}"], ["--resume", "is a folder"]),
-    (["--resume", "{tmp}/garbage.td"], ["garbage.td is not a tritonad checkpoint"]),
+    (["--resume", "{tmp}/garbage.td"], ["garbage.td is not a checkpoint"]),
     (["--resume", "{tmp}/plain.td"], ["--resume", "plain.td: not a tritonad training checkpoint"]),
     (["--data-dir", "{tmp}/garbage.td"], ["--data-dir", "is a file, not a folder"]),
     (["--data-dir", "{tmp}/empty"], ["could not download train-images-idx3-ubyte.gz",

@@ -75,16 +75,23 @@ def test_round_trip_of_a_training_state(tmp_path):
     back["array"][0, 0] = 7
 
 
-def test_the_file_is_json_and_bytes(tmp_path):
-    save({"w": td.ones(3), "k": "v"}, tmp_path / "c.td")
+def test_the_file_is_safetensors(tmp_path):
+    """The layout by hand: 8-byte header length, JSON header, raw little-endian bytes."""
+    save({"w": td.tensor([1.0, 2.0, 3.0]), "k": "v", "inner": [td.arange(2)]}, tmp_path / "c.td")
     raw = (tmp_path / "c.td").read_bytes()
-    magic, version, header_len, _ = struct.unpack_from("<8sIQI", raw)
-    assert magic == b"TRITONAD" and version == serialization.VERSION
-    header = json.loads(raw[24:24 + header_len])
-    (key, tensor), (_, value) = header["object"]["dict"]
-    assert key == "w" and tensor["tensor"]["dtype"] == "float32" and value == "v"
-    start = -(-(24 + header_len) // 64) * 64
-    assert np.frombuffer(raw, "<f4", 3, start + tensor["tensor"]["offset"]).tolist() == [1, 1, 1]
+    (header_len,) = struct.unpack_from("<Q", raw)
+    header = json.loads(raw[8:8 + header_len])
+    assert header["w"]["dtype"] == "F32" and header["w"]["shape"] == [3]
+    begin, end = header["w"]["data_offsets"]
+    assert np.frombuffer(raw[8 + header_len + begin:8 + header_len + end], "<f4").tolist() == \
+        [1, 2, 3]
+    assert header["inner.0"]["dtype"] == "I64"  # named by the path of keys to it
+    meta = header["__metadata__"]
+    assert meta["format"] == "pt"
+    tree = json.loads(meta["tritonad"])
+    assert tree["version"] == serialization.VERSION
+    (key, tensor), (_, value), _ = tree["object"]["dict"]
+    assert key == "w" and tensor["tensor"]["name"] == "w" and value == "v"
 
 
 def test_resume_continues_the_random_stream(tmp_path):
@@ -160,13 +167,15 @@ def test_a_failed_save_leaves_the_previous_file_intact(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.td"
     save({"epoch": 1, "w": td.ones(1000)}, path)
     before = path.read_bytes()
-    original = serialization._file_chunks
+    original = serialization._serialize_file
 
-    def interrupted(head, blobs):  # the process dies after writing the header
-        yield from list(original(head, blobs))[:1]
+    def interrupted(arrays, filename, metadata):  # the process dies halfway through the data
+        original(arrays, filename, metadata)
+        with open(filename, "r+b") as f:
+            f.truncate(os.path.getsize(filename) // 2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(serialization, "_file_chunks", interrupted)
+    monkeypatch.setattr(serialization, "_serialize_file", interrupted)
     with pytest.raises(KeyboardInterrupt):
         save({"epoch": 2, "w": td.zeros(1000)}, path)
     monkeypatch.undo()
@@ -208,41 +217,160 @@ def test_bad_files_are_clear_errors(tmp_path):
     path = tmp_path / "good.td"
     save({"w": td.randn(100), "note": "hello"}, path)
     good = path.read_bytes()
-    header_len = struct.unpack_from("<Q", good, 12)[0]
-    data_start = -(-(24 + header_len) // 64) * 64
+    (header_len,) = struct.unpack_from("<Q", good)
+    data_start = 8 + header_len
+    header = json.loads(good[8:data_start])
+
+    def with_header(changed):
+        text = json.dumps(changed).encode()
+        return struct.pack("<Q", len(text)) + text + good[data_start:]
+
+    lying = dict(header, w=dict(header["w"], shape=[50]))  # 50 floats claiming 400 bytes
+    meta = json.loads(header["__metadata__"]["tritonad"])
+    meta["object"]["dict"][0][1]["tensor"]["name"] = "x"
+    missing = dict(header, __metadata__=dict(header["__metadata__"],
+                                             tritonad=json.dumps(meta)))
+    newer = dict(header, __metadata__=dict(header["__metadata__"],
+                                           tritonad=json.dumps(dict(meta, version=99))))
     cases = {
-        "text.td": (b"hello world, not a checkpoint", "not a tritonad checkpoint"),
-        "empty.td": (b"", "not a tritonad checkpoint"),
+        "text.td": (b"hello world, not a checkpoint", "not a checkpoint: neither a safetensors"),
+        "empty.td": (b"", "not a checkpoint: 0 bytes"),
         "torch.pt": (b"PK\x03\x04" + b"\0" * 40, "PyTorch file; tritonad never unpickles"),
         "pickle.pkl": (b"\x80\x04\x95" + b"\0" * 40, "never unpickles"),
-        "stub.td": (good[:6], "truncated: 6 bytes"),
-        "preamble.td": (good[:20], "truncated: 20 bytes"),
+        "stub.td": (good[:6], "0 bytes|6 bytes, too short"),
         "header-cut.td": (good[:30], "truncated: the header needs"),
         "data-cut.td": (good[:-5], "truncated: it should be"),
         "trailing.td": (good + b"\0", "1 unexpected bytes after the data"),
+        "header-garbled.td": (good[:8] + b"{!" + good[10:], "corrupt: unreadable safetensors"),
+        "data-flip.td": (good[:data_start + 7] + bytes([good[data_start + 7] ^ 4]) +
+                         good[data_start + 8:], "corrupt: the bytes of tensor 'w' do not match"),
+        "lying.td": (with_header(lying), "lying.td is corrupt: "),  # in the package's words
+        "missing.td": (with_header(missing), "names a tensor 'x' that the file does not hold"),
+        "newer.td": (with_header(newer), "newer tritonad"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(CheckpointError, match=message) as err:
+            load(tmp_path / name)
+        assert name in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(FileNotFoundError, match="absent.td"):
+        load(tmp_path / "absent.td")
+
+
+# ---------------------------------------------------------------------- tritonad's first format
+def legacy_file(obj_tree, blobs):
+    """A file of format 1, written from its description (independently of the reader): magic,
+    version 1, header length, header CRC-32, JSON header, data from the next multiple of 64."""
+    data = b"".join(blobs)
+    header = json.dumps({"object": obj_tree, "data_nbytes": len(data),
+                         "data_crc32": zlib.crc32(data)}).encode()
+    head = struct.pack("<8sIQI", b"TRITONAD", 1, len(header), zlib.crc32(header)) + header
+    return head + b"\0" * (-len(head) % 64) + data
+
+
+def test_the_first_format_is_still_read(tmp_path):
+    w = np.float32([1.5, -2.0, 3.25])
+    bf16 = np.array([0x3FC0, 0xC020], "<u2")  # bfloat16 bits of 1.5 and -2.5
+    arr = np.arange(6, dtype="<i2").reshape(2, 3)
+    tree = {"dict": [["w", {"tensor": {"dtype": "float32", "shape": [3], "device": "cuda:3",
+                                       "requires_grad": True, "offset": 0, "nbytes": 12}}],
+                     ["b", {"tensor": {"dtype": "bfloat16", "shape": [2], "device": "cpu",
+                                       "requires_grad": False, "offset": 64, "nbytes": 4}}],
+                     ["arr", {"ndarray": {"dtype": "<i2", "shape": [2, 3], "offset": 128,
+                                          "nbytes": 12}}],
+                     ["meta", {"tuple": [1, "x", None, {"dtype": "float16"}]}]]}
+    blobs = [w.tobytes() + b"\0" * 52, bf16.tobytes() + b"\0" * 60, arr.tobytes()]
+    (tmp_path / "old.td").write_bytes(legacy_file(tree, blobs))
+    back = load(tmp_path / "old.td", map_location="cpu")
+    assert list(back) == ["w", "b", "arr", "meta"]
+    assert back["w"].tolist() == [1.5, -2.0, 3.25] and back["w"].requires_grad
+    assert back["b"].dtype is td.bfloat16 and back["b"].float().tolist() == [1.5, -2.5]
+    np.testing.assert_array_equal(back["arr"], arr)
+    assert back["meta"] == (1, "x", None, td.float16)
+    good = legacy_file(tree, blobs)
+    header_len = struct.unpack_from("<Q", good, 12)[0]
+    data_start = -(-(24 + header_len) // 64) * 64
+    liar = {"tensor": {"dtype": "float32", "shape": [1000], "offset": 0, "nbytes": 4000,
+                       "device": "cpu"}}
+    cases = {
+        "preamble.td": (good[:20], "truncated: 20 bytes"),
+        "header-cut.td": (good[:30], "truncated: the header needs"),
+        "data-cut.td": (good[:-5], "truncated: it should be"),
         "header-flip.td": (good[:30] + bytes([good[30] ^ 1]) + good[31:],
                            "corrupt: the header's checksum"),
         "data-flip.td": (good[:data_start + 7] + bytes([good[data_start + 7] ^ 4]) +
                          good[data_start + 8:], "corrupt: the tensor data's checksum"),
-        "future.td": (good[:8] + struct.pack("<I", 99) + good[12:], "newer tritonad"),
+        "version.td": (good[:8] + struct.pack("<I", 99) + good[12:], "says it is format 99"),
+        "liar.td": (legacy_file(liar, []), "corrupt: an entry of shape"),
     }
     for name, (content, message) in cases.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(CheckpointError, match=message) as err:
             load(tmp_path / name)
         assert name in str(err.value)
-    with pytest.raises(FileNotFoundError, match="missing.td"):
-        load(tmp_path / "missing.td")
 
 
-def test_a_consistent_but_malformed_header_is_rejected(tmp_path):
-    header = json.dumps({"object": {"tensor": {"dtype": "float32", "shape": [1000],
-                                               "offset": 0, "nbytes": 4000, "device": "cpu"}},
-                         "data_nbytes": 0, "data_crc32": 0}).encode()
-    content = struct.pack("<8sIQI", b"TRITONAD", 1, len(header), zlib.crc32(header)) + header
-    (tmp_path / "liar.td").write_bytes(content + b"\0" * (-len(content) % 64))
-    with pytest.raises(CheckpointError, match="liar.td is corrupt: an entry of shape"):
-        load(tmp_path / "liar.td")
+# ---------------------------------------------------------------------- other programs' files
+def test_tensor_names_follow_the_keys(tmp_path):
+    from safetensors.numpy import load_file
+
+    state = {"model": {"fc.weight": td.ones(2)}, "model.fc": {"weight": td.zeros(2)},
+             "runs": [td.arange(3), {"x": np.int8([1, -1])}], "int keys": {0: td.ones(1)}}
+    save(state, tmp_path / "n.td")
+    names = load_file(tmp_path / "n.td")
+    assert sorted(names) == ["int keys.0", "model.fc.weight", "model.fc.weight#2", "runs.0",
+                             "runs.1.x"]
+    assert names["model.fc.weight#2"].tolist() == [0, 0] and names["runs.1.x"].dtype == np.int8
+    assert_same(state, load(tmp_path / "n.td"))
+
+
+def test_pytorch_reads_tritonad_weights(tmp_path):
+    """A tritonad Linear / Conv2d state dict loads into the torch.nn module of the same shape,
+    which then computes what the tritonad module computes."""
+    from safetensors.torch import load_file
+
+    from tritonad import nn
+
+    td.manual_seed(2)
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    for ours, theirs, inputs in (
+            (nn.Linear(8, 5), torch.nn.Linear(8, 5), x[:, 0, 0]),
+            (nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(3, 4, 3, padding=1), x)):
+        save(ours.state_dict(), tmp_path / "w.safetensors")
+        theirs.load_state_dict(load_file(tmp_path / "w.safetensors"))
+        expected = ours(td.tensor(inputs)).numpy()
+        np.testing.assert_allclose(theirs(torch.from_numpy(inputs)).detach().numpy(), expected,
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_tritonad_reads_pytorch_weights(tmp_path):
+    from safetensors.torch import save_file
+
+    from tritonad import nn
+
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    save_file(theirs.state_dict(), tmp_path / "torch.safetensors")
+    ours = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
+    state = load(tmp_path / "torch.safetensors")
+    assert sorted(state) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert all(t.device.type == "cpu" and t.dtype is td.float32 for t in state.values())
+    ours.load_state_dict(state)
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype(np.float32)
+    np.testing.assert_allclose(ours(td.tensor(x)).numpy(),
+                               theirs(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    # every dtype a tritonad tensor has comes over bit for bit; others are a clear error
+    tensors = {"bf16": torch.tensor([1.5, -2.5e-20]).bfloat16(), "f16": torch.tensor([0.1]).half(),
+               "f64": torch.tensor([1 / 3], dtype=torch.float64), "i32": torch.tensor([-7]).int(),
+               "u8": torch.tensor([255], dtype=torch.uint8), "b": torch.tensor([True, False])}
+    save_file(tensors, tmp_path / "dtypes.safetensors")
+    back = load(tmp_path / "dtypes.safetensors")
+    for name, t in tensors.items():
+        assert back[name].dtype is td.dtypes.get_dtype(t.dtype), name
+        assert back[name].torch().view(torch.uint8).tolist() == t.view(torch.uint8).tolist()
+    save_file({"odd": torch.tensor([1, 2], dtype=torch.int16)}, tmp_path / "odd.safetensors")
+    with pytest.raises(CheckpointError, match="odd.safetensors: tensor 'odd' has dtype I16"):
+        load(tmp_path / "odd.safetensors")
 
 
 # ---------------------------------------------------------------------- devices

@@ -32,3 +32,8 @@ double = float64
 long = int64
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from ._hints import missing
+    raise missing(__name__, name, globals())

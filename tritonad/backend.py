@@ -357,6 +357,28 @@ class Backend:
         """A uniformly drawn permutation of range(n) as int64 [n], computed on the device."""
         raise NotImplementedError
 
+    # ---------------------------------------------------------------- image augmentation
+    def random_warp(self, x, out_size, crop, ranges, fill, bilinear, seed, offset):
+        """Each image of a batch warped by its own random affine map or crop (the transforms
+        RandomAffine, RandomRotation, RandomCrop), all in one pass.
+
+        x: [N, C, H, W] float32/float16/bfloat16 (any strides) -> [N, C, Ho, Wo], x's dtype.
+        Sample n draws u0..u3, the uniforms of the four Philox words of counter offset + n, and
+        each output pixel (x, y) reads the input at (sx, sy):
+        - crop=False, out_size = (H, W), ranges = (deg_lo, deg_hi, max_dx, max_dy, scale_lo,
+          scale_hi): angle = deg_lo + (deg_hi - deg_lo) u0 degrees (counter-clockwise as
+          seen), whole-pixel shifts tx = floor(max_dx (2 u1 - 1) + 0.5) and ty (from u2),
+          scale s = scale_lo + (scale_hi - scale_lo) u3, about the centre c = ((W-1)/2, (H-1)/2):
+          (sx, sy) = R(-angle) ((x, y) - c - (tx, ty)) / s + c;
+        - crop=True, ranges = (pad_top, pad_left, span_y, span_x): the window of out_size at
+          top = floor(u0 (span_y + 1)), left = floor(u1 (span_x + 1)) of the padded image:
+          (sx, sy) = (x + left - pad_left, y + top - pad_top).
+        bilinear=False reads the nearest pixel (floor(s + 0.5)), True blends the four around
+        (sx, sy); positions outside the image read `fill`. Computed in float32 (reference.py
+        gives the exact order of operations).
+        """
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- fused optimizer updates
     # Each updates flat 1-d float32 arrays in place, in one pass. lr (and step for Adam) may be
     # Python numbers or 1-element float32 device arrays (so that a captured step reads the

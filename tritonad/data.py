@@ -1,8 +1,10 @@
-"""Datasets (MNIST, FashionMNIST, TensorDataset) and a DataLoader that lives on the device.
+"""Datasets (MNIST, FashionMNIST, TensorDataset, your own Dataset) and a DataLoader that keeps
+array-backed datasets on the device and batches any other dataset sample by sample.
 
     train = td.data.MNIST(train=True)                  # numpy uint8 images [60000, 28, 28]
     loader = td.data.DataLoader(train, batch_size=128, shuffle=True, device="cuda")
     for images, labels in loader: ...                  # [128, 1, 28, 28] float32, [128] int64
+    td.data.DataLoader(MyDataset(), batch_size=32, shuffle=True, collate_fn=None)  # any dataset
 
 Where the files come from, first match wins:
   1. `root=` (the CLI's --data-dir), else the environment variable TRITONAD_DATA: that folder only;
@@ -17,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import math
+import numbers
 import os
 import secrets
 import struct
@@ -31,8 +34,13 @@ from pathlib import Path
 import numpy as np
 
 from . import dtypes
+from . import generator as rng
 from .autodiff import no_grad
-from .tensor import Tensor, _device, arange, from_numpy, randperm, tensor
+from .backend import get_backend
+from .reference import from_numpy as raw_from_numpy
+from .reference import randperm_numpy
+from .tensor import Tensor, _device, arange, from_numpy, tensor
+from .transforms import Compose, resident_plan
 
 try:
     from tqdm import tqdm as _tqdm
@@ -213,11 +221,14 @@ def _normalize(images: Tensor, mean, std) -> Tensor:
 class MNIST:
     """The MNIST digits: `images` numpy uint8 [N, 28, 28], `labels` numpy int64 [N].
 
-    MNIST(root=None, train=True, download=True): the 60000 training or 10000 test images, from
-    `root` / TRITONAD_DATA / the repository's data/mnist / ~/.cache/tritonad (module docstring).
-    Checksums: the MD5 of each file's decompressed contents (mirrors differ in their gz bytes);
-    a file of another IDX element type holding the same values is checked as the uint8 file.
-    `ds[i]` gives (normalised float32 Tensor [1, 28, 28], int label), as torchvision does.
+    MNIST(root=None, train=True, transform=None, target_transform=None, download=True): the
+    60000 training or 10000 test images, from `root` / TRITONAD_DATA / the repository's
+    data/mnist / ~/.cache/tritonad (module docstring). Checksums: the MD5 of each file's
+    decompressed contents (mirrors differ in their gz bytes); a file of another IDX element
+    type holding the same values is checked as the uint8 file.
+    `ds[i]` gives (transform(image), target_transform(label)) as torchvision does, the image a
+    uint8 numpy array [28, 28] (what transforms.ToTensor takes); with no transform, a float32
+    Tensor [1, 28, 28] normalised with MEAN and STD, and with no target_transform an int label.
     """
 
     NAME = "mnist"
@@ -234,7 +245,13 @@ class MNIST:
     MEAN, STD = 0.1307, 0.3081
     IMAGE_SHAPE = (28, 28)
 
-    def __init__(self, root=None, train=True, download=True):
+    def __init__(self, root=None, train=True, transform=None, target_transform=None,
+                 download=True):
+        for name, fn in (("transform", transform), ("target_transform", target_transform)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{type(self).__name__}: {name} must be callable, got "
+                                f"{type(fn).__name__}")
+        self.transform, self.target_transform = transform, target_transform
         self.train = bool(train)
         image_file, label_file = (self._locate(base, root, download)
                                   for base in self.FILES[self.train])
@@ -266,13 +283,24 @@ class MNIST:
                 if (folder / name).is_file():
                     return folder / name
         target = roots[-1] / self.NAME
-        hint = f" (a folder holding {', '.join(f + '.gz' for f in self.FILES[self.train])})"
+        holding = f"a folder holding {', '.join(f + '.gz' for f in self.FILES[self.train])}"
+        env = os.environ.get("TRITONAD_DATA")
+        if root is not None:  # say which setting won, so that nobody sets the one that lost
+            source = "the root argument" + (f", which takes precedence over TRITONAD_DATA={env}"
+                                            if env else "")
+            elsewhere = "pass another root"
+        elif env:
+            source, elsewhere = f"TRITONAD_DATA={env}", "point TRITONAD_DATA elsewhere"
+        else:
+            source = "the default places: the repository's data/ folder, then ~/.cache/tritonad"
+            elsewhere = "pass root= (--data-dir) or set TRITONAD_DATA"
         if not download:
             raise FileNotFoundError(
-                f"{type(self).__name__}: {base}.gz not found in {', '.join(map(str, folders))}; "
-                f"pass download=True to fetch it into {target}, put the files there, or pass "
-                f"--data-dir / TRITONAD_DATA{hint}")
-        return download_file(base + ".gz", target, self.MIRRORS, self._verify_download, hint)
+                f"{type(self).__name__}: {base}.gz not found; looked in "
+                f"{', '.join(map(str, folders))} ({source}); pass download=True to fetch it into "
+                f"{target}, put the files there, or {elsewhere} ({holding})")
+        return download_file(base + ".gz", target, self.MIRRORS, self._verify_download,
+                             f" ({holding}); the folder came from {source}")
 
     def _checked(self, name, content, where, images) -> np.ndarray:
         """The values of a dataset file as uint8, after every check: IDX header and size, shape
@@ -318,10 +346,19 @@ class MNIST:
         return len(self.labels)
 
     def __getitem__(self, i):
-        """(image float32 Tensor [1, 28, 28], normalised with MEAN/STD, int label)."""
+        """(transform(uint8 image [28, 28]) or a float32 Tensor [1, 28, 28] normalised with
+        MEAN/STD, target_transform(label) or the int label)."""
+        if not -len(self) <= int(i) < len(self):
+            raise IndexError(f"{type(self).__name__}: index {i} is out of range for "
+                             f"{len(self)} images")
+        label = int(self.labels[i])
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        if self.transform is not None:
+            return self.transform(self.images[i].copy()), label
         with no_grad():
             image = _normalize(tensor(self.images[i][None]), self.MEAN, self.STD)
-        return image, int(self.labels[i])
+        return image, label
 
     def __repr__(self):
         split = "train" if self.train else "test"
@@ -346,7 +383,23 @@ class FashionMNIST(MNIST):
     MEAN, STD = 0.2860, 0.3530
 
 
-class TensorDataset:
+class Dataset:
+    """A map-style dataset, as torch.utils.data.Dataset: subclasses define __getitem__(index)
+    and __len__(), and any DataLoader batches them."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+
+class IterableDataset:
+    """An iterable-style dataset, as torch.utils.data.IterableDataset: subclasses define
+    __iter__() (and may define __len__()); a DataLoader batches what it yields, in order."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+
+class TensorDataset(Dataset):
     """Samples are rows of the given tensors (or numpy arrays), all of one length:
     `TensorDataset(x, y)[i] == (x[i], y[i])`."""
 
@@ -366,6 +419,100 @@ class TensorDataset:
         return tuple(t[i] for t in self.tensors)
 
 
+# ---------------------------------------------------------------------- collation
+def default_collate(batch):
+    """A list of samples as one batch, as torch's default_collate: Tensors are stacked into
+    [B, *shape] (on their device), numpy arrays likewise into a CPU Tensor of their dtype,
+    numbers into a CPU Tensor [B] (int64, float64 or bool, as torch), strings into a list;
+    tuples, lists and dicts are batched position by position (key by key).
+    `default_collate([(x0, 3), (x1, 5)]) == (stack([x0, x1]), tensor([3, 5]))`"""
+    if not batch:
+        raise ValueError("default_collate: an empty batch")
+    return _collate(list(batch), "")
+
+
+def _collate(samples, where):
+    elem = samples[0]
+    here = f" at {where}" if where else ""
+    if isinstance(elem, Tensor):
+        return _stack(samples, here)
+    if isinstance(elem, (np.ndarray, np.generic, numbers.Number)):
+        kinds = {isinstance(s, np.ndarray) for s in samples}
+        if len(kinds) != 1 or not all(isinstance(s, (np.ndarray, np.generic, numbers.Number))
+                                      for s in samples):
+            raise TypeError(f"default_collate: the samples mix arrays, numbers and other "
+                            f"types{here}: {sorted({type(s).__name__ for s in samples})}")
+        shapes = {np.shape(s) for s in samples}
+        if len(shapes) != 1:
+            raise ValueError(f"default_collate: the arrays{here} differ in shape: "
+                             f"{[np.shape(s) for s in samples]}")
+        values = np.stack([np.asarray(s) for s in samples])
+        if isinstance(elem, (bool, int, float)) and not isinstance(elem, np.generic):
+            # Python numbers batch as torch batches them: int64, float64 or bool
+            kind = values.dtype.kind
+            values = values.astype({"b": np.bool_, "i": np.int64, "u": np.int64,
+                                    "f": np.float64}.get(kind, values.dtype))
+        return tensor(values, device="cpu")
+    if isinstance(elem, (str, bytes)):
+        return list(samples)
+    if isinstance(elem, dict):
+        keys = list(elem)
+        for i, s in enumerate(samples):
+            if not isinstance(s, dict) or set(s) != set(keys):
+                raise ValueError(f"default_collate: sample {i}{here} has keys "
+                                 f"{sorted(map(str, s)) if isinstance(s, dict) else type(s)}, "
+                                 f"sample 0 has {sorted(map(str, keys))}")
+        return {k: _collate([s[k] for s in samples], f"{where}[{k!r}]") for k in keys}
+    if isinstance(elem, (tuple, list)):
+        lengths = {len(s) if isinstance(s, (tuple, list)) else -1 for s in samples}
+        if len(lengths) != 1:
+            raise ValueError(f"default_collate: the samples{here} are sequences of different "
+                             f"lengths (or not all sequences)")
+        columns = [_collate(list(column), f"{where}[{i}]")
+                   for i, column in enumerate(zip(*samples))]
+        if hasattr(elem, "_fields"):  # a namedtuple
+            return type(elem)(*columns)
+        return tuple(columns) if isinstance(elem, tuple) else columns
+    raise TypeError(f"default_collate: cannot batch samples of type {type(elem).__name__}"
+                    f"{here}; samples may hold Tensors, numpy arrays, numbers, strings and "
+                    f"tuples, lists and dicts of them (pass collate_fn= for others)")
+
+
+def _stack(tensors, here):
+    """Tensors of one shape, dtype and device stacked into a new leading dimension: on the CPU
+    with numpy, elsewhere with our copy kernel into slices of the result."""
+    first = tensors[0]
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"default_collate: sample {i} holds a {type(t).__name__}{here} "
+                            f"where sample 0 holds a Tensor")
+        if (t.shape, t.dtype, t.device) != (first.shape, first.dtype, first.device):
+            raise ValueError(f"default_collate: the tensors{here} differ: sample 0 is "
+                             f"{first.dtype.name} {first.shape} on {first.device}, sample {i} "
+                             f"is {t.dtype.name} {t.shape} on {t.device}")
+    if first.device.type == "cpu":  # NOTE: numpy() gives bfloat16 as exact float32 values
+        return Tensor._wrap(raw_from_numpy(np.stack([t.numpy() for t in tensors]), first.dtype))
+    backend = get_backend()
+    out = backend.empty((len(tensors), *first.shape), first.dtype, first.device)
+    for i, t in enumerate(tensors):
+        backend.copy_(out[i], t._data)
+    return Tensor._wrap(out)
+
+
+def _moved(batch, device):
+    """A collated batch with every Tensor in it on `device`."""
+    if isinstance(batch, Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: _moved(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        items = [_moved(v, device) for v in batch]
+        if hasattr(batch, "_fields"):
+            return type(batch)(*items)
+        return type(batch)(items) if isinstance(batch, tuple) else items
+    return batch
+
+
 # ---------------------------------------------------------------------- DataLoader
 def _to_device(values, device) -> Tensor:
     if isinstance(values, Tensor):
@@ -374,82 +521,243 @@ def _to_device(values, device) -> Tensor:
 
 
 class DataLoader:
-    """Batches of a dataset that stays on the device from start to end.
+    """Batches of a dataset, as torch.utils.data.DataLoader; array-backed datasets stay on the
+    device from start to end.
 
-    DataLoader(dataset, batch_size=1, shuffle=False, drop_last=False, device=None,
-               normalize=True, flatten=False, limit=None)
+    DataLoader(dataset, batch_size=1, shuffle=False, *, drop_last=False, collate_fn=None,
+               generator=None, num_workers=0, pin_memory=False, persistent_workers=False,
+               device=None, normalize=True, flatten=False, limit=None)
 
-    The images go to `device` once, as uint8, and are converted there by our kernels: float32
-    / 255, then (x - MEAN) / STD if `normalize` and the dataset has MEAN/STD; `flatten` gives
-    [N, H*W] instead of [N, 1, H, W]. Each epoch draws a permutation on the device
-    (td.randperm, seeded by td.manual_seed) and every batch is gathered with our gather kernel.
-    `limit=n` keeps the first n samples. The resident tensors are `loader.images` and
-    `loader.labels` (`loader.tensors` for a TensorDataset).
+    Device-resident path (the fast one): MNIST, FashionMNIST and other datasets with `images`
+    and `labels` arrays and no __getitem__ of their own (they yield (images, labels)), and
+    TensorDataset (one batch per tensor), with no collate_fn, no target_transform, and no
+    transform or one that starts with ToTensor (see transforms.resident_plan). The images go to `device` once, as uint8, and are converted
+    there by our kernels: float32 / 255, then (x - MEAN) / STD if `normalize` and the dataset
+    has MEAN/STD (with a transform: its ToTensor and leading Normalize instead, and its
+    augmentations on each batch); `flatten` gives [N, C*H*W] instead of [N, C, H, W]. Each
+    epoch draws a permutation on the device and every batch is gathered with our gather kernel.
+    The resident tensors are `loader.images` and `loader.labels` (`loader.tensors` for a
+    TensorDataset); `loader.batch_transform` is what each batch of images goes through.
 
-    Datasets: anything with `images` and `labels` arrays (yields (images, labels)), or a
-    TensorDataset (yields one batch per tensor, as given).
+    Per-sample path: any other map-style dataset (__getitem__ and __len__) gives each batch as
+    collate_fn([dataset[i] for i in its indices]) (default_collate), moved to `device`; an
+    iterable-style one (IterableDataset, or anything with only __iter__) is batched in the
+    order it yields (no shuffle).
+
+    shuffle: a new order each epoch, drawn from td.manual_seed's Philox stream, or from
+    `generator` (an int seed, or an object with initial_seed() such as a torch.Generator) with
+    the loader's own counter, so that its orders do not depend on other random draws.
+    num_workers, pin_memory and persistent_workers are accepted for PyTorch code and change
+    nothing: samples are loaded in the calling process (there are no worker processes) and
+    batches are put on `device` (default: the backend's device) by the loader itself.
+    `limit=n` keeps the first n samples.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, device=None,
+    def __init__(self, dataset, batch_size=1, shuffle=False, *, drop_last=False,
+                 collate_fn=None, generator=None, num_workers=0, pin_memory=False,
+                 persistent_workers=False, sampler=None, batch_sampler=None, device=None,
                  normalize=True, flatten=False, limit=None):
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise ValueError(f"DataLoader: limit must be a non-negative int, got {limit!r}")
-        self.dataset, self.batch_size = dataset, batch_size
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"DataLoader: num_workers must be a non-negative int, got "
+                             f"{num_workers!r}")
+        if sampler is not None or batch_sampler is not None:
+            raise NotImplementedError("DataLoader: sampler= and batch_sampler= are not "
+                                      "supported yet; use shuffle=True/False (and generator= "
+                                      "for an order of its own)")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"DataLoader: collate_fn must be callable, got "
+                            f"{type(collate_fn).__name__}")
+        self.dataset, self.batch_size, self.limit = dataset, batch_size, limit
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.num_workers, self.pin_memory = num_workers, bool(pin_memory)
+        self.collate_fn = collate_fn or default_collate
+        self.generator = generator
+        self._stream_seed, self._stream_offset = self._generator_seed(), 0
         self.device = _device(device)
-        self.images = self.labels = None
+        self.images = self.labels = self.tensors = self.batch_transform = None
+        self._flatten_batches, self._identity = False, None
+        self._iterable = isinstance(dataset, IterableDataset) or (
+            not hasattr(dataset, "__getitem__") and hasattr(dataset, "__iter__"))
+        if self._iterable and self.shuffle:
+            raise ValueError("DataLoader: an iterable-style dataset gives its samples in its own "
+                             "order; shuffle=True is not possible (shuffle inside __iter__)")
+        plan = self._resident_plan(dataset, collate_fn)
+        if plan is not None:
+            self._make_resident(dataset, plan, normalize, flatten)
+            self.num_samples = len(self.tensors[0])
+        elif self._iterable:
+            self.num_samples = min(len(dataset), limit if limit is not None else len(dataset)) \
+                if hasattr(dataset, "__len__") else None
+        elif hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
+            if flatten:
+                raise ValueError("DataLoader: flatten=True applies to the device-resident path "
+                                 f"only; flatten in the dataset's transform for a "
+                                 f"{type(dataset).__name__}")
+            self.num_samples = min(len(dataset), limit if limit is not None else len(dataset))
+        else:
+            raise TypeError(f"DataLoader: expected a dataset (a class with __getitem__ and "
+                            f"__len__, or with __iter__), got {type(dataset).__name__}")
+
+    # ------------------------------------------------------------------ the resident path
+    @staticmethod
+    def _resident_plan(dataset, collate_fn):
+        """(once, per_batch) transforms when the dataset can stay on the device, else None."""
+        if collate_fn is not None:
+            return None
+        # NOTE: a class with a __getitem__ of its own gets its samples from it, arrays or not
+        getitem = getattr(type(dataset), "__getitem__", None)
+        if isinstance(dataset, TensorDataset) and getitem is TensorDataset.__getitem__:
+            return [], []
+        if not (hasattr(dataset, "images") and hasattr(dataset, "labels")) or \
+                getitem not in (None, MNIST.__getitem__) or \
+                getattr(dataset, "target_transform", None) is not None:
+            return None
+        transform = getattr(dataset, "transform", None)
+        return ([], []) if transform is None else resident_plan(transform)
+
+    def _make_resident(self, dataset, plan, normalize, flatten):
+        once, per_batch = plan
+        limit = self.limit
         with no_grad():
             if isinstance(dataset, TensorDataset):
                 self.tensors = tuple(_to_device(t[:limit], self.device) for t in dataset.tensors)
-            elif hasattr(dataset, "images") and hasattr(dataset, "labels"):
-                images = _to_device(dataset.images[:limit], self.device)
+                return
+            images = _to_device(dataset.images[:limit], self.device)
+            if once:  # the dataset's ToTensor, then its Normalize steps, on the whole array
+                images = once[0].batch(images)
+                for t in once[1:]:
+                    images = t(images)
+            else:
                 if images.ndim == 3:  # [N, H, W] -> [N, 1, H, W]
                     images = images.reshape(images.shape[0], 1, *images.shape[1:])
                 mean, std = getattr(dataset, "MEAN", None), getattr(dataset, "STD", None)
-                self.images = _normalize(images, mean if normalize else None, std)
-                if flatten:
-                    self.images = self.images.reshape(self.images.shape[0], -1)
-                self.labels = _to_device(dataset.labels[:limit], self.device).long()
-                if len(self.labels) != len(self.images):
-                    raise ValueError(f"DataLoader: the dataset has {len(self.images)} images but "
-                                     f"{len(self.labels)} labels")
-                self.tensors = (self.images, self.labels)
-            else:
-                raise TypeError(f"DataLoader: expected a dataset with `images` and `labels` "
-                                f"arrays or a TensorDataset, got {type(dataset).__name__}")
-        self.num_samples = len(self.tensors[0])
-        self._identity = None
+                images = _normalize(images, mean if normalize else None, std)
+            if per_batch:
+                self.batch_transform = Compose(per_batch)
+                self._flatten_batches = bool(flatten)
+            elif flatten:
+                images = images.reshape(images.shape[0], -1)
+            self.images = images
+            self.labels = _to_device(dataset.labels[:limit], self.device).long()
+            if len(self.labels) != len(self.images):
+                raise ValueError(f"DataLoader: the dataset has {len(self.images)} images but "
+                                 f"{len(self.labels)} labels")
+            self.tensors = (self.images, self.labels)
 
-    def __len__(self):
-        """The number of batches in an epoch."""
-        if self.drop_last:
-            return self.num_samples // self.batch_size
-        return -(-self.num_samples // self.batch_size)
+    # ------------------------------------------------------------------ order
+    def _generator_seed(self):
+        g = self.generator
+        if g is None:
+            return None
+        if isinstance(g, int) and not isinstance(g, bool):
+            seed = g
+        elif callable(getattr(g, "initial_seed", None)):
+            seed = g.initial_seed()
+        else:
+            raise TypeError(f"DataLoader: generator must be an int seed or have an "
+                            f"initial_seed() method (a torch.Generator), got {type(g).__name__}")
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"DataLoader: the generator's seed must be a non-negative int, got "
+                             f"{seed!r}")
+        return seed
+
+    def _draw(self, n):
+        """(seed, offset) for a permutation of n: from the loader's generator (restarting its
+        counter when the seed changes) or from the global stream."""
+        seed = self._generator_seed()
+        if seed is None:
+            return rng.take(n)
+        if seed != self._stream_seed:
+            self._stream_seed, self._stream_offset = seed, 0
+        offset = self._stream_offset
+        self._stream_offset += max(n, 1)
+        return seed, offset
 
     def permutation(self) -> Tensor:
         """The sample order of one epoch, int64 [N] on the device: a fresh random permutation
-        if shuffling (one draw from td.manual_seed's generator), else 0..N-1."""
+        if shuffling (one draw from the generator or td.manual_seed's stream), else 0..N-1."""
         if self.shuffle:
-            return randperm(self.num_samples, device=self.device)
+            get_backend().check_device("randperm", self.device)
+            seed, offset = self._draw(self.num_samples)
+            return Tensor._wrap(get_backend().randperm(self.num_samples, seed, offset,
+                                                       self.device))
         if self._identity is None:
             self._identity = arange(self.num_samples, device=self.device)
         return self._identity
 
+    def _host_order(self) -> np.ndarray:
+        """The per-sample path's order of one epoch: the same stream as permutation(), drawn
+        on the host (the indices go to __getitem__)."""
+        if self.shuffle:
+            return randperm_numpy(self.num_samples, *self._draw(self.num_samples))
+        return np.arange(self.num_samples)
+
+    # ------------------------------------------------------------------ batches
+    def __len__(self):
+        """The number of batches in an epoch."""
+        if self.num_samples is None:
+            raise TypeError(f"DataLoader: the iterable-style {type(self.dataset).__name__} has "
+                            "no __len__, so the number of batches is not known")
+        if self.drop_last:
+            return self.num_samples // self.batch_size
+        return -(-self.num_samples // self.batch_size)
+
     def __iter__(self):
+        if self.tensors is not None:
+            return self._resident_batches()
+        if self._iterable:
+            return self._iterable_batches()
+        return self._sample_batches()
+
+    def _resident_batches(self):
         order = self.permutation()
         for b in range(len(self)):
             index = order[b * self.batch_size:(b + 1) * self.batch_size]
             # NOTE: no_grad must not stay entered across the yield: the loop body trains
             with no_grad():
                 batch = tuple(t[index] for t in self.tensors)  # our gather_rows kernel
+                if self.batch_transform is not None:
+                    images = self.batch_transform(batch[0])
+                    if self._flatten_batches:
+                        images = images.reshape(images.shape[0], -1)
+                    batch = (images,) + batch[1:]
             yield batch
 
+    def _sample_batches(self):
+        order = self._host_order()
+        for b in range(len(self)):
+            indices = order[b * self.batch_size:(b + 1) * self.batch_size]
+            yield _moved(self.collate_fn([self.dataset[int(i)] for i in indices]), self.device)
+
+    def _iterable_batches(self):
+        batch, count = [], 0
+        for sample in self.dataset:
+            if self.limit is not None and count >= self.limit:
+                break
+            batch.append(sample)
+            count += 1
+            if len(batch) == self.batch_size:
+                yield _moved(self.collate_fn(batch), self.device)
+                batch = []
+        if batch and not self.drop_last:
+            yield _moved(self.collate_fn(batch), self.device)
+
     def __repr__(self):
-        return (f"DataLoader({len(self)} batches of {self.batch_size} from {self.num_samples} "
+        path = "resident" if self.tensors is not None else \
+            "iterable" if self._iterable else "per sample"
+        return (f"DataLoader({path}: batches of {self.batch_size} from {self.num_samples} "
                 f"samples on {self.device}, shuffle={self.shuffle})")
 
 
-__all__ = ["MNIST", "FashionMNIST", "TensorDataset", "DataLoader", "read_idx", "parse_idx",
-           "read_file", "download_file", "DataFileError", "DownloadError", "IDX_TYPES"]
+__all__ = ["MNIST", "FashionMNIST", "Dataset", "IterableDataset", "TensorDataset", "DataLoader",
+           "default_collate", "read_idx", "parse_idx", "read_file", "download_file",
+           "DataFileError", "DownloadError", "IDX_TYPES"]
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from ._hints import missing
+    raise missing(__name__, name, globals())

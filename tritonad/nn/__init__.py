@@ -9,3 +9,8 @@ from .parameter import Parameter
 __all__ = ["Module", "Parameter", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "ReLU", "Sigmoid",
            "Tanh", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Sequential",
            "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional"]
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from .._hints import missing
+    raise missing(__name__, name, globals())

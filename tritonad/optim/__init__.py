@@ -238,5 +238,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     return Tensor._wrap(norm)
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm_", "LRScheduler", "StepLR",
-           "CosineAnnealingLR", "OneCycleLR"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "RMSprop",
+           "clip_grad_norm_", "LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR",
+           "LinearLR", "ConstantLR", "LambdaLR", "CosineAnnealingLR", "OneCycleLR",
+           "SequentialLR"]
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from .._hints import missing
+    raise missing(__name__, name, globals())
