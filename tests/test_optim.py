@@ -270,10 +270,15 @@ def test_one_step_matches_the_textbook(backend_name, name):
 
 
 class _CountingKernel:
-    """Stands in for a @triton.jit kernel and counts its launches."""
+    """Stands in for a @triton.jit kernel and counts its launches (plans recorded with the
+    real kernel are forgotten, so that every launch goes through this one)."""
 
     def __init__(self, kernel):
+        from tritonad.kernels.launch import clear_plans
+
+        clear_plans()
         self.kernel, self.launches = kernel, 0
+        self.fn = kernel.fn
 
     def __getitem__(self, grid):
         self.launches += 1

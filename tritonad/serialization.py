@@ -246,7 +246,9 @@ def load(path, map_location=None):
 def _read_safetensors(data: bytes, path):
     """({name: (dtype code, little-endian numpy array)}, metadata) of a safetensors file, in
     the header's order, after the checks that make for a clear message."""
-    if data[:1] == b"\x80" or data[:2] == b"PK":
+    looks_safetensors = len(data) > _LENGTH.size and data[_LENGTH.size:_LENGTH.size + 1] == b"{"
+    if not looks_safetensors and (data[:1] == b"\x80" or data[:2] == b"PK"):
+        # (a header of 128 + 256k bytes starts with 0x80 too: checked for "{" first)
         raise CheckpointError(f"{path} is not a tritonad checkpoint: it looks like a pickle or "
                               "PyTorch file; tritonad never unpickles (save the state dict "
                               "with safetensors.torch.save_file to bring it over)")

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..reference import DEG_TO_RAD, check_random_warp
 from .elementwise import cast_for_store
-from .launch import INTERPRET, next_power_of_2
+from .launch import INTERPRET, KernelLaunch, PlanCache, cdiv, empty, next_power_of_2, ptr
 from .random import _philox, _seed_words, _uniform01
 
 PRIMITIVES = ("random_warp",)
@@ -52,9 +52,9 @@ def _tap(x_ptr, base, iy, ix, H, W, stride_xh, stride_xw, fill, valid):
 
 @triton.jit(do_not_specialize=["seed_lo", "seed_hi", "offset", "p0", "p1", "p2", "p3", "p4",
                                "p5", "cx", "cy", "fill"])
-def _random_warp_kernel(out_ptr, x_ptr, C, H, W, out_h, out_w,
-                        stride_xn, stride_xc, stride_xh, stride_xw,
-                        seed_lo, seed_hi, offset, p0, p1, p2, p3, p4, p5, cx, cy, fill,
+def _random_warp_kernel(out_ptr, x_ptr, seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
+                        C, H, W, out_h, out_w, stride_xn, stride_xc, stride_xh, stride_xw,
+                        p0, p1, p2, p3, p4, p5, cx, cy, fill,
                         CROP: tl.constexpr, BILINEAR: tl.constexpr, BLOCK: tl.constexpr):
     # One program: output pixels [pid1 * BLOCK, +BLOCK) of sample pid0, in every channel. The
     # sample's parameters are computed in every lane (the same words): cheaper than a broadcast.
@@ -133,21 +133,36 @@ def _kernel_parameters(crop, ranges, h, w):
     return [float(v) for v in p + centre]
 
 
+_PLANS = PlanCache()
+
+
 def random_warp(x, out_size, crop, ranges, fill, bilinear, seed, offset):
     """Per-sample random affine warp or crop of an image batch (see the module docstring).
-    x: [N, C, H, W] float32/float16/bfloat16, any strides -> [N, C, Ho, Wo] of x's dtype."""
+    x: [N, C, H, W] float32/float16/bfloat16, any strides -> [N, C, Ho, Wo] of x's dtype.
+    One bound launch per (batch layout, geometry); the seed and counter offset vary per call."""
+    numbers = (*_seed_words(seed), int(offset))
+    key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, out_size,
+           bool(crop), tuple(float(v) for v in ranges), float(fill), bool(bilinear))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        launch, out_shape = plan
+        out = empty(out_shape, x.dtype, x.device)
+        launch(ptr(out), ptr(x), *numbers)
+        return out
     out_h, out_w = check_random_warp(x, out_size, crop, ranges)
     n, c, h, w = x.shape
-    out = torch.empty((n, c, out_h, out_w), dtype=x.dtype, device=x.device)
+    out = empty((n, c, out_h, out_w), x.dtype, x.device)
     pixels = out_h * out_w
     if out.numel() == 0:
         return out
     block, warps = (min(next_power_of_2(pixels), INTERPRET_BLOCK), 1) if INTERPRET else \
         (BLOCK, WARPS)
-    # NOTE: plain integer division for the grid: triton.cdiv is a jit function, slow on the host
-    _random_warp_kernel[(n, -(-pixels // block))](
-        out, x, c, h, w, out_h, out_w, *x.stride(), *_seed_words(seed), int(offset),
-        *_kernel_parameters(bool(crop), tuple(float(v) for v in ranges), h, w),
-        float(np.float32(fill)), CROP=bool(crop), BILINEAR=bool(bilinear), BLOCK=block, num_warps=warps,
-        enable_fp_fusion=False)  # NOTE: each product rounded on its own, as the reference
+    _PLANS.keep(key, (KernelLaunch(
+        _random_warp_kernel, (n, cdiv(pixels, block)),
+        [out, x, *numbers, c, h, w, out_h, out_w, *x.stride(),
+         *_kernel_parameters(bool(crop), tuple(float(v) for v in ranges), h, w),
+         float(np.float32(fill))],
+        dict(CROP=bool(crop), BILINEAR=bool(bilinear), BLOCK=block, num_warps=warps,
+             enable_fp_fusion=False),  # NOTE: each product rounded on its own, as the reference
+        dynamic=range(5)), out.shape))
     return out

@@ -25,7 +25,11 @@ from .. import dtypes  # noqa: E402
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 TRITON_VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2])
 
-cdiv = triton.cdiv
+def cdiv(a, b):
+    """ceil(a / b) for ints (triton.cdiv is a jit-aware function, ~3 us a call on the host)."""
+    return -(-a // b)
+
+
 next_power_of_2 = triton.next_power_of_2
 
 
@@ -189,6 +193,15 @@ class KernelLaunch:
             self._bind()
         if _RECORDER is not None:
             _RECORDER.launched(self)
+        self._forget()
+
+    def _forget(self):
+        """Drop the first call's values at the dynamic positions (every call brings its own):
+        a plan must not keep that call's arrays alive."""
+        for i in self.dynamic:
+            self.args[i] = None
+            if not INTERPRET:
+                self._bound[i] = None
 
     def _bind(self):
         kernel, args, meta, grid = self.kernel, self.args, self.meta, self.grid
@@ -219,10 +232,13 @@ class KernelLaunch:
             if hasattr(self, name):
                 setattr(other, name, getattr(self, name))
         other.dynamic = tuple(dynamic)
+        other.args = list(self.args)
         if not INTERPRET:
+            other._bound = list(self._bound)
             k = len(other.dynamic)
             other._prefix = other.dynamic == tuple(range(k))
             other._tail = tuple(self._bound[k:])
+        other._forget()
         return other
 
     def __call__(self, *values):
@@ -262,6 +278,11 @@ class PlanCache(dict):
     so that the launches of nested primitives are recorded into it too."""
 
     LIMIT = 4096
+    ALL: list = []  # every cache, for clear_plans()
+
+    def __init__(self):
+        super().__init__()
+        PlanCache.ALL.append(self)
 
     def get(self, key):
         if _RECORDER is not None:
@@ -295,6 +316,12 @@ class PlanCache(dict):
 _RECORDER = None
 _PERSISTENT = {}  # storage data_ptr -> array: memory a plan may point at directly
 _UNPLANNABLE = object()
+
+
+def clear_plans():
+    """Forget every plan (tests that swap a kernel or a setting the keys do not see)."""
+    for cache in PlanCache.ALL:
+        cache.clear()
 
 
 def persistent(array):

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .launch import INTERPRET, PDL, cdiv, empty, num_warps_for, tl, triton
+from .launch import INTERPRET, PDL, cdiv, empty, num_warps_for, planned, run, tl, triton
 
 PRIMITIVES = ("sgd_step_", "adam_step_", "adadelta_step_", "rmsprop_step_", "adagrad_step_",
               "total_norm", "clip_scale_")
@@ -358,6 +358,7 @@ def _scalar(op, name, value, device):
     return None, float(value), False
 
 
+@planned()
 def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
               nesterov=False, maximize=False, first_step=False):
     """SGD update of flat float32 arrays in place (see Backend.sgd_step_); one launch.
@@ -377,7 +378,7 @@ def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight
     if n == 0:
         return param
     # unused pointers point at param; the kernel never reads them
-    _sgd_kernel[(cdiv(n, BLOCK),)](
+    run(_sgd_kernel, (cdiv(n, BLOCK),),
         param, grad, momentum_buf if has_momentum else param,
         lr_ptr if lr_on_device else param, mom_ptr if mom_on_device else param, n,
         lr_value, mom_value, float(dampening), float(weight_decay),
@@ -388,6 +389,7 @@ def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight
     return param
 
 
+@planned()
 def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999, eps=1e-8,
                weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
     """Adam / AdamW update of flat float32 arrays in place (see Backend.adam_step_); one launch.
@@ -411,7 +413,7 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.99
     log_beta1 = math.log(beta1) if beta1 > 0 else -math.inf
     log_beta2 = math.log(beta2) if beta2 > 0 else -math.inf
     decay_kind = 0 if weight_decay == 0 else (2 if decoupled_weight_decay else 1)
-    _adam_kernel[(cdiv(n, BLOCK),)](
+    run(_adam_kernel, (cdiv(n, BLOCK),),
         param, grad, exp_avg, exp_avg_sq, lr_ptr if lr_on_device else param,
         step_ptr if step_on_device else param, n,
         lr_value, bias1, bias2, float(beta1), float(beta2), log_beta1, log_beta2, float(eps),
@@ -445,6 +447,7 @@ def _grid(n, counting):
     return (max(cdiv(n, BLOCK), 1 if counting else 0),)
 
 
+@planned()
 def adadelta_step_(param, grad, square_avg, acc_delta, lr, rho=0.9, eps=1e-6, weight_decay=0.0,
                    maximize=False, count=None):
     """Adadelta update of flat float32 arrays in place (see Backend.adadelta_step_); one launch.
@@ -462,7 +465,7 @@ def adadelta_step_(param, grad, square_avg, acc_delta, lr, rho=0.9, eps=1e-6, we
     if n == 0 and not counting:
         return param
     # unused pointers point at param; the kernel never reads them
-    _adadelta_kernel[_grid(n, counting)](
+    run(_adadelta_kernel, _grid(n, counting),
         param, grad, square_avg, acc_delta, lr_ptr if lr_on_device else param,
         count_ptr if counting else param, n,
         lr_value, float(rho), 1.0 - float(rho), float(eps), float(weight_decay),
@@ -471,6 +474,7 @@ def adadelta_step_(param, grad, square_avg, acc_delta, lr, rho=0.9, eps=1e-6, we
     return param
 
 
+@planned()
 def rmsprop_step_(param, grad, square_avg, grad_avg, momentum_buf, lr, alpha=0.99, eps=1e-8,
                   weight_decay=0.0, momentum=0.0, centered=False, maximize=False, count=None):
     """RMSprop update of flat float32 arrays in place (see Backend.rmsprop_step_); one launch.
@@ -497,7 +501,7 @@ def rmsprop_step_(param, grad, square_avg, grad_avg, momentum_buf, lr, alpha=0.9
     if n == 0 and not counting:
         return param
     # unused pointers point at param; the kernel never reads them
-    _rmsprop_kernel[_grid(n, counting)](
+    run(_rmsprop_kernel, _grid(n, counting),
         param, grad, square_avg, grad_avg if centered else param,
         momentum_buf if has_momentum else param, lr_ptr if lr_on_device else param,
         mom_ptr if mom_on_device else param, count_ptr if counting else param, n,
@@ -508,6 +512,7 @@ def rmsprop_step_(param, grad, square_avg, grad_avg, momentum_buf, lr, alpha=0.9
     return param
 
 
+@planned()
 def adagrad_step_(param, grad, state_sum, step, lr, lr_decay=0.0, eps=1e-10, weight_decay=0.0,
                   maximize=False, count=None):
     """Adagrad update of flat float32 arrays in place (see Backend.adagrad_step_); one launch.
@@ -529,7 +534,7 @@ def adagrad_step_(param, grad, state_sum, step, lr, lr_decay=0.0, eps=1e-10, wei
     if n == 0 and not counting:
         return param
     # unused pointers point at param; the kernel never reads them
-    _adagrad_kernel[_grid(n, counting)](
+    run(_adagrad_kernel, _grid(n, counting),
         param, grad, state_sum, lr_ptr if lr_on_device else param,
         step_ptr if step_on_device else param, count_ptr if counting else param, n,
         lr_value, step_value if lr_decay != 0 else 1.0, float(lr_decay), float(eps),
@@ -561,6 +566,7 @@ def _check_norm_arrays(op, arrays):
     return arrays
 
 
+@planned()
 def total_norm(arrays, norm_type=2.0):
     """The L_p norm of all elements of all arrays together, as a 0-d float32 array.
 
@@ -582,15 +588,16 @@ def total_norm(arrays, norm_type=2.0):
         count += cdiv(n, chunk)
     partials = empty([max(count, 1)], torch.float32, device)
     for a, n, chunk, offset in plans:
-        _norm_partials_kernel[(cdiv(n, chunk),)](
+        run(_norm_partials_kernel, (cdiv(n, chunk),),
             a, partials[offset:], n, chunk, p, NORM=kind, BLOCK=NORM_BLOCK,
             num_warps=num_warps_for(NORM_BLOCK))
     out = empty([], torch.float32, device)
-    _norm_finish_kernel[(1,)](partials, out, count, p, NORM=kind, BLOCK=NORM_BLOCK,
+    run(_norm_finish_kernel, (1,), partials, out, count, p, NORM=kind, BLOCK=NORM_BLOCK,
                               num_warps=num_warps_for(NORM_BLOCK))
     return out
 
 
+@planned()
 def clip_scale_(arrays, total_norm, max_norm, eps=1e-6):
     """x *= min(1, max_norm / (total_norm + eps)) for each array, in place (one launch each).
 
@@ -606,7 +613,6 @@ def clip_scale_(arrays, total_norm, max_norm, eps=1e-6):
                              f"{total_norm.device}")
         if a.numel() == 0:
             continue
-        _clip_scale_kernel[(cdiv(a.numel(), BLOCK),)](a, total_norm, a.numel(), float(max_norm),
-                                                      float(eps), BLOCK=BLOCK,
-                                                      num_warps=num_warps_for(BLOCK))
+        run(_clip_scale_kernel, (cdiv(a.numel(), BLOCK),), a, total_norm, a.numel(),
+            float(max_norm), float(eps), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
     return arrays
