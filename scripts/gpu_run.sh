@@ -29,6 +29,9 @@ for step in "$@"; do
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
         mnist-*)      run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench" --models "${step#mnist-}" --skip-compile --skip-numpy ;;
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;
+        host)         run host 300 python3 benchmarks/bench_host.py --out "$OUT/bench" --profile ;;
+        host-before)  PYTHONPATH=$PWD/.baseline run host-before 300 python3 benchmarks/bench_host.py --out "$OUT/bench/before" --profile ;;
+        gpu-tests-checked) TRITONAD_CHECK_LAUNCHES=1 run gpu-tests-checked 500 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 300 --durations=30 -x ;;
         profile-step) run profile-step 300 python3 benchmarks/profile_step.py ;;
         profile-step-plans) run profile-step-plans 400 python3 benchmarks/profile_step.py --plans ;;
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
-              "optim", "mnist", "augment")
+              "optim", "mnist", "augment", "host")
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 

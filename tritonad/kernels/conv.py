@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 
 import torch
 import triton
@@ -62,7 +63,7 @@ PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
 CONV_ALGO = "auto"       # "auto" | "im2col" | "implicit"
 DW_SPLIT = None          # split-K count of the implicit weight gradient; None: sized to the GPU
 CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K channel-inner
-AUTOTUNE = True          # False: the first config of each family, no tuning (quick GPU tests)
+AUTOTUNE = os.environ.get("TRITONAD_AUTOTUNE", "1") not in ("0", "")  # False: first config
 PACK_WEIGHTS = True      # channel-inner implicit GEMM: weights copied K-major first (vector loads)
 CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied to NHWC first
 _ALGOS = ("auto", "im2col", "implicit")

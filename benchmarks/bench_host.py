@@ -1,0 +1,184 @@
+"""Eager per-call cost, tritonad against PyTorch in one run on one GPU: what a user's own
+training loop pays for each op when the GPU work is tiny (MNIST sizes, ~1 us of GPU per op).
+
+    python -m tritonad bench host [--out DIR] [--quick] [--calls N]
+
+Each row runs one call (an op, a backward, an optimizer step, a whole training step) N times
+back to back and synchronises once at the end: wall time / N per call, which is host time
+where the host is the bottleneck, as here. Both frameworks allocate their outputs per call
+(PyTorch's caching allocator serves both) and start from the same values. Ratio = PyTorch
+time / tritonad time: above 1, tritonad is faster. The first calls (compilation, plans) are
+warm-up and not timed. The steps are the MNIST recipes' (benchmarks/bench_mnist.py): cnn batch
+100, mlp batch 128, SGD with momentum, per-op kernels (no fused MLP step, no CUDA graph).
+Written to run against older tritonad checkouts too (PYTHONPATH=old), for before/after tables.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def per_call_us(fn, calls):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _step_pair(name):
+    """(tritonad step, torch step) of one recipe's eager training step on a fixed batch."""
+    import tritonad as td
+    import tritonad.nn.functional as F
+    from tritonad import models, optim
+
+    from bench_mnist import torch_model
+
+    torch.manual_seed(0)
+    theirs = torch_model(name).cuda()
+    ours = models.build(name).to("cuda")
+    ours.load_state_dict({k: td.from_torch(v.detach().clone())
+                          for k, v in theirs.state_dict().items()})
+    batch = 100 if name == "cnn" else 128
+    x = torch.randn(batch, 1, 28, 28, device="cuda")
+    y = torch.randint(0, 10, (batch,), device="cuda")
+    tx, ty = td.from_torch(x), td.from_torch(y)
+    opt = optim.SGD(ours.parameters(), lr=0.01, momentum=0.9)
+    topt = torch.optim.SGD(theirs.parameters(), lr=0.01, momentum=0.9)
+
+    def ours_step():
+        loss = F.cross_entropy(ours(tx), ty)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def theirs_step():
+        loss = torch.nn.functional.cross_entropy(theirs(x), y)
+        topt.zero_grad()
+        loss.backward()
+        topt.step()
+
+    return ours_step, theirs_step
+
+
+def _profile(name, fn, calls):
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        fn()
+    profile.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
+    print(f"---- cProfile of {calls} calls: {name}\n" + "\n".join(
+        line for line in text.getvalue().splitlines()[4:] if line.strip()), flush=True)
+
+
+def cases():
+    """(name, tritonad call, torch call) at MNIST sizes."""
+    import tritonad as td
+    import tritonad.nn.functional as F
+    from tritonad import models, optim
+
+    from bench_mnist import torch_model
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", generator=g)
+
+    x, b, w = rand(128, 256), rand(256), rand(100, 256)
+    tx, tb, tw = td.from_torch(x), td.from_torch(b), td.from_torch(w)
+    logits, target = rand(128, 10), torch.randint(0, 10, (128,), device="cuda", generator=g)
+    tlogits, ttarget = td.from_torch(logits), td.from_torch(target)
+    img, cw = rand(100, 32, 14, 14), rand(64, 32, 5, 5)
+    timg, tcw = td.from_torch(img), td.from_torch(cw)
+    pool_in = rand(100, 32, 28, 28)
+    tpool_in = td.from_torch(pool_in)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    txg, twg = td.from_torch(x.clone()).requires_grad_(), td.from_torch(w.clone()).requires_grad_()
+
+    # an optimizer step over the cnn's 1.66M parameters, gradients in place
+    cnn_t = torch_model("cnn").cuda()
+    cnn = models.build("cnn").to("cuda")
+    for p, tp in zip(cnn.parameters(), cnn_t.parameters()):
+        tp.grad = torch.randn_like(tp)
+        p.grad = td.from_torch(tp.grad.clone())
+    opt = optim.SGD(cnn.parameters(), lr=0.01, momentum=0.9)
+    topt = torch.optim.SGD(cnn_t.parameters(), lr=0.01, momentum=0.9)
+
+    rows = [
+        ("x + b  [128, 256] + [256]", lambda: tx + tb, lambda: x + b),
+        ("x.relu()  [128, 256]", lambda: tx.relu(), lambda: x.relu()),
+        ("x.sum()  [128, 256]", lambda: tx.sum(), lambda: x.sum()),
+        ("x @ w.T  [128, 256] x [256, 100]", lambda: tx @ tw.T, lambda: x @ w.T),
+        ("softmax(dim=1)  [128, 10]", lambda: tlogits.softmax(1), lambda: logits.softmax(1)),
+        ("cross_entropy  [128, 10]", lambda: F.cross_entropy(tlogits, ttarget),
+         lambda: torch.nn.functional.cross_entropy(logits, target)),
+        ("conv2d  [100, 32, 14, 14] * [64, 32, 5, 5], pad 2",
+         lambda: F.conv2d(timg, tcw, padding=2),
+         lambda: torch.nn.functional.conv2d(img, cw, padding=2)),
+        ("max_pool2d(2)  [100, 32, 28, 28]", lambda: F.max_pool2d(tpool_in, 2),
+         lambda: torch.nn.functional.max_pool2d(pool_in, 2)),
+        ("SGD momentum step, cnn parameters (1.66M)", opt.step, topt.step),
+        ("(x @ w.T).relu().sum().backward()",
+         lambda: (txg @ twg.T).relu().sum().backward(),
+         lambda: (xg @ wg.T).relu().sum().backward()),
+    ]
+    for name in ("mlp", "cnn"):
+        ours_step, theirs_step = _step_pair(name)
+        rows.append((f"{name} training step (forward, cross-entropy, backward, SGD)",
+                     ours_step, theirs_step))
+    return rows
+
+
+def main(argv=None):
+    args = common.parse_args(__doc__.splitlines()[0], argv, extra=lambda p: (
+        p.add_argument("--calls", type=int, default=2000, help="calls per timing (default 2000)"),
+        p.add_argument("--profile", action="store_true",
+                       help="also print a cProfile of tritonad's calls (where the host time goes)")))
+    common.require_gpu("bench_host")
+    import tritonad as td
+
+    td.set_backend("triton")
+    # both at their defaults for float32: IEEE matmul, TF32 convolution (tritonad's too)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    calls = 300 if args.quick else args.calls
+    rows = []
+    for name, ours, theirs in cases():
+        steps = "training step" in name or "backward" in name
+        n = max(50, calls // 10) if steps else calls
+        row = {"case": name, "calls": n}
+        row["tritonad_us"] = per_call_us(ours, n)
+        row["torch_us"] = per_call_us(theirs, n)
+        row["ratio"] = row["torch_us"] / row["tritonad_us"]
+        rows.append(row)
+        print(row, flush=True)
+        if args.profile:
+            _profile(name, ours, n)
+    columns = [("case", "eager, per call", "{}"), ("tritonad_us", "tritonad us", "{:.1f}"),
+               ("torch_us", "PyTorch us", "{:.1f}"), ("ratio", "ratio", "{:.2f}")]
+    env = common.environment()
+    common.print_table(f"Eager cost per call ({env.get('gpu')}, torch {env['torch']}, "
+                       f"Triton {env['triton']})", rows, columns)
+    print(common.markdown_table(rows, columns))
+    common.save(args.out, "bench_host", rows, {"calls": calls})
+    return rows
+
+
+if __name__ == "__main__":
+    main()
