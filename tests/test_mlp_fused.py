@@ -209,20 +209,98 @@ def test_bad_arguments_raise(be_name):
 # ------------------------------------------------------------------ the Trainer
 
 
-def test_fusable_mlp_recognises_plain_relu_mlps():
+def test_fusable_names_what_stops_fusion():
     with td.use_backend("numpy"):
-        assert train.fusable_mlp(models.mlp(), (10, 1, 28, 28)) is not None
-        assert train.fusable_mlp(models.logreg(), (10, 1, 28, 28)) is None  # one layer
-        assert train.fusable_mlp(models.cnn(), (10, 1, 28, 28)) is None
-        assert train.fusable_mlp(models.mlp(), (10, 1, 28, 27)) is None     # 756 features
+        assert nn.fused.fusable(models.mlp(), (10, 1, 28, 28)) is None
+        assert "Linear, ReLU, Linear" in nn.fused.fusable(models.logreg(), (10, 1, 28, 28))
+        assert "Conv2d" in nn.fused.fusable(models.cnn(), (10, 1, 28, 28))
+        assert "756 features" in nn.fused.fusable(models.mlp(), (10, 1, 28, 27))
         sig = nn.Sequential(nn.Linear(4, 3), nn.Sigmoid(), nn.Linear(3, 2))
-        assert train.fusable_mlp(sig, (10, 4)) is None
+        assert "Sigmoid" in nn.fused.fusable(sig, (10, 4))
         frozen = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
-        assert len(train.fusable_mlp(frozen, (10, 4))) == 2
+        assert nn.fused.fusable(frozen, (10, 4)) is None
         frozen[0].weight.requires_grad_(False)
-        assert train.fusable_mlp(frozen, (10, 4)) is None
+        assert "does not require grad" in nn.fused.fusable(frozen, (10, 4))
         wide = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 100))
-        assert train.fusable_mlp(wide, (10, 4)) is None  # more classes than the kernels take
+        assert "100 classes" in nn.fused.fusable(wide, (10, 4))
+        hidden = nn.Sequential(nn.Linear(4, 300), nn.ReLU(), nn.Linear(300, 300), nn.ReLU(),
+                               nn.Linear(300, 5))
+        assert "300 wide" in nn.fused.fusable(hidden, (10, 4))
+        with pytest.raises(ValueError, match="FusedMLP.from_sequential: cannot fuse this "
+                                             "network: .*100 classes"):
+            nn.FusedMLP.from_sequential(wide)
+
+
+def _two_copies(sizes, seed):
+    """The same ReLU MLP twice (a FusedMLP and a plain Sequential, separate parameters)."""
+    td.manual_seed(seed)
+    layers = [nn.Flatten()]
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
+    plain = nn.Sequential(*layers)
+    fused_model = nn.FusedMLP.from_sequential(plain)
+    other = nn.Sequential(*[type(m)(*((m.in_features, m.out_features) if type(m) is nn.Linear
+                                      else ())) for m in layers])
+    other.load_state_dict(plain.state_dict())
+    return fused_model, other
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "triton"])
+@pytest.mark.parametrize("sizes", [(12, 9, 4), (10, 8, 7, 3)], ids=["2 layers", "3 layers"])
+def test_fused_mlp_loss_and_grads_match_backward(backend_name, sizes):
+    """loss_and_grads gives the loss of F.cross_entropy(model(x), y) and accumulates the same
+    gradients into .grad (twice: the second call adds to the first, as backward does)."""
+    with td.use_backend(backend_name):
+        model, other = _two_copies(sizes, seed=3)
+        x = td.randn(6, 1, sizes[0])  # flattened by the model
+        y = td.tensor([v % sizes[-1] for v in (0, 1, 2, 3, 1, 0)])
+        for _ in range(2):
+            loss = model.loss_and_grads(x, y)
+            want = td.nn.functional.cross_entropy(other(x), y)
+            want.backward()
+            assert loss.grad_fn is None and loss.shape == ()
+            assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+        for (name, p), q in zip(model.named_parameters(), other.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=2e-5, atol=1e-6,
+                                       err_msg=name)
+
+
+def test_fused_mlp_is_its_sequential():
+    with td.use_backend("numpy"):
+        plain = models.mlp()
+        fused_model = nn.FusedMLP.from_sequential(plain)
+        assert isinstance(fused_model, nn.Sequential)
+        assert list(fused_model.state_dict()) == list(plain.state_dict())
+        for a, b in zip(fused_model.parameters(), plain.parameters()):
+            assert a is b  # shared: training one trains the other
+        back = fused_model.to_sequential()
+        assert type(back) is nn.Sequential and list(back.state_dict()) == list(plain.state_dict())
+        x = td.randn(3, 1, 28, 28)
+        np.testing.assert_array_equal(fused_model(x).numpy(), plain(x).numpy())
+        direct = nn.FusedMLP(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+        assert list(direct.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+        with pytest.raises(ValueError, match="FusedMLP: cannot fuse this network: .*Sigmoid"):
+            nn.FusedMLP(nn.Linear(4, 3), nn.Sigmoid(), nn.Linear(3, 2))
+
+
+def test_fused_mlp_falls_back_outside_its_limits():
+    """Parameters frozen, or a float64 network after conversion, or a batch cut by rows: the
+    per-op path gives the same loss and gradients (and counts the metrics)."""
+    with td.use_backend("numpy"):
+        model, other = _two_copies((6, 5, 3), seed=4)
+        model[1].bias.requires_grad_(False)
+        other[1].bias.requires_grad_(False)
+        x, y = td.randn(5, 6), td.tensor([0, 2, 1, 1, 0])
+        rows = td.tensor([4, 0, -1])
+        totals = (td.zeros(()), td.zeros((), dtype=td.int64))
+        loss = model.loss_and_grads(x, y, rows=rows, metrics=totals)
+        want = td.nn.functional.cross_entropy(other(x[rows]), y[rows])
+        want.backward()
+        assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+        assert totals[0].item() == pytest.approx(3 * want.item(), rel=1e-5)
+        assert model[1].bias.grad is None
+        np.testing.assert_allclose(model[1].weight.grad.numpy(), other[1].weight.grad.numpy(),
+                                   rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("backend_name", ["numpy", "triton"])

@@ -16,7 +16,7 @@ import torch
 from . import data, dtypes, models, nn, optim
 from .autodiff import nn_ops
 from .autodiff.grad_mode import no_grad
-from .backend import MLP_MAX_CLASSES, MLP_MAX_WIDTH, get_backend
+from .backend import get_backend
 from .capture import CapturedStep
 from .tensor import Tensor, empty, zeros
 
@@ -55,36 +55,6 @@ class Progress:
             self.stream.write("\n")
 
 
-def fusable_mlp(model, input_shape):
-    """The Linear layers of `model` if the fused MLP step can train it on inputs of shape
-    input_shape ([N, ...]), else None: an nn.Sequential of an optional Flatten(1, -1), then
-    Linear, ReLU, Linear (and optionally ReLU, Linear), float32 with biases, all parameters
-    trainable, the inputs' features matching, within the primitive's width limits."""
-    if type(model) is not nn.Sequential:
-        return None
-    layers = list(model.children())
-    if layers and type(layers[0]) is nn.Flatten and \
-            (layers[0].start_dim, layers[0].end_dim) == (1, -1):
-        layers = layers[1:]
-    elif len(input_shape) != 2:
-        return None
-    kinds = [type(layer) for layer in layers]
-    if kinds not in ([nn.Linear, nn.ReLU, nn.Linear],
-                     [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]):
-        return None
-    linears = layers[0::2]
-    features = 1
-    for n in input_shape[1:]:
-        features *= n
-    params = [p for layer in linears for p in (layer.weight, layer.bias)]
-    if any(p is None or p.dtype is not dtypes.float32 or not p.requires_grad for p in params):
-        return None
-    if linears[0].in_features != features or linears[-1].out_features > MLP_MAX_CLASSES or \
-            any(layer.out_features > MLP_MAX_WIDTH for layer in linears[1:-1]):
-        return None
-    return linears
-
-
 class Trainer:
     """Trains `model` on a DataLoader with cross-entropy; `graph=True` captures the step.
 
@@ -97,25 +67,25 @@ class Trainer:
     copy, no launch per changed learning rate. The last, partial batch of an epoch is a second
     captured step (a fixed slice of the order; its learning rate set by sync()).
 
-    `fuse=True` (the default) trains a plain ReLU MLP (see fusable_mlp) with the fused step:
-    forward, cross-entropy and backward in one backend call (three kernels on the GPU, which
-    also cut the batch from the dataset themselves) instead of ~12 per-op kernels; the
-    gradients, the optimizer step and the metrics are the same. Other models, or fuse=False,
-    take the per-op autodiff path.
+    `fuse=True` (the default) trains a plain ReLU MLP with nn.FusedMLP's fused step: forward,
+    cross-entropy and backward in one backend call (three kernels on the GPU, which also cut
+    the batch from the dataset themselves) instead of ~12 per-op kernels; the gradients, the
+    optimizer step and the metrics are the same. Other models (nn.fused.fusable says why), or
+    fuse=False, take the per-op autodiff path.
     """
 
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2,
                  fuse=True):
         self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
         device = loader.images.device
-        images = loader.images._data
-        self._linears = fusable_mlp(model, tuple(images.shape)) if fuse else None
-        if self._linears is not None:
-            if not images.is_contiguous():
-                self._linears = None
-            else:  # the dataset as [N, features] and the labels, read by the fused step
-                self._flat_images = images.view(images.shape[0], -1)
-                self._labels = loader.labels._data
+        images = loader.images
+        self._fused = None
+        if fuse and images.is_contiguous() and \
+                nn.fused.fusable(model, tuple(images.shape)) is None:
+            self._fused = nn.FusedMLP.from_sequential(model)
+            # the dataset as [N, features] and the labels, read by the fused step
+            self._flat_images = images.reshape(images.shape[0], -1)
+            self._labels = loader.labels
         # per-step metrics stay on the device, added up by the loss kernel itself: the sum of
         # every sample's loss and the count of correct predictions
         self.loss_sum = zeros((), device=device)
@@ -157,18 +127,17 @@ class Trainer:
     @property
     def fused(self) -> bool:
         """Whether steps run the fused MLP path."""
-        return self._linears is not None
+        return self._fused is not None
 
     def _index_step(self, index):
-        if self._linears is not None:
-            return self._fused_step(index._data)
+        if self._fused is not None:
+            return self._fused_step(index)
         return self._step(self.loader.images[index], self.loader.labels[index])
 
     def _fused_step(self, rows, cursor=None, advance=False):
         self.optimizer.zero_grad(set_to_none=True)
-        loss = nn_ops.mlp_cross_entropy_grads(self._linears, self._flat_images, self._labels,
-                                              self.loss_sum, self.correct, rows=rows,
-                                              cursor=cursor, advance=advance)
+        loss = self._fused.loss_and_grads(self._flat_images, self._labels, rows, cursor,
+                                          advance, metrics=(self.loss_sum, self.correct))
         self.optimizer.step()
         return loss
 
@@ -184,11 +153,10 @@ class Trainer:
         """The captured step: this step's batch and hyperparameters come from device memory at
         the cursor, which the last read advances."""
         backend, cursor = self._backend, self._cursor._data
-        if self._linears is not None:  # the fused kernels cut the batch and advance the cursor
+        if self._fused is not None:  # the fused kernels cut the batch and advance the cursor
             for table, array in zip(self._tables, self._hyper):
                 backend.take_row_(table, cursor, array)
-            self._cursor._bump_version()
-            return self._fused_step(self._batches, cursor, advance=True)
+            return self._fused_step(Tensor._wrap(self._batches), self._cursor, advance=True)
         backend.gather_rows_at_((self.loader.images._data, self.loader.labels._data),
                                 (self._x._data, self._y._data), self._batches, cursor)
         for i, (table, array) in enumerate(zip(self._tables, self._hyper)):

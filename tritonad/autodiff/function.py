@@ -185,7 +185,8 @@ class Function:
             ctx = _NoContext()
         previous = state.current
         if first is not None and cls.runs_on_backend:
-            state.current = backend_of(first)
+            be = state.cuda if first.is_cuda else state.cpu
+            state.current = be if be is not None else backend_of(first)
         state.enabled = False
         try:
             result = cls.forward(ctx, *raw_args, **kwargs)
@@ -216,8 +217,10 @@ class Function:
             outputs.append(wrap(r, differentiable, ctx if differentiable else None, i, box))
         ctx._outputs = tuple((o._data, o._version_box) if o is not None else (None, None)
                              for o in outputs)
+        # (no zeros are made up for an output that takes no gradient: indices, masks)
         ctx._output_meta = tuple((o._data.shape, o._data.dtype, o._data.device)
-                                 if o is not None else None for o in outputs)
+                                 if o is not None and o._requires_grad else None
+                                 for o in outputs)
         if ctx._saved_raw:
             ctx._resolve_saved(args, raw_args, outputs)
         return outputs[0] if single else tuple(outputs)
@@ -403,8 +406,13 @@ def _call_backward(ctx, grads_in, create_graph):
             grads_out.append(ops.zeros(tuple(meta[0]), dtype=dtypes.get_dtype(meta[1]),
                                        device=meta[2]))
     once = ctx.function.once_differentiable
-    with set_grad_enabled(create_graph and not once):
+    state = _state
+    enabled = state.enabled
+    state.enabled = create_graph and not once
+    try:
         grads = ctx.function.backward(ctx, *grads_out)
+    finally:
+        state.enabled = enabled
     if not isinstance(grads, tuple):
         grads = (grads,)
     if len(grads) < len(ctx.edges):

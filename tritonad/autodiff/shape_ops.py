@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .. import dtypes
-from ..backend import get_backend
+from ..backend import _state, get_backend
 from ..tensor import Tensor, full, tensor
 from .function import Function
 
@@ -69,6 +69,16 @@ class Expand(Function):
         return dy, None
 
 
+def _unrecorded_view(x, raw):
+    """A view made without history (nothing to record: grad mode off, or x needs no gradient),
+    sharing x's version counter as every view does. The fast path of the view ops."""
+    return Tensor._wrap(raw, False, None, 0, x._version_box)
+
+
+def _records(x):
+    return x._requires_grad and _state.enabled
+
+
 def view(x, shape):
     """The same memory seen with another shape; raises if that needs a copy (use reshape)."""
     shape = _infer_shape("view", x, shape)
@@ -78,7 +88,11 @@ def view(x, shape):
         raise RuntimeError(f"view: a tensor of shape {x.shape} and strides {x.stride()} cannot be "
                            f"viewed as shape {shape} without a copy; use .reshape(), which copies "
                            "when it must") from None
-    return x if shape == x.shape else Restride.apply(x, "view", (shape,))
+    if shape == x.shape:
+        return x
+    if not _records(x):
+        return _unrecorded_view(x, x._data.view(shape))
+    return Restride.apply(x, "view", (shape,))
 
 
 def reshape(x, shape):
@@ -87,9 +101,12 @@ def reshape(x, shape):
     if shape == x.shape:
         return x
     try:
-        x._data.view(shape)
+        raw = x._data.view(shape)
     except RuntimeError:
         x = contiguous(x)
+        raw = x._data.view(shape)
+    if not _records(x):
+        return _unrecorded_view(x, raw)
     return Restride.apply(x, "view", (shape,))
 
 
@@ -127,12 +144,18 @@ def flatten(x, start_dim=0, end_dim=-1):
 def permute(x, dims):
     n = x._data.dim()
     if n == 2 and dims == (1, 0):  # .T of a matrix, the most common permute
+        if not _records(x):
+            return _unrecorded_view(x, x._data.t())
         return Permute.apply(x, dims)
     if len(dims) != n or sorted(d % max(n, 1) for d in dims) != list(range(n)):
         raise ValueError(f"permute: {tuple(dims)} is not a permutation of the {n} dims of a "
                          f"tensor of shape {x.shape}")
     dims = tuple(d % n for d in dims)
-    return x if dims == tuple(range(n)) else Permute.apply(x, dims)
+    if dims == tuple(range(n)):
+        return x
+    if not _records(x):
+        return _unrecorded_view(x, x._data.permute(dims))
+    return Permute.apply(x, dims)
 
 
 def transpose(x, dim0, dim1):
@@ -157,7 +180,11 @@ def expand(x, shape):
         if s != 1 and s != target[lead + i]:
             raise ValueError(f"expand: shape {x.shape} cannot be expanded to {shape} (dim {i} has "
                              f"size {s}, not 1)")
-    return x if target == x.shape else Expand.apply(x, target)
+    if target == x.shape:
+        return x
+    if not _records(x):
+        return _unrecorded_view(x, x._data.expand(target))
+    return Expand.apply(x, target)
 
 
 def unsqueeze(x, dim):

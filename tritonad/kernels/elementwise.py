@@ -367,16 +367,22 @@ def _scalar_arg(value):
 # and binds the launch (launch.KernelLaunch); later calls allocate the result and launch.
 
 _PLANS = PlanCache()
+_Tensor = torch.Tensor
+
+
+def _key(x):
+    """What a plan depends on for one array operand (see _operand)."""
+    return x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0
 
 
 def _operand(x):
-    """(what a plan depends on, the kernel's scalar payload) for one operand."""
-    if isinstance(x, torch.Tensor):
+    """(what a plan depends on, the kernel's scalar payload) for one operand: an array's dtype,
+    shape, strides, device and pointer alignment; a number's kind (its value is the payload)."""
+    if isinstance(x, _Tensor):
         return (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0), 0
     if x is None:
         return None, 0
-    kind, payload = _scalar_arg(x)
-    return kind, payload
+    return _scalar_arg(x)
 
 
 class _Plan:
@@ -384,22 +390,30 @@ class _Plan:
     Each launch is (KernelLaunch, element offset) over the operands' memory (two launches when a
     contiguous run is cut into a 16-aligned body and a tail, none for an empty result)."""
 
-    __slots__ = ("shape", "dtype", "device", "kinds", "launches")
+    __slots__ = ("shape", "dtype", "device", "kinds", "launches", "single", "ta", "tb", "tc")
 
     def __init__(self, shape, dtype, device, kinds, launches):
         self.shape, self.dtype, self.device = shape, dtype, device
         self.kinds, self.launches = kinds, launches
+        self.single = launches[0][0] if len(launches) == 1 and launches[0][1] == 0 else None
+        self.ta, self.tb, self.tc = (k == TENSOR for k in kinds)
 
-    def __call__(self, out, operands, payloads):
+    def __call__(self, out, a, b, c, pa, pb, pc):
         if out is None:
             out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        launch = self.single
+        if launch is not None:  # the common case: one launch over the whole arrays
+            o = ptr(out)
+            launch(o, ptr(a) if self.ta else o, ptr(b) if self.tb else o,
+                   ptr(c) if self.tc else o, pa, pb, pc)
+            return out
         for launch, start in self.launches:
             o = offset_ptr(out, start) if start else ptr(out)
             pointers = [o, o, o]
-            for i, (x, kind) in enumerate(zip(operands, self.kinds)):
+            for i, (x, kind) in enumerate(zip((a, b, c), self.kinds)):
                 if kind == TENSOR:
                     pointers[i] = offset_ptr(x, start) if start else ptr(x)
-            launch(o, *pointers, *payloads)
+            launch(o, *pointers, pa, pb, pc)
         return out
 
 
@@ -409,7 +423,7 @@ def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
     out: the array to write or None (then a new contiguous one of shape/dtype on device)."""
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, operands, payloads)
+        return plan(out, *(list(operands) + [None] * (3 - len(operands))), *payloads)
     result = out if out is not None else empty(shape, dtype.torch, device)
     operands = list(operands) + [None] * (3 - len(operands))
     launches = _launch(op, result, operands, compute)
@@ -546,7 +560,7 @@ def fill_(x, value):
     key = ("fill", _operand(x)[0], kv)
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(x, (value, None, None), (pv, 0, 0))
+        return plan(x, value, None, None, pv, 0, 0)
     _check_operands("fill_", x, value)
     compute = tl.float64 if kv == FLOAT else tl.int64
     return _planned(key, "copy", x, x.shape, dtype_of(x), x.device, [value], (pv, 0, 0), compute)
@@ -560,7 +574,7 @@ def copy_(dst, src):
     key = ("copy", _operand(dst)[0], _operand(src)[0])
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(dst, (src, None, None), (0, 0, 0))
+        return plan(dst, src, None, None, 0, 0, 0)
     _check_operands("copy_", dst, src)
     shape = broadcast_shape("copy_", dst, src)
     if shape != tuple(dst.shape):
@@ -606,10 +620,11 @@ def arange(start, end, step, dtype, device):
 
 def _unary(op, x, out, float_result=False):
     """y = op(x) elementwise in x's dtype (float32 for integer x when float_result)."""
-    key = (op, _operand(x)[0], _out_key(out))
+    key = (op, _key(x) if type(x) is _Tensor else _operand(x)[0],
+           None if out is None else _key(out))
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, (x, None, None), (0, 0, 0))
+        return plan(out, x, None, None, 0, 0, 0)
     device = _check_operands(op, x)
     dtype = dtype_of(x)
     if float_result and not dtype.is_floating_point:
@@ -646,11 +661,18 @@ def tanh(x, out=None): return _unary("tanh", x, out, float_result=True)
 def _binary(op, a, b, out, result=None, float_result=False):
     """r = op(a, b) with numpy broadcasting; the result type is dtypes.result_type(a, b)
     (float32 for integers when float_result), or `result` (comparisons: bool)."""
-    (ka, pa), (kb, pb) = _operand(a), _operand(b)
-    key = (op, ka, kb, _out_key(out))
+    if type(a) is _Tensor:
+        ka, pa = _key(a), 0
+    else:
+        ka, pa = _operand(a)
+    if type(b) is _Tensor:
+        kb, pb = _key(b), 0
+    else:
+        kb, pb = _operand(b)
+    key = (op, ka, kb, None if out is None else _key(out))
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, (a, b, None), (pa, pb, 0))
+        return plan(out, a, b, None, pa, pb, 0)
     device = _check_operands(op, a, b)
     dtype = dtypes.result_type(a, b)
     if float_result and not dtype.is_floating_point:
@@ -671,7 +693,7 @@ def pow_scalar(x, exponent, out=None):
     key = ("square", _operand(x)[0], _out_key(out), type(exponent))
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, (x, None, None), (0, 0, 0))
+        return plan(out, x, None, None, 0, 0, 0)
     device = _check_operands("pow_scalar", x)
     dtype = dtypes.result_type(x, exponent)
     _check_out("pow_scalar", out, x.shape, device)
@@ -755,7 +777,7 @@ def where(cond, a, b, out=None):
     key = ("where", _operand(cond)[0], ka, kb, _out_key(out))
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, (cond, a, b), (0, pa, pb))
+        return plan(out, cond, a, b, 0, pa, pb)
     device = _check_operands("where", cond, a, b)
     dtype = dtypes.result_type(a, b)
     shape = broadcast_shape("where", cond, a, b)

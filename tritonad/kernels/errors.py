@@ -62,7 +62,7 @@ def report(flag_ptr, bad, position, value, limit):
     if first < 2**62:
         at = bad & (position.to(tl.int64) == first)
         bad_value = tl.max(tl.where(at, value.to(tl.int64), -2**62))
-        if tl.atomic_cas(flag_ptr, 0, 1) == 0:
+        if tl.atomic_cas(flag_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64)) == 0:
             tl.store(flag_ptr + 1, first)
             tl.store(flag_ptr + 2, bad_value)
             tl.store(flag_ptr + 3, limit.to(tl.int64))
@@ -71,7 +71,7 @@ def report(flag_ptr, bad, position, value, limit):
 @triton.jit
 def report_at(flag_ptr, position, value, limit):
     """Report one failure already found (scalars): the first report since the last read wins."""
-    if tl.atomic_cas(flag_ptr, 0, 1) == 0:
+    if tl.atomic_cas(flag_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64)) == 0:
         tl.store(flag_ptr + 1, position.to(tl.int64))
         tl.store(flag_ptr + 2, value.to(tl.int64))
         tl.store(flag_ptr + 3, limit.to(tl.int64))

@@ -129,8 +129,11 @@ CHECK_LAUNCHES = os.environ.get("TRITONAD_CHECK_LAUNCHES", "0") not in ("", "0")
 PLANS_ENABLED = os.environ.get("TRITONAD_PLANS", "1") not in ("", "0")  # 0: Triton's path always
 
 if not INTERPRET:
-    _current_stream = torch._C._cuda_getCurrentRawStream
-    _current_device = torch._C._cuda_getDevice
+    try:
+        _current_stream = torch._C._cuda_getCurrentRawStream
+        _current_device = torch._C._cuda_getDevice
+    except AttributeError:  # a CPU build of torch (scripts/compile_check.py imports us there)
+        _current_stream = _current_device = None
 
 from triton import knobs as _knobs  # noqa: E402  (Triton 3.6 and 3.9: launch hooks live here)
 
@@ -182,10 +185,13 @@ class KernelLaunch:
     """
 
     __slots__ = ("kernel", "grid", "meta", "args", "dynamic", "compiled", "_run", "_function",
-                 "_packed", "_bound", "_tail", "_prefix", "_device", "_g0", "_g1", "_g2")
+                 "_packed", "_bound", "_tail", "_prefix", "_device", "_g0", "_g1", "_g2",
+                 "_style", "_launch", "_coop", "_pdl", "_annotations", "_signature")
 
     def __init__(self, kernel, grid, args, meta, dynamic=()):
         grid = tuple(grid)
+        if _NOTE_KERNELS:
+            _note_kernel(kernel, args, meta)
         self.kernel, self.grid, self.meta = kernel, grid, meta
         self.args, self.dynamic = list(args), tuple(dynamic)
         self.compiled = kernel[grid](*args, **meta)
@@ -224,6 +230,28 @@ class KernelLaunch:
         self._packed = compiled.packed_metadata
         self._device = _current_device()
         self._g0, self._g1, self._g2 = (grid + (1, 1))[:3]
+        self._direct(self._run)
+
+    def _direct(self, launcher):
+        """Call the compiled kernel's C launcher itself rather than Triton's Python wrapper
+        around it (CudaLauncher.__call__, ~1.5 us), where the wrapper has nothing to do (no
+        scratch memory, no sanitizer). The wrapper passes its arguments on differently in
+        Triton 3.6 and 3.9: _style says which (0: call the wrapper)."""
+        self._style = 0
+        if type(launcher).__name__ != "CudaLauncher" or getattr(launcher, "gsan_enabled", False):
+            return
+        if getattr(launcher, "global_scratch_size", 1) or \
+                getattr(launcher, "profile_scratch_size", 1):
+            return
+        params = list(inspect.signature(type(launcher).__call__).parameters)
+        self._launch = launcher.launch
+        self._coop, self._pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+        if params[:7] == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]:
+            self._style = 36  # launch(grid, stream, fn, coop, pdl, scratch x2, meta, hooks, *args)
+        elif "kernel_metadata" in params and hasattr(launcher, "arg_annotations"):
+            self._style = 39  # launch(grid, stream, fn, coop, pdl, meta, hooks, scratch x2, ...)
+            self._annotations = launcher.arg_annotations
+            self._signature = launcher.kernel_signature
 
     def rebind(self, dynamic):
         """The same launch with other positions changing per call (no compile, no launch)."""
@@ -254,11 +282,26 @@ class KernelLaunch:
         device = self._device
         if _current_device() != device:
             with torch.cuda.device(device):
-                self._run(self._g0, self._g1, self._g2, _current_stream(device), self._function,
-                          self._packed, None, None, None, *args)
-            return
-        self._run(self._g0, self._g1, self._g2, _current_stream(device), self._function,
-                  self._packed, None, None, None, *args)
+                self._go(_current_stream(device), args)
+        elif self._style == 36:  # the common case inline (one Python frame less)
+            self._launch(self._g0, self._g1, self._g2, _current_stream(device), self._function,
+                         self._coop, self._pdl, None, None, self._packed, None, None, None,
+                         *args)
+        else:
+            self._go(_current_stream(device), args)
+
+    def _go(self, stream, args):
+        style = self._style
+        if style == 36:
+            self._launch(self._g0, self._g1, self._g2, stream, self._function, self._coop,
+                         self._pdl, None, None, self._packed, None, None, None, *args)
+        elif style == 39:
+            self._launch(self._g0, self._g1, self._g2, stream, self._function, self._coop,
+                         self._pdl, self._packed, None, None, None, None, None,
+                         self._annotations, self._signature, tuple(args))
+        else:
+            self._run(self._g0, self._g1, self._g2, stream, self._function, self._packed, None,
+                      None, None, *args)
 
     def _through_triton(self, values):
         args = list(self.args)
@@ -274,8 +317,8 @@ class KernelLaunch:
 
 class PlanCache(dict):
     """Plans of one op family by signature. Bounded: a program that makes endless new shapes
-    starts over rather than growing without end. While a plan is being recorded, lookups miss,
-    so that the launches of nested primitives are recorded into it too."""
+    starts over rather than growing without end. While a plan is being recorded, lookups miss
+    (_record swaps `get`), so that the launches of nested primitives are recorded into it."""
 
     LIMIT = 4096
     ALL: list = []  # every cache, for clear_plans()
@@ -283,11 +326,6 @@ class PlanCache(dict):
     def __init__(self):
         super().__init__()
         PlanCache.ALL.append(self)
-
-    def get(self, key):
-        if _RECORDER is not None:
-            return None
-        return dict.get(self, key)
 
     def keep(self, key, plan):
         if len(self) >= self.LIMIT:
@@ -349,7 +387,78 @@ def run(kernel, grid, *args, **meta):
     """kernel[grid](*args, **meta), recorded into the plan being made, if any."""
     if _RECORDER is not None:
         return KernelLaunch(kernel, grid, args, meta)
+    if _NOTE_KERNELS:
+        _note_kernel(kernel, args, meta)
     return kernel[grid](*args, **meta)
+
+
+# TRITONAD_NOTE_KERNELS=FILE appends every kernel specialization launched (the kernel, its
+# argument types and constexprs) to FILE as JSON lines: scripts/compile_check.py compiles them
+# for a GPU target on a machine without one, so that a CPU test run under the interpreter also
+# proves that each kernel it ran compiles.
+_NOTE_KERNELS = os.environ.get("TRITONAD_NOTE_KERNELS")
+_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+          torch.float64: "fp64", torch.int64: "i64", torch.int32: "i32", torch.int16: "i16",
+          torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_pdl",
+            "launch_cooperative_grid", "ir_override", "debug")
+
+
+def _note_kernel(kernel, args, meta):
+    import json
+
+    if not hasattr(kernel, "fn"):  # a test's stand-in for a kernel
+        return
+    parameters = _parameters(kernel)
+    names = list(parameters)
+    values = dict(zip(names, args))
+    values.update({k: v for k, v in meta.items() if k in parameters})
+    signature, constexprs = {}, {}
+    for name in names:
+        param = parameters[name]
+        value = values.get(name, param.default)
+        annotation = param.annotation
+        if annotation is tl.constexpr or "constexpr" in str(annotation):
+            constexprs[name] = value
+            signature[name] = "constexpr"
+        elif isinstance(annotation, tl.dtype):
+            signature[name] = {"int64": "i64", "int32": "i32", "float32": "fp32",
+                               "float64": "fp64"}.get(str(annotation), str(annotation))
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + _TYPES[value.dtype]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        elif value is None:
+            constexprs[name] = None
+            signature[name] = "constexpr"
+        else:
+            constexprs[name] = value
+            signature[name] = "constexpr"
+    for name, value in list(constexprs.items()):
+        if isinstance(value, tl.constexpr):
+            value = value.value
+        if isinstance(value, tl.dtype):
+            value = {"dtype": str(value)}
+        elif not isinstance(value, (int, float, str, bool, type(None))):
+            value = {"repr": repr(value)}
+        constexprs[name] = value
+    options = {k: v for k, v in meta.items() if k in _OPTIONS}
+    fn = kernel.fn
+    line = json.dumps({"module": fn.__module__, "name": fn.__name__, "signature": signature,
+                       "constexprs": constexprs, "options": options}, sort_keys=True)
+    with open(_NOTE_KERNELS, "a") as f:
+        f.write(line + "\n")
+
+
+def _extent(x):
+    """Bytes from x's first element to just past its last one (non-negative strides)."""
+    if x.numel() == 0:
+        return 0
+    return (sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
 
 
 class _Recorder:
@@ -375,8 +484,13 @@ class _Recorder:
                 return i, 0, None
         base = x.untyped_storage().data_ptr()
         found = None
+        start = x.data_ptr()
         for i, s in enumerate(self.slots):
             if s.untyped_storage().data_ptr() != base:
+                continue
+            # arrays of one storage (parameters in an optimizer's flat buffer): the one whose
+            # memory holds x's first element
+            if not s.data_ptr() <= start < s.data_ptr() + max(_extent(s), 1):
                 continue
             if found is not None and s.data_ptr() != self.slots[found].data_ptr():
                 self.failed = "an argument points into two of the call's arrays"
@@ -527,14 +641,20 @@ def planned(settings=None):
     return decorate
 
 
+def _miss(self, key, default=None):
+    return default
+
+
 def _record(plans, key, arrays, fn, args, kwargs):
     global _RECORDER
     recorder = _Recorder(arrays, args)
     _RECORDER = recorder
+    PlanCache.get = _miss  # while recording, every lookup misses (dict.get, C, otherwise)
     try:
         result = fn(*args, **kwargs)
     finally:
         _RECORDER = None
+        del PlanCache.get
     plan = recorder.finish(result)
     plans.keep(key, plan if plan is not None else _UNPLANNABLE)
     return result
