@@ -19,6 +19,7 @@ import tritonad as td
 import tritonad.nn.functional as F
 from helpers import as_numpy, assert_close, check_op, random_array, reference_inputs
 from tritonad.kernels import matmul as mm
+from tritonad.kernels.tuning import Tuner
 from tritonad.reference import NumpyBackend
 
 # allowed error relative to |a| @ |b| + |bias| (not to the result): TF32 input rounding
@@ -82,10 +83,11 @@ def operand(shape, dtype, layout="contiguous", seed=0):
 def triton_backend(monkeypatch):
     """Run on the triton backend with the best-guess plan (no timing: GPU tests stay quick;
     test_gpu_autotune_cache turns tuning back on)."""
-    monkeypatch.setattr(mm, "AUTOTUNE", False)
     monkeypatch.setattr(mm, "FORCE_PLAN", None)
+    td.autotune(False)
     with td.use_backend("triton"):
         yield
+    td.autotune(False)
 
 
 def run(a, b, bias=None, activation=None):
@@ -436,8 +438,8 @@ def test_autotuner_caches_on_disk(tmp_path, monkeypatch):
     """The first choice is measured and saved; a new process (a new tuner) reads it back
     without measuring; a saved plan that is no longer a candidate is measured again."""
     path = str(tmp_path / "matmul-test.json")
-    monkeypatch.setattr(mm.Autotuner, "path", lambda self: path)
-    monkeypatch.setattr(mm, "AUTOTUNE", True)
+    monkeypatch.setattr(Tuner, "path", lambda self: path)
+    td.autotune(True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     plans = [mm._plan(64, 64, 32, 4, 3), mm._plan(128, 128, 32, 8, 3)]
     measured = []
@@ -446,20 +448,26 @@ def test_autotuner_caches_on_disk(tmp_path, monkeypatch):
         measured.append(len(candidates))
         return candidates[-1]
 
-    monkeypatch.setattr(mm.Autotuner, "_measure", measure)
-    first = mm.Autotuner("matmul-test")
+    monkeypatch.setattr(Tuner, "_measure", measure)
+    first = Tuner("matmul-test")
     assert first.choose("k1", lambda: plans, None) == plans[1]
     assert first.choose("k1", lambda: plans, None) == plans[1]
     assert (first.tuned, measured, first.last) == (1, [2], ("k1", plans[1]))
     assert mm.describe(plans[1]) == "128x128x32 w8 s3"
     assert mm.describe({**plans[0], "split": 4, "stage_b": True}) == \
         "64x64x32 w4 s3, split 4, stage b"
-    second = mm.Autotuner("matmul-test")
+    second = Tuner("matmul-test")
     assert second.choose("k1", lambda: plans, None) == plans[1]
     assert (second.tuned, second.hits, measured) == (0, 1, [2])
-    third = mm.Autotuner("matmul-test")
-    assert third.choose("k1", lambda: plans[:1], None) == plans[0]
+    assert second.sources == {"k1": "cache"} and first.sources == {"k1": "tuned"}
+    third = Tuner("matmul-test")  # the saved plan is no longer a candidate: measured again
+    others = [plans[0], mm._plan(32, 32, 32, 2, 3)]
+    assert third.choose("k1", lambda: others, None) == others[1]
     assert third.tuned == 1
+    td.autotune(False)  # by default nothing is timed: the first candidate, the best guess
+    fourth = Tuner("matmul-test")
+    assert fourth.choose("k2", lambda: plans, None) == plans[0]
+    assert (fourth.tuned, fourth.sources) == (0, {"k2": "heuristic"})
 
 
 @pytest.mark.parametrize("dtype, precision", [(td.float32, "highest"), (td.float32, "high"),
@@ -638,13 +646,14 @@ def test_gpu_cuda_graph_capture(plan, monkeypatch):
 def test_gpu_autotune_cache(tmp_path, monkeypatch):
     """Tuning measures once, saves to disk, and a fresh tuner (a new run) reuses the choice."""
     monkeypatch.setenv("TRITONAD_AUTOTUNE_DIR", str(tmp_path))
-    monkeypatch.setattr(mm, "AUTOTUNE", True)
-    monkeypatch.setattr(mm, "tuner", mm.Autotuner("matmul"))
+    td.autotune(True)
+    monkeypatch.setattr(mm, "tuner", Tuner("matmul", mm._SOURCE_HASH))
     a, b = random_array((100, 3136), td.bfloat16, seed=1), random_array((3136, 512),
                                                                         td.bfloat16, seed=2)
     _gpu_check(run(a, b), a, b, kind="bfloat16")
     assert mm.tuner.tuned == 1 and mm.tuner.seconds > 0
     assert len(list(tmp_path.glob("matmul-*.json"))) == 1
-    monkeypatch.setattr(mm, "tuner", mm.Autotuner("matmul"))
+    monkeypatch.setattr(mm, "tuner", Tuner("matmul", mm._SOURCE_HASH))
+    td.autotune(False)  # a cached choice is used whether or not tuning is on
     _gpu_check(run(a, b), a, b, kind="bfloat16")
     assert (mm.tuner.tuned, mm.tuner.hits) == (0, 1)

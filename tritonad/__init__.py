@@ -11,9 +11,9 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
                            lt, matmul, max, maximum, mean, min, minimum, mul, ne, neg, pow, relu,
                            reshape, sigmoid, softmax, log_softmax, sqrt, sub, sum, tanh,
                            transpose, var, where, clamp, permute, flatten, unsqueeze, squeeze)
-from .backend import (Backend, conv_precision, get_backend, matmul_precision, register_backend,
-                      set_backend, set_conv_precision, set_matmul_precision, set_sync_checks,
-                      sync_checks, use_backend)
+from .backend import (Backend, autotune, autotuning, conv_precision, get_backend,
+                      matmul_precision, register_backend, set_backend, set_conv_precision,
+                      set_matmul_precision, set_sync_checks, sync_checks, use_backend)
 from .dtypes import (DType, bfloat16, float16, float32, float64, int32, int64, uint8)
 from .dtypes import bool_ as bool  # noqa: A001  (td.bool, as torch.bool)
 from .generator import get_rng_state, initial_seed, manual_seed, seed, set_rng_state

@@ -439,6 +439,7 @@ class Backend:
 # -------------------------------------------------------------------- settings shared by backends
 _MATMUL_PRECISIONS = ("highest", "high")
 _settings = {"matmul_precision": "highest", "conv_precision": "high",
+             "autotune": os.environ.get("TRITONAD_AUTOTUNE", "0") not in ("", "0"),
              "sync_checks": os.environ.get("TRITONAD_SYNC_CHECKS", "0") not in ("", "0")}
 
 
@@ -581,6 +582,18 @@ def set_matmul_precision(precision: str) -> None:
 
 def matmul_precision() -> str:
     return _settings["matmul_precision"]
+
+
+def autotune(enabled: bool = True) -> None:
+    """Time the candidate plans of each new matmul and convolution shape and keep the fastest
+    (cached on disk for later runs), instead of taking the plan shipped for this GPU or the
+    shape heuristic. Off by default: tuning costs seconds per new shape. Also
+    TRITONAD_AUTOTUNE=1, or `train --tune`."""
+    _settings["autotune"] = bool(enabled)
+
+
+def autotuning() -> bool:
+    return _settings["autotune"]
 
 
 def set_sync_checks(enabled: bool = True) -> None:

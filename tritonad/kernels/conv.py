@@ -48,22 +48,21 @@ input dtype before their float32 sum over the batch (one more rounding for half 
 from __future__ import annotations
 
 import functools
-import inspect
-import os
+import hashlib
 
 import torch
 import triton
 import triton.language as tl
 
-from ..backend import conv_precision
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, not_recording, planned, run
+from ..backend import autotuning, conv_precision
+from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .tuning import Tuner
 
 PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
 
 CONV_ALGO = "auto"       # "auto" | "im2col" | "implicit"
 DW_SPLIT = None          # split-K count of the implicit weight gradient; None: sized to the GPU
 CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K channel-inner
-AUTOTUNE = os.environ.get("TRITONAD_AUTOTUNE", "1") not in ("0", "")  # False: first config
 PACK_WEIGHTS = True      # channel-inner implicit GEMM: weights copied K-major first (vector loads)
 CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied to NHWC first
 _ALGOS = ("auto", "im2col", "implicit")
@@ -498,15 +497,10 @@ def _dot_fp32(dtype):
     return INTERPRET and dtype != torch.float32
 
 
-def _autotune_options():
-    params = inspect.signature(triton.autotune).parameters
-    return {"cache_results": True} if "cache_results" in params else {}
-
-
 # Config menus, GEMM: (BLOCK_M pixels, K step, warps, stages); weight gradient: (K step in
 # pixels, warps, stages). Few configs: every one costs seconds of compilation (the FMA path of
-# "ieee" the most) and the first epoch pays for them. The first entry is what AUTOTUNE = False
-# runs: one that compiles without spills at every layer checked (sm_90, Triton 3.6).
+# "ieee" the most) and the first epoch pays for them. The first entry is the heuristic's choice
+# (kernels/tuning.py): one that compiles without spills at every layer checked (sm_90, 3.6).
 # benchmarks/sweep_conv.py swaps these tables for wider ones to time the space on a GPU.
 # The entries are ordered by the H200 sweep of 2026-11-21 (benchmarks/sweep_conv.py): the best
 # at the MNIST layers and at 256x64x56x56 first.
@@ -559,39 +553,30 @@ def _wgrad_configs(block_m, block_n, block_q, kind):
     return list(configs.values())
 
 
-def _tuned(kernel_name, block_a, block_b, block_c, kind):
-    return _tuned_family(kernel_name, block_a, block_b, block_c, kind, AUTOTUNE)
+def _source_hash():
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-def _run_tuned(tuned, grid, args, meta):
-    """Launch `tuned` (a triton.autotune of one family) with its chosen config, through run()
-    so that a plan being recorded sees the launch. With AUTOTUNE the autotuner times its configs
-    first (once per key, outside the plan); otherwise its first config runs."""
-    if AUTOTUNE and not INTERPRET and len(tuned.configs) > 1:
-        with not_recording():
-            tuned[grid](*args, **meta)
-        config = tuned.best_config
-    else:
-        config = tuned.configs[0]
-    values = {**meta, **config.all_kwargs()}
-    run(tuned.fn, grid(values), *args, **values)
+tuner = Tuner("conv", _source_hash())
 
 
-@functools.lru_cache(maxsize=None)
-def _tuned_family(kernel_name, block_a, block_b, block_c, kind, autotune):
-    """The autotuned kernel of one tile family (tuning key: the problem sizes)."""
-    if kernel_name == "gemm":
-        configs = _gemm_configs(block_a, block_b, block_c, kind)
-        key = ["N_IMG", "K_CH", "N_CH", "SRC_H", "SRC_W", "OUT_H", "OUT_W", "KH", "KW", "MUL_H",
-               "DIV_H", "TRANSPOSED", "INPUT_PRECISION"]
-        kernel = _conv_gemm_kernel
-    else:
-        configs = _wgrad_configs(block_a, block_b, block_c, kind)
-        key = ["N_IMG", "C_OUT", "C_IN", "H", "W", "OUT_H", "OUT_W", "KH", "KW", "SH",
-               "INPUT_PRECISION"]
-        kernel = _conv_wgrad_kernel
-    return triton.autotune(configs if autotune else configs[:1], key=key,
-                           **_autotune_options())(kernel)
+def _plans(configs):
+    """triton.Config menus as plain plans: the kernel's block constexprs, warps and stages."""
+    return [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in configs]
+
+
+def _run_tuned(kernel, configs, key, grid, args, meta, device):
+    """Launch `kernel` with the plan chosen for `key` among `configs` (kernels/tuning.py: this
+    machine's cache, the shipped table, timing when autotuning, else the menu's first entry),
+    through run() so that a plan being recorded sees the launch."""
+    plans = _plans(configs)
+
+    def launch(plan):
+        run(kernel, grid(plan), *args, **meta, **plan)
+
+    plan = plans[0] if INTERPRET else tuner.choose(key, lambda: plans, launch, device)
+    launch(plan)
 
 
 def _block(n, cap=128):
@@ -631,16 +616,19 @@ def _implicit_gemm(src, w, bias, out, g, transposed):
     max_k = _block(k_ch, 64) if channel_inner else _block(k_ch * g.kh * g.kw, 64)
     single = not channel_inner and k_ch * g.kh * g.kw <= max_k   # K fits one step
     precision = _precision(src.dtype)
-    kernel = _tuned("gemm", block_n, max_k, single, _menu_kind(precision, src.dtype))
+    kind = _menu_kind(precision, src.dtype)
     pixels = g.n * out_hw[0] * out_hw[1]
     grid = lambda meta: (cdiv(pixels, meta["BLOCK_M"]), cdiv(n_ch, meta["BLOCK_N"]))  # noqa: E731
-    _run_tuned(kernel, grid, (
+    key = (f"gemm:{g.n}x{k_ch}x{n_ch}:{src_hw[0]}x{src_hw[1]}->{out_hw[0]}x{out_hw[1]}:"
+           f"k{g.kh}x{g.kw}:m{mul[0]}{mul[1]}d{div[0]}{div[1]}:{'t' if transposed else 'f'}:"
+           f"{precision}:{kind}:{str(src.dtype)[6:]}:{'ci' if channel_inner else 'kk'}")
+    _run_tuned(_conv_gemm_kernel, _gemm_configs(block_n, max_k, single, kind), key, grid, (
         src, wk, bias if bias is not None else wk, out,
         g.n, k_ch, n_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
         *src.stride(), *wk.stride(), *out.stride(), bias.stride(0) if bias is not None else 0,
         mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1]),
         dict(HAS_BIAS=bias is not None, TRANSPOSED=transposed, CHANNEL_INNER=channel_inner,
-             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype)))
+             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype)), src.device)
 
 
 def _wgrad_splits(tiles, pixels, device):
@@ -679,15 +667,17 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
         part = work[:, :co * k_total].view(splits, *dw.shape)
         dpart = work[:, co * k_total:] if db is not None else None
     precision = _precision(x.dtype)
-    kernel = _tuned("wgrad", block_m, block_n, next_power_of_2(g.ow),
-                    _menu_kind(precision, x.dtype))
-    _run_tuned(kernel, lambda meta: (tiles, splits), (
+    kind = _menu_kind(precision, x.dtype)
+    key = (f"wgrad:{g.n}x{co}x{c}:{g.h}x{g.w}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:s{g.sh}:"
+           f"{precision}:{kind}:{str(x.dtype)[6:]}:split{splits}")
+    _run_tuned(_conv_wgrad_kernel, _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind),
+               key, lambda meta: (tiles, splits), (
         dy, x, part, dpart if dpart is not None else part,
         g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
         *dy.stride(), *x.stride(), *part.stride(),
         *(dpart.stride() if dpart is not None else (0, 0)), *g.args),
         dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner,
-             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(x.dtype)))
+             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(x.dtype)), x.device)
     if splits == 1:
         return
     if db is None or both is not None:
@@ -817,8 +807,8 @@ def _flat_pixels(t):
 
 
 def _settings():
-    return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, AUTOTUNE, PACK_WEIGHTS, \
-        CHANNELS_LAST
+    return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
+        PACK_WEIGHTS, CHANNELS_LAST
 
 
 @planned(settings=_settings)

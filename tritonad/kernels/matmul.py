@@ -23,32 +23,27 @@ Design (the numbers are for Hopper, H100/H200):
   an operand whose K stride is not 1 (b of a row-major a @ b, both operands of dW = dY^T @ X)
   makes Triton fall back to a slow path. A plan may therefore first copy such an operand into a
   K-major workspace (one memory-bound pass) when the tuner measures that this pays off.
-- Autotuning. The launcher keys each problem on (batch, M, N, K, dtype/precision, operand
-  layouts), builds candidate plans (tile, warps, stages, split, staging) with a function, times
-  every candidate end to end (measure_ms: from a CUDA graph for the microsecond problems, as a
-  captured training step runs them) and keeps the fastest. Choices
-  persist in ~/.cache/tritonad/autotune/ (one JSON file per GPU name and Triton version,
-  stamped with a hash of this file), so a second run does not tune again. Under the
-  interpreter there is one small plan and no tuning.
-  NOTE: a small tuner of our own rather than @triton.autotune: a plan is up to three kernels
-  (staging, the matmul, the split-K reduction) and must be timed as a whole, and Triton's
-  on-disk autotune cache (cache_results) differs between Triton versions.
+- Plans. The launcher keys each problem on (batch, M, N, K, dtype/precision, operand layouts)
+  and builds candidate plans (tile, warps, stages, split, staging) with a function, best guess
+  first. The plan comes from kernels/tuning.py: this machine's tuning cache, the table shipped
+  for this GPU and Triton version, or the best guess; with td.autotune(True) a new problem
+  times every candidate end to end (measure_ms: from a CUDA graph for the microsecond
+  problems, as a captured training step runs them) and keeps the fastest. Under the
+  interpreter there is one small plan.
+  NOTE: a tuner of our own rather than @triton.autotune: a plan is up to three kernels
+  (staging, the matmul, the split-K reduction) and must be timed as a whole.
 """
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import time
-import warnings
 
 import torch
 import triton
 import triton.language as tl
 
-from ..backend import matmul_precision
-from .launch import (INTERPRET, PDL, cdiv, dtype_of, empty, gc_paused, next_power_of_2,
-                     not_recording, planned, run)
+from ..backend import autotuning, matmul_precision
+from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .tuning import Tuner, measure_ms  # noqa: F401  (measure_ms: the sweeps use it from here)
 
 PRIMITIVES = ("matmul",)
 
@@ -258,8 +253,6 @@ INTERPRET_PLAN = dict(BM=64, BN=64, BK=64, GM=8, warps=4, stages=1, split=1,
 
 # Tests set FORCE_PLAN = {"split": 3, "BK": 16, ...} to force a path on any device.
 FORCE_PLAN: dict | None = None
-# TRITONAD_AUTOTUNE=0 skips timing: the first (best-guess) candidate is used.
-AUTOTUNE = os.environ.get("TRITONAD_AUTOTUNE", "1") not in ("0", "")
 
 # Large problems: (BM, BN, BK, warps, stages), best guess first. 16-bit and TF32 tiles need
 # 128x128 or more to feed wgmma; the fp32 FMA path is register-bound and likes 64-128 wide tiles.
@@ -352,144 +345,9 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
     return plans
 
 
-# ============================================================================== autotuning
-
-
-class Autotuner:
-    """Picks the fastest candidate plan per problem key, once per GPU + Triton version.
-
-    Choices live in memory and in a JSON file, ~/.cache/tritonad/autotune/matmul-<gpu>-triton
-    <version>.json (the folder can be moved with TRITONAD_AUTOTUNE_DIR); the file also records
-    a hash of this source file and is ignored when the kernels change. `seconds`, `tuned` and
-    `hits` say how much tuning this process did.
-    """
-
-    def __init__(self, name):
-        self.name = name
-        self.memory: dict[str, dict] = {}
-        self.disk: dict[str, dict] | None = None
-        self.seconds = 0.0
-        self.tuned = 0
-        self.hits = 0
-        self.last = None   # (key, plan) of the latest choice
-        self.timings: dict[str, dict[str, float | str]] = {}  # key -> {plan: ms or error}
-
-    def path(self):
-        folder = os.environ.get("TRITONAD_AUTOTUNE_DIR") or os.path.join(
-            os.path.expanduser("~"), ".cache", "tritonad", "autotune")
-        gpu = "".join(c if c.isalnum() else "-" for c in torch.cuda.get_device_name())
-        return os.path.join(folder, f"{self.name}-{gpu}-triton{triton.__version__}.json")
-
-    def _read(self):
-        try:
-            with open(self.path()) as f:
-                payload = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return payload.get("plans", {}) if payload.get("source") == _SOURCE_HASH else {}
-
-    def _write(self, key, plan):
-        path = self.path()
-        plans = {**self._read(), key: plan}
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump({"source": _SOURCE_HASH, "plans": plans}, f, indent=0, sort_keys=True)
-            os.replace(tmp, path)
-        except OSError as err:  # a read-only home only costs re-tuning next run
-            warnings.warn(f"matmul autotuner: cannot save {path}: {err}")
-
-    def choose(self, key, make_candidates, run):
-        """The best plan for `key`: cached, or measured now by timing run(plan) for each plan
-        of make_candidates()."""
-        plan = self.memory.get(key)
-        if plan is None:
-            plan = self._choose(key, make_candidates(), run)
-        self.last = (key, plan)
-        return plan
-
-    def _choose(self, key, candidates, run):
-        if self.disk is None:
-            self.disk = self._read()
-        plan = self.disk.get(key)
-        if plan is not None and plan in candidates:
-            self.hits += 1
-            self.memory[key] = plan
-            return plan
-        if not AUTOTUNE or torch.cuda.is_current_stream_capturing():
-            return candidates[0]  # no timing inside a CUDA graph capture: best guess
-        start = time.perf_counter()
-        with not_recording():  # the candidates' trial launches are no part of the call's plan
-            plan = self._measure(key, candidates, run)
-        self.seconds += time.perf_counter() - start
-        self.tuned += 1
-        self.memory[key] = self.disk[key] = plan
-        self._write(key, plan)
-        return plan
-
-    def _measure(self, key, candidates, run):
-        best, best_ms, first_error = None, float("inf"), None
-        timings = self.timings.setdefault(key, {})
-        for plan in candidates:
-            try:
-                ms = measure_ms(lambda plan=plan: run(plan))
-            except Exception as err:  # e.g. out of shared memory for this tile on this GPU
-                first_error = first_error or err
-                timings[describe(plan)] = type(err).__name__
-                continue
-            timings[describe(plan)] = ms
-            if ms < best_ms:
-                best, best_ms = plan, ms
-        if best is None:
-            raise RuntimeError("matmul: no candidate plan compiled and ran") from first_error
-        return best
-
-
-def measure_ms(fn, launches=10, reps=5):
-    """Milliseconds of GPU time per call of fn.
-
-    Calls of a few microseconds (the MNIST products) are timed as a captured step runs them:
-    `launches` calls captured in a CUDA graph, the best of `reps` replays, so launch gaps count
-    and the ~20-40 us of Python per eager call does not (timed eagerly, every small plan looks
-    alike and two-kernel plans look worse than they are). Longer calls are timed eagerly
-    (triton.testing.do_bench), where host time hides behind the GPU anyway."""
-    import triton.testing
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    fn()  # compile and allocate outside any timing
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    if start.elapsed_time(end) > 0.2:
-        return triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median")
-    # NOTE: capture_begin on a side stream rather than `with torch.cuda.graph()`, whose entry
-    # runs gc.collect() and empty_cache(): tens of ms per candidate
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    try:
-        with torch.cuda.stream(stream), gc_paused(collect=False):  # many captures: no collect
-            graph.capture_begin()
-            try:
-                for _ in range(launches):
-                    fn()
-            finally:
-                graph.capture_end()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph.replay()
-        best = float("inf")
-        for _ in range(reps):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) / launches)
-        return best
-    finally:
-        # NOTE: destroyed here, not by the garbage collector, which might do it in the middle of
-        # a later capture (a graph destroyed while a stream captures invalidates that capture)
-        graph.reset()
+# ============================================================================== tuning
+# Plans come from kernels/tuning.py: this machine's cache, the shipped table, timing (opt-in),
+# or candidate_plans(...)[0].
 
 
 def describe(plan) -> str:
@@ -509,7 +367,7 @@ def _source_hash():
 
 
 _SOURCE_HASH = _source_hash()
-tuner = Autotuner("matmul")
+tuner = Tuner("matmul", _SOURCE_HASH)
 _sm_counts: dict[int, int] = {}
 
 
@@ -729,7 +587,8 @@ def _check_fused(a, b, a_gate, a_row_sums):
 
 
 def _settings():
-    return matmul_precision(), AUTOTUNE, tuple(sorted(FORCE_PLAN.items())) if FORCE_PLAN else None
+    return matmul_precision(), autotuning(), \
+        tuple(sorted(FORCE_PLAN.items())) if FORCE_PLAN else None
 
 
 @planned(settings=_settings)
@@ -781,7 +640,7 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
         key += ":gate" * (a_gate is not None) + ":rows" * (a_row_sums is not None)
         plan = tuner.choose(key, lambda: candidate_plans(
             batch, M, N, K, kind, a_layout == "k", b_layout == "k", _sm_count(a.device)),
-            run_plan)
+            run_plan, a.device)
     if FORCE_PLAN:
         plan = {**plan, **FORCE_PLAN}
     run_plan(plan)
