@@ -254,3 +254,4 @@ def test_programmatic_dependent_launch_keeps_the_stream_order():
         torch.cuda.synchronize()
         assert torch.equal(copy, torch.arange(1 << 24, dtype=torch.float32, device="cuda"))
         assert (x == -1).all() and (chain[-1] == 5.0 + 29).all()
+

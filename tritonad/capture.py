@@ -28,6 +28,8 @@ Gradient accumulation works under capture when gradients are zeroed inside the c
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .backend import get_backend
@@ -52,6 +54,8 @@ def _signature(args):
 class CapturedStep:
     """Run `fn` eagerly `warmup` times (kernels compile and autotune there), capture it as a CUDA
     graph on the next call, and replay the graph from then on."""
+
+    capture_seconds = 0.0  # spent capturing, all captured steps together (start-up reports)
 
     def __init__(self, fn, warmup=2):
         if not torch.cuda.is_available():
@@ -92,6 +96,13 @@ class CapturedStep:
                 "call eagerly or capture another step for it")
 
     def _capture(self, args):
+        start = time.perf_counter()
+        try:
+            return self._capture_now(args)
+        finally:
+            CapturedStep.capture_seconds += time.perf_counter() - start
+
+    def _capture_now(self, args):
         self._signature = _signature(args)
         # inputs live in static buffers that replays refill
         self._static_inputs = [Tensor._wrap(get_backend().contiguous(a._data))

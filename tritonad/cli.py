@@ -49,7 +49,8 @@ def _parser():
                    "recipe's, 10; with --resume: the checkpoint's run's, or more to extend it)")
     t.add_argument("--batch-size", type=int, help="default: the recipe's")
     t.add_argument("--lr", type=float, help="default: the recipe's")
-    t.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], help="default: sgd")
+    t.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "adadelta", "rmsprop",
+                                           "adagrad"], help="default: sgd")
     t.add_argument("--schedule", choices=["cosine", "constant"], help="default: cosine")
     t.add_argument("--device", help="cuda or cpu (default: cuda if there is a GPU)")
     t.add_argument("--backend", choices=["triton", "numpy"],
@@ -67,6 +68,9 @@ def _parser():
                    "kernels and autodiff instead of the fused MLP step")
     t.add_argument("--limit", type=int, help="train on the first N training images only")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.add_argument("--tune", action="store_true", help="time the candidate plans of every new "
+                   "matmul and convolution shape and keep the fastest (cached for later runs); "
+                   "by default plans come from the table shipped for this GPU or a heuristic")
 
     e = sub.add_parser("eval", parents=[debug], help="test accuracy of a checkpoint")
     e.add_argument("--checkpoint", required=True)
@@ -287,11 +291,26 @@ def _respan_cosine(scheduler, optimizer, total_steps):
     return old
 
 
+def _process_seconds():
+    """Seconds since this process started (Linux; None elsewhere): the import phase of a run."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cmd_train(args):
     import tritonad as td
     from tritonad import models, optim, serialization, train
 
+    startup = {"import": _process_seconds()}  # python, torch, triton and tritonad, imported
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
+    if args.tune:
+        td.autotune(True)
     _check_numbers(args)
     _check_data_dir(args.data_dir)
     if args.save:
@@ -304,11 +323,13 @@ def cmd_train(args):
     run = _train_settings(args, state)
     epochs, batch, lr = run["epochs"], run["batch_size"], run["lr"]
     td.manual_seed(run["seed"])
+    clock = time.perf_counter()
     train_set, test_set = train.datasets(run["dataset"], args.data_dir)
     for note in notes:
         say(note)
     loader = td.data.DataLoader(train_set, batch, shuffle=True, device=device, limit=run["limit"])
     test_loader = td.data.DataLoader(test_set, 1000, device=device)
+    startup["data"] = time.perf_counter() - clock
     model = models.build(run["model"]).to(device)
     optimizer = train.make_optimizer(run["optimizer"], model.parameters(), lr,
                                      train.recipe(run["model"]).momentum)
@@ -340,9 +361,14 @@ def cmd_train(args):
     say(f"model: {run['model']} ({sum(p.numel() for p in model.parameters()):,} parameters) | "
         f"data: {run['dataset']}, {loader.num_samples} training images | batch {batch}, "
         f"{run['optimizer']} lr {lr} ({run['schedule']}) | {steps} steps")
+    clock = time.perf_counter()
+    startup["kernels_compiled_ahead"] = trainer.precompile(test_loader)
+    startup["compile"] = time.perf_counter() - clock
     began = time.perf_counter()
     for epoch in range(start_epoch, epochs + 1):
         stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet)
+        if epoch == start_epoch:
+            startup.update(_startup_after_first_epoch(stats["seconds"]))
         test_loss, test_acc = train.evaluate(model, test_loader)
         stats.update(epoch=epoch, test_loss=test_loss, test_accuracy=test_acc,
                      lr=optimizer.param_groups[0]["lr"])
@@ -350,6 +376,8 @@ def cmd_train(args):
         say(f"epoch {epoch}: train loss {stats['loss']:.4f} acc {stats['accuracy']:.4f} | test "
             f"loss {test_loss:.4f} acc {test_acc:.4f} | {stats['seconds']:.2f} s, "
             f"{stats['images_per_s']:,.0f} img/s")
+        if epoch == start_epoch:
+            say(_startup_line(startup))
         if args.save:
             serialization.save({"format": "tritonad-checkpoint", "model_name": run["model"],
                                 "dataset": run["dataset"], "model": model.state_dict(),
@@ -374,7 +402,37 @@ def cmd_train(args):
                       "train_loss": final.get("loss"), "train_accuracy": final.get("accuracy"),
                       "seconds": round(time.perf_counter() - began, 3),
                       "epoch_seconds": [round(h["seconds"], 4) for h in history],
+                      "startup": {k: round(v, 3) if isinstance(v, float) else v
+                                  for k, v in startup.items()},
                       "saved": args.save}))
+
+
+def _startup_after_first_epoch(seconds):
+    """Tuning and capture time spent so far (they happen in the first epoch), and the first
+    epoch's own time without them."""
+    from tritonad.capture import CapturedStep
+    from tritonad.kernels.tuning import Tuner
+
+    tune = sum(t.seconds for t in Tuner.ALL)
+    capture = CapturedStep.capture_seconds
+    sources = {}
+    for t in Tuner.ALL:
+        for source, count in t.counts().items():
+            sources[source] = sources.get(source, 0) + count
+    return {"tune": tune, "capture": capture,
+            "first_epoch": max(0.0, seconds - tune - capture), "plans": sources}
+
+
+def _startup_line(s):
+    """One line: where the time before training went."""
+    def sec(x):
+        return "?" if x is None else f"{x:.1f} s"
+
+    plans = ", ".join(f"{n} {k}" for k, n in sorted(s.get("plans", {}).items())) or "none"
+    return (f"start-up: import {sec(s['import'])} | data {sec(s['data'])} | compile ahead "
+            f"{sec(s['compile'])} ({s['kernels_compiled_ahead']} kernels) | tune "
+            f"{sec(s['tune'])} | capture {sec(s['capture'])} | first epoch "
+            f"{sec(s['first_epoch'])} (plans: {plans})")
 
 
 def _plot(history, path, title):

@@ -18,7 +18,7 @@ from .autodiff import nn_ops
 from .autodiff.grad_mode import no_grad
 from .backend import get_backend
 from .capture import CapturedStep
-from .tensor import Tensor, empty, zeros
+from .tensor import Tensor, arange, empty, zeros
 
 
 class Progress:
@@ -167,6 +167,60 @@ class Trainer:
             t._bump_version()
         return self._step(self._x, self._y)
 
+    def precompile(self, eval_loader=None):
+        """Compile every kernel of a training step (a full batch and the epoch's last, partial
+        one) and of an evaluation batch of eval_loader at once, concurrently, before the first
+        step (kernels.launch.compile_ahead: a dry run that computes nothing). The first step
+        then compiles nothing but the optimizer's update. Returns how many kernel launches were
+        compiled (0 on backends that compile nothing, or when called again: Triton's caches
+        have them). Leaves the parameters, gradients, metrics and random numbers as they were."""
+        from .generator import get_rng_state, set_rng_state
+        from .kernels import launch
+
+        if getattr(get_backend(), "name", "") != "triton":
+            return 0
+        images = self.loader.images
+        device = images.device
+        rng = get_rng_state()
+        grads = [(p, p.grad) for p in self.model.parameters()]
+        sizes = [self.loader.batch_size]
+        tail = self.loader.num_samples % self.loader.batch_size
+        if tail and not self.loader.drop_last:
+            sizes.append(tail)
+        try:
+            with launch.compile_ahead() as ahead:
+                loss_sum = zeros((), device=device)  # (nothing runs: their values never matter)
+                correct = zeros((), dtype="int64", device=device)
+                for size in sizes:
+                    index = arange(size, device=device)
+                    if self._fused is not None:
+                        self._fused.loss_and_grads(self._flat_images, self._labels, index,
+                                                   metrics=(loss_sum, correct))
+                    else:
+                        x, y = images[index], self.loader.labels[index]
+                        nn_ops.cross_entropy_with_metrics(self.model(x), y, loss_sum,
+                                                          correct).backward()
+                if self.captured_step is not None:
+                    backend = get_backend()
+                    backend.gather_rows_at_((images._data, self.loader.labels._data),
+                                            (self._x._data, self._y._data), self._batches,
+                                            self._cursor._data)
+                if eval_loader is not None and eval_loader.num_samples:
+                    with no_grad():
+                        was_training = self.model.training
+                        self.model.eval()
+                        index = arange(min(eval_loader.batch_size, eval_loader.num_samples),
+                                       device=device)
+                        nn_ops.cross_entropy_with_metrics(
+                            self.model(eval_loader.images[index]), eval_loader.labels[index],
+                            loss_sum, correct, reduction="sum")
+                        self.model.train(was_training)
+        finally:
+            for p, grad in grads:  # the dry run's gradients hold nothing
+                p.grad = grad
+            set_rng_state(rng)
+        return ahead.kernels
+
     def _mean_loss(self, seen):
         """Mean loss of the `seen` samples so far."""
         return self.loss_sum.item() / seen
@@ -266,7 +320,14 @@ def make_optimizer(name, params, lr, momentum=0.9):
         return optim.Adam(params, lr=lr)
     if name == "adamw":
         return optim.AdamW(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
+    if name == "adadelta":
+        return optim.Adadelta(params, lr=lr)
+    if name == "rmsprop":
+        return optim.RMSprop(params, lr=lr, momentum=momentum)
+    if name == "adagrad":
+        return optim.Adagrad(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose sgd, adam, adamw, adadelta, rmsprop or "
+                     "adagrad")
 
 
 def datasets(name, data_dir=None):

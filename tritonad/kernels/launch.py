@@ -193,6 +193,10 @@ class KernelLaunch:
         if _NOTE_KERNELS:
             _note_kernel(kernel, args, meta)
         self.kernel, self.grid, self.meta = kernel, grid, meta
+        if _AHEAD is not None:  # compile_ahead: compile (in the background), launch nothing
+            _AHEAD.submit(kernel, grid, args, meta)
+            self.compiled = None
+            return
         self.args, self.dynamic = list(args), tuple(dynamic)
         self.compiled = kernel[grid](*args, **meta)
         if not INTERPRET:
@@ -328,6 +332,8 @@ class PlanCache(dict):
         PlanCache.ALL.append(self)
 
     def keep(self, key, plan):
+        if _AHEAD is not None:  # compile_ahead ran nothing: nothing to replay
+            return plan
         if len(self) >= self.LIMIT:
             self.clear()
         self[key] = plan
@@ -354,6 +360,77 @@ class PlanCache(dict):
 _RECORDER = None
 _PERSISTENT = {}  # storage data_ptr -> array: memory a plan may point at directly
 _UNPLANNABLE = object()
+
+
+# ----------------------------------------------------------------------------- compiling ahead
+# A first training step compiles each of its kernels as it reaches it, one after another: tens of
+# kernels at a few hundred milliseconds to seconds each, while the GPU idles and the other CPU
+# cores too. The kernels a step needs follow from shapes, dtypes and layouts alone, never from
+# values, so a dry run of the step can name them all before any runs. compile_ahead() runs a
+# block so: every launch becomes a compile request, handed to Triton's asynchronous compilation
+# (triton.runtime._async_compile, in Triton 3.6 and 3.9) on a thread pool, and nothing is
+# launched or kept. When the block ends, every kernel is in Triton's caches (memory and disk)
+# and the real step launches them at once.
+
+_AHEAD = None
+
+
+class _Ahead:
+    """The compile requests of one compile_ahead block."""
+
+    def __init__(self, mode):
+        self.mode, self.kernels, self.seen = mode, 0, set()
+
+    def submit(self, kernel, grid, args, meta):
+        if INTERPRET:  # nothing to compile under the interpreter
+            return None
+        try:
+            kernel.warmup(*args, grid=grid, **meta)
+        except Exception:  # noqa: BLE001  the real launch will raise it, with its context
+            return None
+        self.kernels += 1
+        return None
+
+
+@contextlib.contextmanager
+def compile_ahead(workers=None):
+    """Run a block for the kernels it launches only: each launch compiles its kernel, several
+    at a time on a thread pool where Triton compiles asynchronously, and nothing is computed or
+    kept (no plans); the block's results are garbage and its side effects on Python state
+    (gradients, optimizer state) are the caller's to avoid or undo. Yields an object whose
+    `kernels` counts the compile requests."""
+    global _AHEAD
+    if _AHEAD is not None:
+        yield _AHEAD
+        return
+    mode = None
+    pool = None
+    if not INTERPRET:
+        try:
+            from triton.runtime._async_compile import AsyncCompileMode
+            import concurrent.futures
+
+            pool = concurrent.futures.ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4))
+            # a failed compile is the real launch's to report, with its context
+            mode = AsyncCompileMode(pool, ignore_errors=True)
+        except ImportError:  # a Triton without asynchronous compilation: one after another
+            mode = None
+    ahead = _Ahead(mode)
+    _AHEAD = ahead
+    try:
+        if mode is not None:
+            with mode:
+                yield ahead
+        else:
+            yield ahead
+    finally:
+        _AHEAD = None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def compiling_ahead() -> bool:
+    return _AHEAD is not None
 
 
 def clear_plans():
@@ -384,7 +461,10 @@ def not_recording():
 
 
 def run(kernel, grid, *args, **meta):
-    """kernel[grid](*args, **meta), recorded into the plan being made, if any."""
+    """kernel[grid](*args, **meta), recorded into the plan being made, if any (compiled only,
+    inside compile_ahead)."""
+    if _AHEAD is not None:
+        return _AHEAD.submit(kernel, grid, args, meta)
     if _RECORDER is not None:
         return KernelLaunch(kernel, grid, args, meta)
     if _NOTE_KERNELS:
@@ -617,7 +697,7 @@ def planned(settings=None):
 
         @functools.wraps(fn)
         def launcher(*args, **kwargs):
-            if _RECORDER is not None or not PLANS_ENABLED:
+            if _RECORDER is not None or _AHEAD is not None or not PLANS_ENABLED:
                 return fn(*args, **kwargs)
             arrays = []
             key = _signature(args, arrays)

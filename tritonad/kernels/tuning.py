@@ -27,7 +27,7 @@ import torch
 import triton
 
 from ..backend import autotuning
-from .launch import gc_paused, not_recording
+from .launch import compiling_ahead, gc_paused, not_recording
 
 _TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plans.json")
 _TABLE = None
@@ -106,12 +106,20 @@ class Tuner:
         """The plan for `key`: remembered, cached, shipped, measured now by timing run(plan)
         for each plan of make_candidates() (when autotuning), or make_candidates()[0]."""
         plan = self.memory.get(key)
+        if plan is None and compiling_ahead():  # a dry run: the best guess, nothing kept
+            return self._known(key, device) or make_candidates()[0]
         if plan is None:
             plan, source = self._choose(key, make_candidates, run, device)
             self.memory[key] = plan
             self.sources[key] = source
         self.last = (key, plan)
         return plan
+
+    def _known(self, key, device):
+        """A plan cached or shipped for key, if any (unchecked against the candidates)."""
+        if self.disk is None:
+            self.disk = self._read()
+        return self.disk.get(key) or shipped_plans(self.name, device).get(key)
 
     def _choose(self, key, make_candidates, run, device):
         if self.disk is None:
