@@ -115,19 +115,12 @@ def main(argv=None):
     common.require_gpu("sweep_conv")
     from tritonad.kernels import conv
 
+    import tritonad as td
+    from tritonad.kernels.tuning import Tuner
+
     start_all = time.perf_counter()
-    conv.AUTOTUNE = True
-    conv._autotune_options = dict   # no on-disk tuning cache: time every config here
+    td.autotune(True)
     default_gemm, default_wgrad = dict(conv.GEMM_MENU), dict(conv.WGRAD_MENU)
-    seen = []
-    tuned = conv._tuned
-
-    def recording(*key):  # remember which tuned kernels a call used
-        kernel = tuned(*key)
-        seen.append(kernel)
-        return kernel
-
-    conv._tuned = recording
     problems, results, skipped = {}, [], []
     for layer, precision, direction, variant, wide in _plan(args.quick):
         if time.perf_counter() - start_all > args.budget:
@@ -143,17 +136,16 @@ def main(argv=None):
         conv.WGRAD_MENU = dict(default_wgrad, **({kind: wgrad_space()[kind]} if wide else {}))
         conv.CONV_ALGO = "implicit"
         ours, theirs = _cases(conv, x, w, b, dy, LAYERS[layer][3])[direction]
-        conv._tuned_family.cache_clear()
-        seen.clear()
+        conv.tuner = Tuner("conv-sweep")  # no cache: time every config of this item here
+        conv.tuner.path = lambda: "/dev/null/none"
+        from tritonad.kernels.launch import clear_plans
+        clear_plans()
         t0 = time.perf_counter()
         ours()
         torch.cuda.synchronize()
         tune_s = time.perf_counter() - t0
-        configs = []
-        for kernel in {id(k): k for k in seen}.values():
-            for cfg, t in (getattr(kernel, "configs_timings", None) or {}).items():
-                configs.append((float(t[0] if isinstance(t, (list, tuple)) else t), str(cfg)))
-        configs.sort()
+        configs = sorted((float(t), cfg) for timings in conv.tuner.timings.values()
+                         for cfg, t in timings.items() if not isinstance(t, str))
         t_ours, t_cudnn = common.bench(ours), common.bench(theirs)
         row = {"layer": layer, "precision": precision, "direction": direction,
                "variant": variant, "menu": "wide" if wide else "default", "ours_ms": t_ours,

@@ -29,6 +29,9 @@ for step in "$@"; do
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
         mnist-*)      run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench" --models "${step#mnist-}" --skip-compile --skip-numpy ;;
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;
+        cold-*)       rm -rf /root/.triton /root/.cache/tritonad; run "$step" 170 python3 -m tritonad train --model "${step#cold-}" --quiet ;;
+        warm-*)       run "$step" 120 python3 -m tritonad train --model "${step#warm-}" --quiet ;;
+        torch-*)      run "$step" 120 python3 benchmarks/torch_recipe.py --model "${step#torch-}" ;;
         host)         run host 300 python3 benchmarks/bench_host.py --out "$OUT/bench" --profile ;;
         host-before)  PYTHONPATH=$PWD/.baseline run host-before 300 python3 benchmarks/bench_host.py --out "$OUT/bench/before" --profile ;;
         gpu-tests-checked) TRITONAD_CHECK_LAUNCHES=1 run gpu-tests-checked 500 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 300 --durations=30 -x ;;
