@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" >>"$OUT/summary.txt"
 for step in "$@"; do
     case $step in
-        gpu-tests)    run gpu-tests 560 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 400 --durations=25 ;;
+        gpu-tests)    run gpu-tests "${GPU_TESTS_LIMIT:-560}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 200 --durations=40 ;;
         gpu-tests-k=*) run "gpu-tests-${step#gpu-tests-k=}" 560 python3 -m pytest -m gpu -q -p no:cacheprovider -k "${step#gpu-tests-k=}" ;;
         cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
         bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
