@@ -191,8 +191,29 @@ class Trainer:
             with launch.compile_ahead() as ahead:
                 loss_sum = zeros((), device=device)  # (nothing runs: their values never matter)
                 correct = zeros((), dtype="int64", device=device)
-                for size in sizes:
-                    index = arange(size, device=device)
+                backend = get_backend()
+                order = self.loader.permutation()  # an epoch's start (random numbers restored)
+                if self.captured_step is not None:
+                    backend.copy_(self._order._data, order._data)
+                    # the captured step's own variant: its batch and hyperparameters read at
+                    # the device cursor (the optimizer's update itself is left out: it changes
+                    # Python state, so it compiles at the first real step)
+                    for table, array in zip(self._tables, self._hyper):
+                        backend.take_row_(table, self._cursor._data, array)
+                    if not self._tables:
+                        backend.take_row_(self._batches, self._cursor._data, self._index._data)
+                    if self._fused is not None:
+                        self._fused.loss_and_grads(self._flat_images, self._labels,
+                                                   Tensor._wrap(self._batches), self._cursor,
+                                                   advance=True, metrics=(loss_sum, correct))
+                    else:
+                        backend.gather_rows_at_((images._data, self.loader.labels._data),
+                                                (self._x._data, self._y._data), self._batches,
+                                                self._cursor._data)
+                        nn_ops.cross_entropy_with_metrics(self.model(self._x), self._y,
+                                                          loss_sum, correct).backward()
+                for size in sizes:  # the eager steps: the first ones, and a partial last batch
+                    index = order[:size]
                     if self._fused is not None:
                         self._fused.loss_and_grads(self._flat_images, self._labels, index,
                                                    metrics=(loss_sum, correct))
@@ -200,11 +221,6 @@ class Trainer:
                         x, y = images[index], self.loader.labels[index]
                         nn_ops.cross_entropy_with_metrics(self.model(x), y, loss_sum,
                                                           correct).backward()
-                if self.captured_step is not None:
-                    backend = get_backend()
-                    backend.gather_rows_at_((images._data, self.loader.labels._data),
-                                            (self._x._data, self._y._data), self._batches,
-                                            self._cursor._data)
                 if eval_loader is not None and eval_loader.num_samples:
                     with no_grad():
                         was_training = self.model.training
