@@ -149,6 +149,10 @@ class Function:
     once_differentiable = False
     runs_on_backend = True  # False for host <-> device transfers, which need no kernel
     is_view = False         # True: the output is a view of the first argument's memory
+    # the backend primitive that forward amounts to when nothing is recorded (forward called
+    # with the same arguments), or None: apply then calls the primitive itself, the lean path
+    # of eager ops that need no gradient (inference, optimizer updates, backward passes)
+    primitive = None
 
     @staticmethod
     def forward(ctx, *args, **kwargs):
@@ -178,6 +182,12 @@ class Function:
         state = _state
         enabled = state.enabled
         record = needs_any and enabled
+        if not record and cls.primitive is not None and first is not None and not kwargs:
+            be = state.cuda if first.is_cuda else state.cpu
+            if be is None:
+                be = backend_of(first)
+            result = getattr(be, cls.primitive)(*raw_args)
+            return Tensor._wrap(result, False, None, 0, None)
         if record:
             ctx = Context(cls, args, tuple(isinstance(a, Tensor) and a._requires_grad
                                            for a in args))

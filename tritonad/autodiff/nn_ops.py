@@ -46,6 +46,7 @@ def _same_float(op, *tensors):
 class Matmul(Function):
     """y = a @ b over [*batch, M, K] @ [*batch, K, N]: da = dy @ b^T, db = a^T @ dy (strided
     views, no copies); broadcast batch dims are summed back by the engine."""
+    primitive = "matmul"
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
@@ -172,6 +173,7 @@ def _dim(op, x, dim):
 
 class Softmax(Function):
     """y = exp(x - max) / sum(exp(x - max)): dx = y * (dy - sum(dy * y))."""
+    primitive = "softmax"
     @staticmethod
     def forward(ctx, x, dim):
         y = _b().softmax(x, dim)
@@ -189,6 +191,7 @@ class Softmax(Function):
 
 class LogSoftmax(Function):
     """y = x - logsumexp(x): dx = dy - exp(y) * sum(dy)."""
+    primitive = "log_softmax"
     @staticmethod
     def forward(ctx, x, dim):
         y = _b().log_softmax(x, dim)
@@ -374,6 +377,7 @@ def mse_loss(input, target, reduction="mean"):
 
 class Conv2d(Function):
     """Cross-correlation (NCHW); backward by dedicated kernels (input, weight and bias grads)."""
+    primitive = "conv2d"
     once_differentiable = True
 
     @staticmethod
@@ -520,6 +524,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
 class AvgPool2d(Function):
     """Window means with torch's padding rules; the backward spreads dy / divisor over windows."""
+    primitive = "avg_pool2d"
     once_differentiable = True
 
     @staticmethod

@@ -116,6 +116,7 @@ def _require_float(op, x):
 
 class Add(Function):
     """y = a + b."""
+    primitive = "add"
     @staticmethod
     def forward(ctx, a, b):
         return backend().add(a, b)
@@ -127,6 +128,7 @@ class Add(Function):
 
 class Sub(Function):
     """y = a - b."""
+    primitive = "sub"
     @staticmethod
     def forward(ctx, a, b):
         return backend().sub(a, b)
@@ -138,6 +140,7 @@ class Sub(Function):
 
 class Mul(Function):
     """y = a * b: da = dy * b, db = dy * a."""
+    primitive = "mul"
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
@@ -152,6 +155,7 @@ class Mul(Function):
 
 class Div(Function):
     """y = a / b: da = dy / b, db = -dy * y / b."""
+    primitive = "div"
     @staticmethod
     def forward(ctx, a, b):
         y = backend().div(a, b)
@@ -167,6 +171,7 @@ class Div(Function):
 
 class Pow(Function):
     """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a)."""
+    primitive = "pow"
     @staticmethod
     def forward(ctx, a, b):
         y = backend().pow(a, b)
@@ -189,6 +194,7 @@ class Pow(Function):
 
 class PowScalar(Function):
     """y = x ** p for a number p: dx = dy * p * x ** (p - 1)."""
+    primitive = "pow_scalar"
     @staticmethod
     def forward(ctx, x, p):
         ctx.save_for_backward(x)
@@ -223,15 +229,18 @@ class _MinMax(Function):
 
 
 class Maximum(_MinMax):
+    primitive = "maximum"
     pick = "maximum"
 
 
 class Minimum(_MinMax):
+    primitive = "minimum"
     pick = "minimum"
 
 
 class Where(Function):
     """y = cond ? a : b; the gradient goes to the side that was picked."""
+    primitive = "where"
     @staticmethod
     def forward(ctx, cond, a, b):
         ctx.save_for_backward(cond)
@@ -255,7 +264,7 @@ class _Compare(Function):
 
 
 def _comparison(name):
-    return type(name.capitalize(), (_Compare,), {"op": name})
+    return type(name.capitalize(), (_Compare,), {"op": name, "primitive": name})
 
 
 Eq, Ne, Lt, Le, Gt, Ge = (_comparison(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
@@ -295,6 +304,7 @@ def where(cond, a, b):
 
 
 class Neg(Function):
+    primitive = "neg"
     @staticmethod
     def forward(ctx, x):
         return backend().neg(x)
@@ -306,6 +316,7 @@ class Neg(Function):
 
 class Exp(Function):
     """y = exp(x). Saves y: dy/dx = y."""
+    primitive = "exp"
     @staticmethod
     def forward(ctx, x):
         y = backend().exp(x)
@@ -320,6 +331,7 @@ class Exp(Function):
 
 class Log(Function):
     """y = log(x): dx = dy / x."""
+    primitive = "log"
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -333,6 +345,7 @@ class Log(Function):
 
 class Sqrt(Function):
     """y = sqrt(x): dx = dy / (2 y)."""
+    primitive = "sqrt"
     @staticmethod
     def forward(ctx, x):
         y = backend().sqrt(x)
@@ -347,6 +360,7 @@ class Sqrt(Function):
 
 class Abs(Function):
     """y = |x|: dx = dy * sign(x).  NOTE: the subgradient at 0 is 0, as torch."""
+    primitive = "abs"
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -360,6 +374,7 @@ class Abs(Function):
 
 class Sign(Function):
     """Piecewise constant: zero gradient."""
+    primitive = "sign"
     @staticmethod
     def forward(ctx, x):
         return backend().sign(x)
@@ -371,6 +386,7 @@ class Sign(Function):
 
 class Relu(Function):
     """y = max(x, 0): dx = dy * (x > 0), one fused pass.  NOTE: relu'(0) = 0."""
+    primitive = "relu"
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
@@ -385,6 +401,7 @@ class Relu(Function):
 class ReluBackward(Function):
     """dx = dy * (x > 0) as its own op, so that relu's gradient is differentiable: d/d(dy) is
     the same mask and d/dx is zero almost everywhere."""
+    primitive = "relu_backward"
     @staticmethod
     def forward(ctx, dy, x):
         ctx.save_for_backward(x)
@@ -398,6 +415,7 @@ class ReluBackward(Function):
 
 class Sigmoid(Function):
     """y = 1 / (1 + exp(-x)): dx = dy * y * (1 - y)."""
+    primitive = "sigmoid"
     @staticmethod
     def forward(ctx, x):
         y = backend().sigmoid(x)
@@ -412,6 +430,7 @@ class Sigmoid(Function):
 
 class SigmoidBackward(Function):
     """dx = dy * y * (1 - y): d/d(dy) = y (1 - y), d/dy = dy (1 - 2 y)."""
+    primitive = "sigmoid_backward"
     @staticmethod
     def forward(ctx, dy, y):
         ctx.save_for_backward(dy, y)
@@ -426,6 +445,7 @@ class SigmoidBackward(Function):
 
 class Tanh(Function):
     """y = tanh(x): dx = dy * (1 - y^2)."""
+    primitive = "tanh"
     @staticmethod
     def forward(ctx, x):
         y = backend().tanh(x)
@@ -440,6 +460,7 @@ class Tanh(Function):
 
 class TanhBackward(Function):
     """dx = dy * (1 - y^2): d/d(dy) = 1 - y^2, d/dy = -2 dy y."""
+    primitive = "tanh_backward"
     @staticmethod
     def forward(ctx, dy, y):
         ctx.save_for_backward(dy, y)
@@ -454,6 +475,7 @@ class TanhBackward(Function):
 
 class Clamp(Function):
     """y = min(max(x, lo), hi): the gradient passes where lo <= x <= hi (as torch)."""
+    primitive = "clamp"
     @staticmethod
     def forward(ctx, x, lo, hi):
         ctx.save_for_backward(x)
@@ -498,6 +520,7 @@ def clamp(x, min=None, max=None):
 
 class Sum(Function):
     """y = sum over dims: dx = dy broadcast back."""
+    primitive = "sum"
     @staticmethod
     def forward(ctx, x, dims, keepdim, dtype):
         ctx.shape, ctx.dims = tuple(x.shape), dims
@@ -510,6 +533,7 @@ class Sum(Function):
 
 class Mean(Function):
     """y = mean over dims: dx = dy / n broadcast back."""
+    primitive = "mean"
     @staticmethod
     def forward(ctx, x, dims, keepdim):
         ctx.shape, ctx.dims = tuple(x.shape), dims
@@ -582,6 +606,7 @@ class MinDim(MaxDim):
 
 class Var(Function):
     """y = sum((x - mean)^2) / (n - correction): dx = dy * 2 (x - mean) / (n - correction)."""
+    primitive = "var"
     @staticmethod
     def forward(ctx, x, dims, correction, keepdim):
         ctx.save_for_backward(x)
@@ -599,6 +624,7 @@ class Var(Function):
 
 class SumTo(Function):
     """Sum a broadcast tensor back to `shape` (the engine's un-broadcasting); dx = dy expanded."""
+    primitive = "sum_to"
     @staticmethod
     def forward(ctx, x, shape):
         ctx.shape = tuple(x.shape)

@@ -210,6 +210,7 @@ def squeeze(x, dim=None):
 
 class Contiguous(Function):
     """A contiguous copy: dx = dy."""
+    primitive = "contiguous"
     @staticmethod
     def forward(ctx, x):
         return get_backend().contiguous(x)
@@ -229,6 +230,7 @@ def clone(x):
 
 class Cast(Function):
     """Convert to another dtype; the engine casts the gradient back to the input's dtype."""
+    primitive = "cast"
     @staticmethod
     def forward(ctx, x, dtype):
         return get_backend().cast(x, dtype)
@@ -295,6 +297,7 @@ class IndexPut(Function):
 
 class GatherRows(Function):
     """y = x[index] along dim 0: dx = scatter-add of dy into x's rows."""
+    primitive = "gather_rows"
     @staticmethod
     def forward(ctx, x, index):
         ctx.rows = x.shape[0]
@@ -309,6 +312,7 @@ class GatherRows(Function):
 
 class ScatterAddRows(Function):
     """out[index[i]] += src[i]: d(src) = g[index]."""
+    primitive = "scatter_add_rows"
     @staticmethod
     def forward(ctx, src, index, rows):
         ctx.save_for_backward(index)

@@ -368,6 +368,7 @@ def _scalar_arg(value):
 
 _PLANS = PlanCache()
 _Tensor = torch.Tensor
+_empty_like = torch.empty_like
 
 
 def _key(x):
@@ -390,17 +391,25 @@ class _Plan:
     Each launch is (KernelLaunch, element offset) over the operands' memory (two launches when a
     contiguous run is cut into a 16-aligned body and a tail, none for an empty result)."""
 
-    __slots__ = ("shape", "dtype", "device", "kinds", "launches", "single", "ta", "tb", "tc")
+    __slots__ = ("shape", "dtype", "device", "kinds", "launches", "single", "ta", "tb", "tc",
+                 "like")
 
-    def __init__(self, shape, dtype, device, kinds, launches):
+    def __init__(self, shape, dtype, device, kinds, launches, like):
         self.shape, self.dtype, self.device = shape, dtype, device
         self.kinds, self.launches = kinds, launches
         self.single = launches[0][0] if len(launches) == 1 and launches[0][1] == 0 else None
         self.ta, self.tb, self.tc = (k == TENSOR for k in kinds)
+        self.like = like  # 0 or 1: the result is laid out as operand a or b (empty_like: faster)
 
     def __call__(self, out, a, b, c, pa, pb, pc):
         if out is None:
-            out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            like = self.like
+            if like == 0:
+                out = _empty_like(a)
+            elif like == 1:
+                out = _empty_like(b)
+            else:
+                out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         launch = self.single
         if launch is not None:  # the common case: one launch over the whole arrays
             o = ptr(out)
@@ -430,7 +439,10 @@ def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
     if launches is not None:
         kinds = [TENSOR if isinstance(x, torch.Tensor) else ABSENT if x is None
                  else _scalar_arg(x)[0] for x in operands]
-        _PLANS.keep(key, _Plan(tuple(shape), dtype.torch, device, kinds, launches))
+        like = next((i for i, x in enumerate(operands[:2]) if isinstance(x, torch.Tensor)
+                     and tuple(x.shape) == tuple(shape) and x.dtype == dtype.torch
+                     and x.is_contiguous()), None)
+        _PLANS.keep(key, _Plan(tuple(shape), dtype.torch, device, kinds, launches, like))
     return result
 
 
