@@ -27,7 +27,8 @@ for step in "$@"; do
         cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
         bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
-        table)        run table 420 python3 scripts/make_plan_table.py --out "$OUT/plans.json" --quick ;;
+        table)        run table "${TABLE_LIMIT:-300}" python3 scripts/make_plan_table.py --out "$OUT/plans.json" --quick ;;
+        merge-table)  run merge-table 30 python3 scripts/make_plan_table.py --merge "$OUT/plans.json" ;;
         nofuse-mnist-*) run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench/nofuse" --models "${step#nofuse-mnist-}" --skip-compile --skip-numpy --no-fuse ;;
         mnist-*)      run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench" --models "${step#mnist-}" --skip-compile --skip-numpy ;;
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;

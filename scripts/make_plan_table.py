@@ -5,9 +5,10 @@
 
 On a GPU this tunes (td.autotune(True), into a fresh cache) every matmul and convolution the
 MNIST recipes run (the three models' training steps at their batch sizes and last partial
-batches, in the per-op path, and a test-set batch of 1000) and the benchmark sizes (bench matmul
-and bench conv; --quick: their quick sizes), then writes the tuned choices under this GPU's key
-(tuning.gpu_key: name, compute capability, Triton version). --merge adds such a file to the
+batches, in the per-op path, and a test-set batch of 1000) and the benchmark sizes (the MNIST
+convolutions at both precisions, square products of every dtype; --quick leaves out the
+largest), writing the tuned choices under this GPU's key (tuning.gpu_key: name, compute
+capability, Triton version) after each group. --merge adds such a file to the
 shipped table, replacing that GPU's entries.
 """
 from __future__ import annotations
@@ -22,9 +23,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "tritonad", "kernels", "plans.json")
 
 
+def _write(out, tuners, gpu):
+    table = {t.name: {k: v for k, v in t.memory.items() if t.sources.get(k) == "tuned"}
+             for t in tuners}
+    with open(out, "w") as f:
+        json.dump({gpu: table}, f, indent=1, sort_keys=True)
+    return ", ".join(f"{k} {len(v)}" for k, v in table.items())
+
+
 def tune(out, quick):
+    """Tune every problem, writing the table after each group (a time limit keeps what was
+    done)."""
     os.environ["TRITONAD_AUTOTUNE_DIR"] = tempfile.mkdtemp(prefix="tritonad-tune-")
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import time
+
     import torch
 
     import tritonad as td
@@ -33,8 +45,14 @@ def tune(out, quick):
     from tritonad.kernels import conv, matmul
     from tritonad.kernels.tuning import gpu_key
 
+    gpu, tuners, start = gpu_key(), (matmul.tuner, conv.tuner), time.perf_counter()
     td.autotune(True)
-    for name, batches in (("logreg", (128, 96)), ("mlp", (128, 96)), ("cnn", (100,))):
+
+    def done(what):
+        print(f"{time.perf_counter() - start:6.1f} s  {what}: {_write(out, tuners, gpu)}",
+              flush=True)
+
+    for name, batches in (("mlp", (128, 96)), ("cnn", (100,)), ("logreg", (128, 96))):
         model = models.build(name).to("cuda")
         opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         for batch in batches:
@@ -47,20 +65,29 @@ def tune(out, quick):
         with td.no_grad():
             model.eval()
             model(td.randn(1000, 1, 28, 28, device="cuda"))
-        print(f"{name}: tuned", flush=True)
-    import bench_conv
-    import bench_matmul
-
-    scratch = tempfile.mkdtemp(prefix="tritonad-bench-")
-    bench_matmul.main(["--out", scratch] + (["--quick"] if quick else []))
-    bench_conv.main(["--out", scratch] + (["--quick"] if quick else []))
-    table = {}
-    for tuner in (matmul.tuner, conv.tuner):
-        table[tuner.name] = {k: v for k, v in tuner.memory.items()
-                             if tuner.sources.get(k) == "tuned"}
-    with open(out, "w") as f:
-        json.dump({gpu_key(): table}, f, indent=1, sort_keys=True)
-    print(f"wrote {out}: " + ", ".join(f"{k} {len(v)}" for k, v in table.items()))
+        done(name)
+    # the benchmarks' problems: conv layers (both precisions, forward and backward), squares
+    layers = [((100, 1, 28, 28), 32, 5, 2), ((100, 32, 14, 14), 64, 5, 2)]
+    if not quick:
+        layers.append(((256, 64, 56, 56), 64, 3, 1))
+    for precision in ("high", "highest"):
+        td.set_conv_precision(precision)
+        for shape, co, k, pad in layers:
+            x = td.randn(*shape, device="cuda", requires_grad=shape[1] > 1)
+            w = td.randn(co, shape[1], k, k, device="cuda", requires_grad=True)
+            F.conv2d(x, w, padding=pad).sum().backward()
+            done(f"conv {shape} -> {co} k{k} {precision}")
+    td.set_conv_precision("high")
+    sizes = [1024, 4096] if quick else [1024, 4096, 8192]
+    for dtype, precision in ((td.float32, "highest"), (td.float32, "high"),
+                             (td.bfloat16, "highest"), (td.float16, "highest")):
+        td.set_matmul_precision(precision)
+        for n in sizes:
+            a = td.randn(n, n, device="cuda").to(dtype)
+            b = td.randn(n, n, device="cuda").to(dtype)
+            a @ b
+            done(f"matmul {n}^3 {dtype.name} {precision}")
+    td.set_matmul_precision("highest")
 
 
 def merge(path):

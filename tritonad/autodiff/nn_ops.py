@@ -6,6 +6,8 @@ once-differentiable.
 """
 from __future__ import annotations
 
+import torch
+
 from .. import dtypes, generator
 from ..backend import backend_of, get_backend
 from ..tensor import Tensor, arange
@@ -32,6 +34,9 @@ def pair(v, name="argument"):
 
 def _same_float(op, *tensors):
     """All floating point and of one dtype, or a clear error."""
+    raws = [t._data.dtype for t in tensors if t is not None]
+    if raws and raws[0].is_floating_point and all(d == raws[0] for d in raws):
+        return
     names = [f"{tuple(t.shape)} {t.dtype.name}" for t in tensors if t is not None]
     for t in tensors:
         if t is not None and not t.dtype.is_floating_point:
@@ -263,8 +268,18 @@ def _check_target(op, logits, target):
                          f"and target {target.shape}")
 
 
+_TARGET_TYPES = (torch.int64, torch.int32)
+
+
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0):
     """Softmax cross-entropy of logits [N, C] (or [C]) against class indices [N] (or [])."""
+    if isinstance(logits, Tensor) and isinstance(target, Tensor) and reduction in _REDUCTIONS \
+            and 0.0 <= label_smoothing <= 1.0:  # the common case, checked cheaply
+        x, t = logits._data, target._data
+        if x.dim() == 2 and x.dtype.is_floating_point and t.dim() == 1 and \
+                t.dtype in _TARGET_TYPES and t.shape[0] == x.shape[0]:
+            return CrossEntropy.apply(logits, target, reduction, ignore_index,
+                                      float(label_smoothing))
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -480,7 +495,17 @@ def fold(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
 # ---------------------------------------------------------------------------------- pooling
 
 
+_POOL_ARGS = {}  # (op, shape, arguments) -> normalised arguments: checked once per signature
+
+
 def _pool_args(op, x, kernel_size, stride, padding, dilation):
+    key = (op, x._data.shape, kernel_size, stride, padding, dilation)
+    try:
+        known = _POOL_ARGS.get(key)
+    except TypeError:  # unhashable arguments (lists): check every time
+        known, key = None, None
+    if known is not None:
+        return known
     kernel = pair(kernel_size, "kernel_size")
     stride = kernel if stride is None or stride == () else pair(stride, "stride")
     padding, dilation = pair(padding, "padding"), pair(dilation, "dilation")
@@ -491,7 +516,12 @@ def _pool_args(op, x, kernel_size, stride, padding, dilation):
             raise ValueError(f"{op}: padding {padding} must be at most half the kernel size "
                              f"{kernel}")
     _conv_geometry(op, x, kernel, stride, padding, dilation)
-    return kernel, stride, padding, dilation
+    result = kernel, stride, padding, dilation
+    if key is not None:
+        if len(_POOL_ARGS) > 4096:
+            _POOL_ARGS.clear()
+        _POOL_ARGS[key] = result
+    return result
 
 
 class MaxPool2d(Function):

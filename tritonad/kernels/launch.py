@@ -637,13 +637,30 @@ def _view(slot, view):
     return slot.as_strided(shape, strides, slot.storage_offset() + offset)
 
 
+def _result_maker(spec):
+    """A fast rebuild of the common results (one array, or a tuple of arrays and None, each a
+    whole slot): a function of the slots; None for the others (Plan._rebuild does them)."""
+    def whole(item):
+        return item[0] == "array" and item[3] is None
+
+    if spec[0] == "array" and whole(spec):
+        i = spec[1]
+        return lambda slots: slots[i]
+    if spec[0] == "seq" and spec[1] is tuple and all(
+            whole(item) or item == ("value", None) for item in spec[2]):
+        picks = [item[1] if item[0] == "array" else None for item in spec[2]]
+        return lambda slots: tuple(None if i is None else slots[i] for i in picks)
+    return None
+
+
 class _Plan:
     """A recorded call: allocate its temporaries, replay its launches, rebuild its results."""
 
-    __slots__ = ("n_call", "temps", "steps", "spec")
+    __slots__ = ("n_call", "temps", "steps", "spec", "result")
 
     def __init__(self, n_call, temps, steps, spec):
         self.n_call, self.temps, self.steps, self.spec = n_call, temps, steps, spec
+        self.result = _result_maker(spec)
 
     def __call__(self, arrays, args=()):
         slots = list(arrays)
@@ -655,6 +672,8 @@ class _Plan:
         else:
             for launch, sources in self.steps:
                 launch(*[_view(slots[i], view) for i, _, view in sources])
+        if self.result is not None:
+            return self.result(slots)
         return self._rebuild(self.spec, slots, args)
 
     def _rebuild(self, spec, slots, args):
@@ -682,7 +701,10 @@ def _signature(values, arrays):
             arrays.append(v)
             key.append((v.dtype, v.shape, v.stride(), v.device, v.data_ptr() % 16 == 0))
         elif t is tuple or t is list:
-            key.append((t, _signature(v, arrays)))
+            if t is tuple and all(type(e) is int for e in v):  # sizes, strides, pairs
+                key.append(v)
+            else:
+                key.append((t, _signature(v, arrays)))
         else:
             key.append((t, v))
     return tuple(key)
