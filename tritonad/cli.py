@@ -432,7 +432,7 @@ def cmd_train(args):
         schedule.update(steps=scheduler.T_max, extended_from_steps=extended)
     print(json.dumps({"model": run["model"], "dataset": run["dataset"], "backend": backend,
                       "device": device, "processes": world, "epochs": epochs,
-                      "batch_size": batch, "lr": lr,
+                      "batch_size": batch, "train_images": loader.num_samples * world, "lr": lr,
                       "optimizer": run["optimizer"], "schedule": schedule, "graph": graph,
                       "resumed_from_epoch": state["epoch"] if state is not None else None,
                       "test_accuracy": final.get("test_accuracy"),
