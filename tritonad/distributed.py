@@ -94,10 +94,15 @@ def init_process_group(device=None, backend=None, timeout_s=None) -> torch.devic
     if not 0 <= rank < world:
         raise RuntimeError(f"init_process_group: RANK={rank} is not in 0..WORLD_SIZE-1 "
                            f"(WORLD_SIZE={world})")
-    kind = torch.device(device).type if device is not None else \
-        "cuda" if torch.cuda.is_available() else "cpu"
+    wanted = torch.device(device) if device is not None else None
+    kind = wanted.type if wanted is not None else "cuda" if torch.cuda.is_available() else "cpu"
     if kind not in ("cuda", "cpu"):
         raise ValueError(f"init_process_group: device {device!r} is neither cuda nor cpu")
+    if kind == "cuda" and wanted is not None and wanted.index is not None and \
+            wanted.index != _environment_number("LOCAL_RANK"):
+        raise ValueError(f"init_process_group: device {device!r}, but each process takes the "
+                         f"GPU of its local rank, here cuda:{os.environ['LOCAL_RANK']}; pass "
+                         "device='cuda'")
     if backend is None:
         backend = "nccl" if kind == "cuda" else "gloo"
     if backend not in ("nccl", "gloo"):
@@ -248,6 +253,8 @@ class _GradientAverager:
 
     def _consume(self, params) -> bool:
         """Whether reduce_gradients() averaged these gradients already (forgotten now)."""
+        if not self.averaged:
+            return False
         ids = [id(p) for p in params]
         done = all(i in self.averaged for i in ids)
         self.averaged.difference_update(ids)
@@ -313,7 +320,9 @@ class DistributedDataParallel(Module):
     device_ids, output_device, dim, bucket_cap_mb, find_unused_parameters, check_reduction,
     gradient_as_bucket_view and static_graph are accepted for torch code and change nothing
     (one process per device; the optimizer's flat buffers are the buckets; unused parameters
-    average as zeros); process_group must be None (the default group).
+    average as zeros); process_group must be None (the default group). The averaging runs in
+    tritonad.optim.Optimizer.step(): an optimizer that overrides step() itself must call
+    model.reduce_gradients() first.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0,
