@@ -355,6 +355,13 @@ def test_mistakes_outside_a_group(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(ValueError, match="NCCL connects GPUs"):
         distributed.init_process_group("cpu", backend="nccl")
+    images = np.zeros((8, 2, 2), np.uint8)
+    pictures = type("Pictures", (), {"images": images, "labels": np.arange(8) % 2})()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    with pytest.raises(RuntimeError, match="process 0 of 2 that torchrun started, but there is "
+                                           "no process group"):
+        train.Trainer(model, optim.SGD(model.parameters(), lr=0.1),
+                      td.data.DataLoader(pictures, 4))
     with pytest.raises(AttributeError, match="has no attribute 'DistributedSampler'; use "
                                              r"DataLoader\(..., shard="):
         distributed.DistributedSampler  # noqa: B018

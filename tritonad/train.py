@@ -8,6 +8,7 @@ the progress bar refreshes, so the host never waits for the GPU between steps.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 
@@ -325,6 +326,13 @@ def _replicate(model, loader):
     one), after checking that the loader gives this process its own part of the data. None
     outside a group."""
     if not distributed.is_initialized():
+        if distributed.launched() and os.environ["WORLD_SIZE"] != "1":
+            raise RuntimeError(f"Trainer: this is process {os.environ['RANK']} of "
+                               f"{os.environ['WORLD_SIZE']} that torchrun started, but there is "
+                               "no process group, so each would train alone on all the data; "
+                               "call tritonad.distributed.init_process_group() first (it gives "
+                               "this process its GPU), then shard the loader "
+                               "(DataLoader(..., shard=tritonad.distributed.shard()))")
         return None
     rank, world = distributed.shard()
     if world > 1 and loader.shard != (rank, world):
