@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -47,14 +48,19 @@ def _run_group(world, *argv, timeout=120, **extra):
     (stdout, stderr). Any process failing (or the time running out) kills them all."""
     env = _environment(WORLD_SIZE=world, MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port(),
                        LOCAL_WORLD_SIZE=world, **extra)
-    procs = [subprocess.Popen([sys.executable, str(HERE), *map(str, argv)], cwd=ROOT,
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) for r in range(world)]
-    return _wait(procs, timeout, f"worker {argv[0]}")
+    return _wait([[sys.executable, str(HERE), *map(str, argv)]] * world, timeout,
+                 f"worker {argv[0]}", [dict(env, RANK=str(r), LOCAL_RANK=str(r))
+                                       for r in range(world)])
 
 
-def _wait(procs, timeout, what):
+def _wait(commands, timeout, what, envs):
+    """Start the commands (each in a session of its own, its output into files, so that no
+    pipe fills up), wait for all, and kill every one still running once one fails or the time
+    is up. Returns their (stdout, stderr)."""
+    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err, text=True,
+                              start_new_session=True)
+             for cmd, env, (out, err) in zip(commands, envs, files)]
     deadline = time.monotonic() + timeout
     try:
         while any(p.poll() is None for p in procs):
@@ -66,20 +72,25 @@ def _wait(procs, timeout, what):
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-        outputs = [p.communicate() for p in procs]
-    for i, (p, (out, err)) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, (f"{what}: process {i} ended with {p.returncode} (killed: "
-                                   f"time out or another process failed)\n{err[-4000:]}")
+            p.wait()
+    outputs = []
+    for out, err in files:
+        outputs.append(tuple(f.seek(0) or f.read() for f in (out, err)))
+        out.close()
+        err.close()
+    report = [f"process {i}: exit status {p.returncode}"
+              f"{' (killed: time out, or another process failed)' if p.returncode == -9 else ''}"
+              f"\n{err[-3000:]}" for i, (p, (_, err)) in enumerate(zip(procs, outputs))
+              if p.returncode != 0]
+    assert not report, f"{what}:\n" + "\n".join(report)
     return outputs
 
 
 def _torchrun(nproc, *argv, timeout=120):
     """`torchrun --standalone --nproc_per_node=nproc -m tritonad ...`: (stdout, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                             f"--nproc_per_node={nproc}", "-m", "tritonad", *map(str, argv)],
-                            cwd=ROOT, env=_environment(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    ((out, err),) = _wait([proc], timeout, "torchrun")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={nproc}", "-m", "tritonad", *map(str, argv)]
+    ((out, err),) = _wait([command], timeout, "torchrun", [_environment()])
     return out, err
 
 
