@@ -227,6 +227,13 @@ def worker_api(folder, resume_from):
     for (name, p), q in zip(model.module.named_parameters(), _toy_model(0).parameters()):
         check(np.array_equal(p.numpy(), q.numpy()), f"{name} is not rank 0's")
     check(list(model.state_dict())[0] == "module.0.weight", "state_dict keys lack 'module.'")
+    inner = _toy_model(0)
+    inner.register_buffer("count", td.tensor([float(rank + 3)]))
+    model = distributed.DistributedDataParallel(inner)
+    check(inner.count.tolist() == [3.0], f"buffer not broadcast: {inner.count.tolist()}")
+    inner.count.add_(rank)  # drifts on process 1; the next forward takes process 0's again
+    model(td.tensor(x[:2]))
+    check(inner.count.tolist() == [3.0], f"buffer not broadcast at forward: {inner.count}")
 
     # a user's loop with each optimizer equals one process with the global batch of 16
     for kind, make in _OPTIMIZERS.items():
