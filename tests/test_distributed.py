@@ -373,6 +373,10 @@ def test_mistakes_outside_a_group(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(ValueError, match="NCCL connects GPUs"):
         distributed.init_process_group("cpu", backend="nccl")
+    with pytest.raises(ValueError, match="device 'tpu' is neither cuda nor cpu"):
+        distributed.init_process_group("tpu")
+    with pytest.raises(ValueError, match="backend 'mpi'; use nccl"):
+        distributed.init_process_group("cpu", backend="mpi")
     images = np.zeros((8, 2, 2), np.uint8)
     pictures = type("Pictures", (), {"images": images, "labels": np.arange(8) % 2})()
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))

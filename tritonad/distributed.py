@@ -82,6 +82,8 @@ def init_process_group(device=None, backend=None, timeout_s=None) -> torch.devic
     other processes (torch.distributed's default when None). Calling it again returns the
     same device."""
     global _DEVICE
+    if not dist.is_available():
+        raise RuntimeError("init_process_group: this build of PyTorch has no torch.distributed")
     if dist.is_initialized():
         if _DEVICE is None:  # set up by torch.distributed directly: the usual device
             _DEVICE = _local_device("cuda" if dist.get_backend() == "nccl" else "cpu")
@@ -94,7 +96,11 @@ def init_process_group(device=None, backend=None, timeout_s=None) -> torch.devic
     if not 0 <= rank < world:
         raise RuntimeError(f"init_process_group: RANK={rank} is not in 0..WORLD_SIZE-1 "
                            f"(WORLD_SIZE={world})")
-    wanted = torch.device(device) if device is not None else None
+    try:
+        wanted = torch.device(device) if device is not None else None
+    except (RuntimeError, TypeError):
+        raise ValueError(f"init_process_group: device {device!r} is neither cuda nor cpu") \
+            from None
     kind = wanted.type if wanted is not None else "cuda" if torch.cuda.is_available() else "cpu"
     if kind not in ("cuda", "cpu"):
         raise ValueError(f"init_process_group: device {device!r} is neither cuda nor cpu")
