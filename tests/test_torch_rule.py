@@ -1,9 +1,12 @@
 """The torch rule (DESIGN §2), enforced by reading the source of tritonad/.
 
 Inside tritonad/ (except the numpy reference backend) torch may allocate, make metadata views,
-move memory between host and device, and name dtypes, devices, streams and graphs. Everything
-that computes is one of our kernels. The scan flags:
-- any `torch.<name>` outside the allowed set (torch.exp, torch.zeros, torch.nn, ...);
+move memory between host and device, name dtypes, devices, streams and graphs, and communicate
+between processes (torch.distributed's process groups and collectives: all_reduce, broadcast,
+all_gather, barrier, ...). Everything that computes is one of our kernels. The scan flags:
+- any `torch.<name>` outside the allowed set (torch.exp, torch.zeros, torch.nn, ...), and any
+  `torch.distributed.<name>` (or `dist.<name>` after `import torch.distributed as dist`) that is
+  not communication (torch.distributed.nn, DTensor, FSDP, ... compute);
 - compute methods called on raw arrays: on `<expr>._data`, on the raw arguments of a Function's
   forward, and on anything at all inside tritonad/kernels/ (where every array is raw).
 """
@@ -37,6 +40,18 @@ ALLOWED_CUDA = {
 }
 # the current device and stream, as Triton's own launcher reads them (the lean launch path)
 ALLOWED_C = {"_cuda_getCurrentRawStream", "_cuda_getDevice"}
+# process groups and collectives: communication (the sums of an all-reduce happen inside the
+# collective); the rest of torch.distributed (nn, tensor, fsdp, optim, ...) computes
+ALLOWED_DISTRIBUTED = {
+    "is_available", "is_initialized", "init_process_group", "destroy_process_group",
+    "get_rank", "get_world_size", "get_backend", "is_nccl_available", "is_gloo_available",
+    "new_group", "Backend", "ProcessGroup", "ReduceOp", "GroupMember", "group", "Work",
+    "TCPStore", "FileStore", "HashStore", "PrefixStore", "Store",
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
+    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather",
+    "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp", "barrier",
+    "monitored_barrier", "broadcast_object_list", "all_gather_object",
+}
 COMPUTE_METHODS = {
     "abs", "add", "add_", "addmm", "all", "any", "argmax", "argmin", "bmm", "cat", "clamp",
     "clamp_", "clip", "clone", "contiguous", "copy_", "cos", "cumsum", "div", "div_", "double",
@@ -54,19 +69,52 @@ def _sources():
             yield path
 
 
-def _torch_attribute_chain(node):
-    """For torch.a.b -> ["a", "b"]; None when the root is not the name torch."""
+def _torch_attribute_chain(node, aliases=None):
+    """For torch.a.b -> ["a", "b"] (and for d.b after `import torch.a as d`); None when the root
+    is not the name torch or an alias of a torch module."""
     chain = []
     while isinstance(node, ast.Attribute):
         chain.append(node.attr)
         node = node.value
     if isinstance(node, ast.Name) and node.id == "torch":
         return list(reversed(chain))
+    if isinstance(node, ast.Name) and aliases and node.id in aliases:
+        return aliases[node.id] + list(reversed(chain))
     return None
+
+
+def _torch_aliases(tree):
+    """Names bound to torch submodules: {"dist": ["distributed"]} for `import
+    torch.distributed as dist` or `from torch import distributed as dist`."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name.startswith("torch."):
+                    aliases[a.asname] = a.name.split(".")[1:]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
+                (node.module == "torch" or node.module.startswith("torch.")):
+            for a in node.names:
+                aliases[a.asname or a.name] = node.module.split(".")[1:] + [a.name]
+    return aliases
+
+
+def _forbidden(chain):
+    """Whether the torch attribute chain (["cuda", "graph"]) is outside the rule."""
+    if chain[0] == "_C":
+        return not (len(chain) == 2 and chain[1] in ALLOWED_C)
+    if chain[0] not in ALLOWED_TORCH:
+        return True
+    if chain[0] == "cuda" and len(chain) > 1:
+        return chain[1] not in ALLOWED_CUDA
+    if chain[0] == "distributed" and len(chain) > 1:
+        return chain[1] not in ALLOWED_DISTRIBUTED
+    return False
 
 
 def _violations(path):
     tree = ast.parse(path.read_text(), filename=str(path))
+    aliases = _torch_aliases(tree)
     in_kernels = "kernels" in path.parts
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     forward_args = {}
@@ -78,20 +126,23 @@ def _violations(path):
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and not isinstance(parents.get(id(node)), ast.Attribute):
-            chain = _torch_attribute_chain(node)
-            if chain and chain[0] == "_C" and len(chain) == 2 and chain[1] in ALLOWED_C:
-                continue
-            if chain and (chain[0] not in ALLOWED_TORCH or
-                          (chain[0] == "cuda" and len(chain) > 1 and chain[1] not in ALLOWED_CUDA)):
+            chain = _torch_attribute_chain(node, aliases)
+            if chain and _forbidden(chain):
                 found.append((node.lineno, "torch." + ".".join(chain)))
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-            if any(n.startswith("torch.nn") for n in names):
-                found.append((node.lineno, "import of torch.nn"))
+        if isinstance(node, ast.Import):
+            modules = [a.name.split(".")[1:] for a in node.names if a.name.startswith("torch.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                (node.module == "torch" or node.module.startswith("torch.")):
+            modules = [node.module.split(".")[1:] + [a.name] for a in node.names]
+        else:
+            modules = []
+        for chain in modules:
+            if chain and (chain[0] == "nn" or (chain[0] == "distributed" and _forbidden(chain))):
+                found.append((node.lineno, "import of torch." + ".".join(chain)))
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         method, target = node.func.attr, node.func.value
-        if method not in COMPUTE_METHODS or _torch_attribute_chain(target) is not None:
+        if method not in COMPUTE_METHODS or _torch_attribute_chain(target, aliases) is not None:
             continue
         on_raw = isinstance(target, ast.Attribute) and target.attr == "_data"
         on_forward_arg = isinstance(target, ast.Name) and target.id in forward_args.get(id(node), ())
@@ -127,6 +178,14 @@ def test_the_scan_catches_violations(tmp_path):
         "class F:\n"
         "    def forward(ctx, x):\n"
         "        return x.sum()\n"        # computes on a raw forward argument
+        "import torch.distributed as dist\n"
+        "dist.all_reduce(a._data, dist.ReduceOp.SUM)\n"  # allowed: communication on raw memory
+        "torch.distributed.broadcast(a._data.view(torch.uint8), 0)\n"  # allowed
+        "dist.all_reduce(a._data.sum())\n"  # computes (the sum), then communicates
+        "dist.nn.functional.all_reduce(a)\n"  # torch.distributed.nn: autograd compute
+        "from torch.distributed import barrier, tensor\n"  # DTensor computes
+        "from torch import distributed as d\n"
+        "d.barrier(); d.fsdp.fully_shard(a)\n"  # the second computes
     )
     lines = sorted(line for line, _ in _violations(sample))
-    assert lines == [3, 4, 5, 7, 9, 12]
+    assert lines == [3, 4, 5, 7, 9, 12, 16, 17, 18, 20]

@@ -41,7 +41,7 @@ HINTS = {
         "float8_e4m3fn": _DTYPES, "float8_e5m2": _DTYPES,
         **dict.fromkeys(("cat", "concat", "concatenate", "stack", "sin", "cos", "einsum",
                          "topk", "sort", "cumsum", "linspace", "eye", "log1p", "expm1", "erf",
-                         "amp", "distributed", "onnx", "fx"), _NOT_YET),
+                         "amp", "onnx", "fx"), _NOT_YET),
     },
     "tritonad.nn": {
         "SiLU": "not available; use x * x.sigmoid()",
@@ -50,8 +50,9 @@ HINTS = {
                              "keepdim=True), otherwise nn.AvgPool2d with a fitting kernel",
         "Dropout2d": "not available; nn.Dropout drops single elements",
         "ModuleList": "not available; assign the layers as attributes or use nn.Sequential",
-        "DataParallel": "not available; tritonad runs on one device",
-        "parallel": "not available; tritonad runs on one device",
+        "DataParallel": "not available; for several GPUs use "
+                        "tritonad.distributed.DistributedDataParallel under torchrun",
+        "parallel": "tritonad.distributed has DistributedDataParallel (under torchrun)",
         **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding",
                          "LSTM", "GRU", "RNN", "Transformer", "MultiheadAttention",
                          "ConvTranspose2d", "Conv1d", "Conv3d", "GELU", "LeakyReLU", "ELU",
@@ -64,6 +65,10 @@ HINTS = {
          "ASGD", "Rprop", "MultiStepLR", "ExponentialLR", "LinearLR", "SequentialLR",
          "LambdaLR", "ReduceLROnPlateau", "CyclicLR", "ConstantLR", "PolynomialLR",
          "ChainedScheduler", "CosineAnnealingWarmRestarts"), _NOT_YET),
+    "tritonad.distributed": {
+        "DistributedSampler": "use DataLoader(..., shard=tritonad.distributed.shard()): each "
+                              "process gets its own part of every epoch",
+    },
     "tritonad.data": {
         "random_split": "not available; split an index list yourself: "
                         "order = td.randperm(len(dataset)).tolist()",
@@ -71,9 +76,11 @@ HINTS = {
                            "(num_workers is accepted and ignored)",
         **dict.fromkeys(("Subset", "ConcatDataset", "ChainDataset", "Sampler", "RandomSampler",
                          "SequentialSampler", "BatchSampler", "WeightedRandomSampler",
-                         "SubsetRandomSampler", "DistributedSampler"),
+                         "SubsetRandomSampler"),
                         "not supported yet; DataLoader(dataset, batch_size, shuffle, drop_last, "
                         "generator) covers sequential and shuffled sampling"),
+        "DistributedSampler": "use DataLoader(dataset, batch_size, shuffle, "
+                              "shard=tritonad.distributed.shard()): each process its own part",
         **dict.fromkeys(("CIFAR10", "CIFAR100", "KMNIST", "EMNIST", "QMNIST", "SVHN",
                          "ImageFolder", "ImageNet"),
                         "not available; any map-style dataset (a class with __getitem__ and "

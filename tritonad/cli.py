@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
-              "optim", "mnist", "augment", "host")
+              "optim", "mnist", "augment", "host", "ddp")
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
@@ -47,7 +47,8 @@ def _parser():
                    help="default: mlp (with --resume: the checkpoint's)")
     t.add_argument("--epochs", type=int, help="the run's total number of epochs (default: the "
                    "recipe's, 10; with --resume: the checkpoint's run's, or more to extend it)")
-    t.add_argument("--batch-size", type=int, help="default: the recipe's")
+    t.add_argument("--batch-size", type=int, help="default: the recipe's (under torchrun: "
+                   "the global batch, split evenly over the processes)")
     t.add_argument("--lr", type=float, help="default: the recipe's")
     t.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "adadelta", "rmsprop",
                                            "adagrad"], help="default: sgd")
@@ -88,6 +89,8 @@ def _parser():
     b.add_argument("which", choices=BENCHMARKS + ("all",))
     b.add_argument("--out", default="bench-results", help="folder for tables, JSON and PNGs")
     b.add_argument("--quick", action="store_true", help="fewer sizes")
+    b.add_argument("--gpus", default="1,2,4", help="ddp: the GPU counts to compare (default "
+                   "1,2,4; counts above this machine's are skipped)")
     return p
 
 
@@ -303,9 +306,27 @@ def _process_seconds():
         return None
 
 
+def _join_group(device, notes):
+    """Under torchrun: join the process group (NCCL between GPUs, gloo on the CPU); returns
+    (this process's device, its rank, the number of processes)."""
+    from tritonad import distributed
+
+    if device.startswith("cuda:"):
+        raise CommandError(f"--device {device}: under torchrun each process takes the GPU of "
+                           "its local rank (cuda:LOCAL_RANK); pass --device cuda")
+    try:
+        local = str(distributed.init_process_group(device))
+    except (RuntimeError, ValueError) as err:
+        raise CommandError(str(err)) from None
+    rank, world = distributed.shard()
+    notes.append(f"data-parallel: {world} processes ({distributed.dist.get_backend()}), "
+                 f"one {'GPU' if local.startswith('cuda') else 'CPU process'} each")
+    return local, rank, world
+
+
 def cmd_train(args):
     import tritonad as td
-    from tritonad import models, optim, serialization, train
+    from tritonad import distributed, models, optim, serialization, train
 
     startup = {"import": _process_seconds()}  # python, torch, triton and tritonad, imported
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
@@ -318,16 +339,25 @@ def cmd_train(args):
     if args.plot:
         _check_plot(args.plot)
     backend, device, notes = _setup(args)
+    rank, world = 0, 1
+    if distributed.launched():  # one of the processes torchrun started: data-parallel
+        device, rank, world = _join_group(device, notes)
+        if rank != 0:  # process 0 prints, saves and plots
+            say = lambda *a: None  # noqa: E731
     state = _load_checkpoint(args.resume, device, "--resume", resume=True) if args.resume \
         else None
     run = _train_settings(args, state)
     epochs, batch, lr = run["epochs"], run["batch_size"], run["lr"]
+    if batch % world:
+        raise CommandError(f"--batch-size {batch} does not split evenly over {world} "
+                           f"processes; give a multiple of {world}")
     td.manual_seed(run["seed"])
     clock = time.perf_counter()
     train_set, test_set = train.datasets(run["dataset"], args.data_dir)
     for note in notes:
         say(note)
-    loader = td.data.DataLoader(train_set, batch, shuffle=True, device=device, limit=run["limit"])
+    loader = td.data.DataLoader(train_set, batch // world, shuffle=True, device=device,
+                                limit=run["limit"], shard=(rank, world) if world > 1 else None)
     test_loader = td.data.DataLoader(test_set, 1000, device=device)
     startup["data"] = time.perf_counter() - clock
     model = models.build(run["model"]).to(device)
@@ -358,15 +388,18 @@ def cmd_train(args):
     trainer = train.Trainer(model, optimizer, loader, scheduler, graph=graph,
                             fuse=not args.no_fuse)
     steps = ("captured CUDA graph" if graph else "eager") + (" fused MLP" if trainer.fused else "")
+    images = f"{loader.num_samples} training images" if world == 1 else \
+        f"{loader.num_samples * world} training images, {loader.num_samples} per process"
     say(f"model: {run['model']} ({sum(p.numel() for p in model.parameters()):,} parameters) | "
-        f"data: {run['dataset']}, {loader.num_samples} training images | batch {batch}, "
+        f"data: {run['dataset']}, {images} | batch {batch}"
+        f"{f' ({batch // world} per process)' if world > 1 else ''}, "
         f"{run['optimizer']} lr {lr} ({run['schedule']}) | {steps} steps")
     clock = time.perf_counter()
     startup["kernels_compiled_ahead"] = trainer.precompile(test_loader)
     startup["compile"] = time.perf_counter() - clock
     began = time.perf_counter()
     for epoch in range(start_epoch, epochs + 1):
-        stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet)
+        stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet and rank == 0)
         if epoch == start_epoch:
             startup.update(_startup_after_first_epoch(stats["seconds"]))
         test_loss, test_acc = train.evaluate(model, test_loader)
@@ -378,7 +411,7 @@ def cmd_train(args):
             f"{stats['images_per_s']:,.0f} img/s")
         if epoch == start_epoch:
             say(_startup_line(startup))
-        if args.save:
+        if args.save and rank == 0:
             serialization.save({"format": "tritonad-checkpoint", "model_name": run["model"],
                                 "dataset": run["dataset"], "model": model.state_dict(),
                                 "optimizer": optimizer.state_dict(),
@@ -386,15 +419,20 @@ def cmd_train(args):
                                 "epoch": epoch, "rng": td.get_rng_state(), "history": history,
                                 "run": {name: run[name] for name in _RUN_SETTINGS + ("epochs",)}},
                                args.save)
-    if args.plot:
+    if args.plot and rank == 0:
         _plot(history, args.plot, f"{run['model']} on {run['dataset']}")
         say(f"wrote {args.plot}")
+    if distributed.is_initialized():
+        distributed.destroy_process_group()
+    if rank != 0:
+        return
     final = history[-1] if history else {}
     schedule = {"name": run["schedule"]}
     if scheduler is not None:
         schedule.update(steps=scheduler.T_max, extended_from_steps=extended)
     print(json.dumps({"model": run["model"], "dataset": run["dataset"], "backend": backend,
-                      "device": device, "epochs": epochs, "batch_size": batch, "lr": lr,
+                      "device": device, "processes": world, "epochs": epochs,
+                      "batch_size": batch, "train_images": loader.num_samples * world, "lr": lr,
                       "optimizer": run["optimizer"], "schedule": schedule, "graph": graph,
                       "resumed_from_epoch": state["epoch"] if state is not None else None,
                       "test_accuracy": final.get("test_accuracy"),
@@ -527,7 +565,7 @@ def cmd_bench(args):
     for name in names:
         module = importlib.import_module("bench_" + name.replace("-", "_"))
         try:
-            module.main(argv)
+            module.main(argv + (["--gpus", args.gpus] if name == "ddp" else []))
         except SystemExit as stop:  # a benchmark's own refusal ("needs a CUDA GPU")
             if isinstance(stop.code, str):
                 raise CommandError(stop.code) from None

@@ -514,6 +514,22 @@ def _moved(batch, device):
 
 
 # ---------------------------------------------------------------------- DataLoader
+def _check_shard(shard):
+    """DataLoader's shard=: None or (rank, count) with 0 <= rank < count."""
+    if shard is None:
+        return None
+    try:
+        rank, count = shard
+        ok = all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                 for v in (rank, count)) and 0 <= rank < count
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"DataLoader: shard must be (rank, count) with 0 <= rank < count, got "
+                         f"{shard!r}; tritonad.distributed.shard() gives this process's")
+    return int(rank), int(count)
+
+
 def _to_device(values, device) -> Tensor:
     if isinstance(values, Tensor):
         return values.detach().to(device)
@@ -551,12 +567,21 @@ class DataLoader:
     nothing: samples are loaded in the calling process (there are no worker processes) and
     batches are put on `device` (default: the backend's device) by the loader itself.
     `limit=n` keeps the first n samples.
+
+    shard=(rank, count): data-parallel training (tritonad.distributed), this process's part of
+    every epoch. All processes draw the same order of all samples (same seed), and process
+    `rank` takes every count-th sample of it from position rank on, as torch's
+    DistributedSampler(drop_last=True): the parts are disjoint, the same size
+    (num_samples = N // count; the N % count samples left over change from epoch to epoch), so
+    every process takes the same number of steps, and batch b of the processes together is
+    batch b of one process with batch_size * count. `batch_size` is per process.
+    `shard=tritonad.distributed.shard()` gives this process's (rank, world size).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, *, drop_last=False,
                  collate_fn=None, generator=None, num_workers=0, pin_memory=False,
                  persistent_workers=False, sampler=None, batch_sampler=None, device=None,
-                 normalize=True, flatten=False, limit=None):
+                 normalize=True, flatten=False, limit=None, shard=None):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 0):
@@ -571,6 +596,7 @@ class DataLoader:
         if collate_fn is not None and not callable(collate_fn):
             raise TypeError(f"DataLoader: collate_fn must be callable, got "
                             f"{type(collate_fn).__name__}")
+        self.shard = _check_shard(shard)
         self.dataset, self.batch_size, self.limit = dataset, batch_size, limit
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.num_workers, self.pin_memory = num_workers, bool(pin_memory)
@@ -585,6 +611,10 @@ class DataLoader:
         if self._iterable and self.shuffle:
             raise ValueError("DataLoader: an iterable-style dataset gives its samples in its own "
                              "order; shuffle=True is not possible (shuffle inside __iter__)")
+        if self._iterable and self.shard is not None:
+            raise ValueError("DataLoader: an iterable-style dataset cannot be sharded (its "
+                             "samples have no order to split); shard=... needs a map-style "
+                             "dataset (__getitem__ and __len__)")
         plan = self._resident_plan(dataset, collate_fn)
         if plan is not None:
             self._make_resident(dataset, plan, normalize, flatten)
@@ -601,6 +631,15 @@ class DataLoader:
         else:
             raise TypeError(f"DataLoader: expected a dataset (a class with __getitem__ and "
                             f"__len__, or with __iter__), got {type(dataset).__name__}")
+        # all samples of an epoch's order, before this process takes its part of them
+        self.total_samples = self.num_samples
+        if self.shard is not None:
+            rank, count = self.shard
+            if self.num_samples < count:
+                raise ValueError(f"DataLoader: {self.num_samples} samples cannot be shared by "
+                                 f"{count} processes (shard={self.shard}): each needs at least "
+                                 "one")
+            self.num_samples //= count
 
     # ------------------------------------------------------------------ the resident path
     @staticmethod
@@ -679,22 +718,33 @@ class DataLoader:
 
     def permutation(self) -> Tensor:
         """The sample order of one epoch, int64 [N] on the device: a fresh random permutation
-        if shuffling (one draw from the generator or td.manual_seed's stream), else 0..N-1."""
+        if shuffling (one draw from the generator or td.manual_seed's stream), else 0..N-1;
+        with shard=(rank, count), this process's part of it, [N // count]."""
+        n = self.total_samples
         if self.shuffle:
-            get_backend().check_device("randperm", self.device)
-            seed, offset = self._draw(self.num_samples)
-            return Tensor._wrap(get_backend().randperm(self.num_samples, seed, offset,
-                                                       self.device))
+            backend = get_backend()
+            backend.check_device("randperm", self.device)
+            order = backend.randperm(n, *self._draw(n), self.device)
+            if self.shard is not None:  # this process's part, contiguous for the batch gathers
+                order = backend.contiguous(order[self._shard_slice()])
+            return Tensor._wrap(order)
         if self._identity is None:
-            self._identity = arange(self.num_samples, device=self.device)
+            self._identity = arange(n, device=self.device) if self.shard is None else \
+                arange(*self._shard_slice().indices(n), device=self.device)
         return self._identity
+
+    def _shard_slice(self) -> slice:
+        """The positions of an epoch's order that are this process's part: every count-th
+        from rank on, num_samples of them."""
+        rank, count = self.shard
+        return slice(rank, count * self.num_samples, count)
 
     def _host_order(self) -> np.ndarray:
         """The per-sample path's order of one epoch: the same stream as permutation(), drawn
         on the host (the indices go to __getitem__)."""
-        if self.shuffle:
-            return randperm_numpy(self.num_samples, *self._draw(self.num_samples))
-        return np.arange(self.num_samples)
+        n = self.total_samples
+        order = randperm_numpy(n, *self._draw(n)) if self.shuffle else np.arange(n)
+        return order if self.shard is None else order[self._shard_slice()]
 
     # ------------------------------------------------------------------ batches
     def __len__(self):
@@ -749,8 +799,10 @@ class DataLoader:
     def __repr__(self):
         path = "resident" if self.tensors is not None else \
             "iterable" if self._iterable else "per sample"
+        part = "" if self.shard is None else \
+            f" (part {self.shard[0]} of {self.shard[1]} of {self.total_samples})"
         return (f"DataLoader({path}: batches of {self.batch_size} from {self.num_samples} "
-                f"samples on {self.device}, shuffle={self.shuffle})")
+                f"samples{part} on {self.device}, shuffle={self.shuffle})")
 
 
 __all__ = ["MNIST", "FashionMNIST", "Dataset", "IterableDataset", "TensorDataset", "DataLoader",

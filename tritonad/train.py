@@ -8,12 +8,13 @@ the progress bar refreshes, so the host never waits for the GPU between steps.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 
 import torch
 
-from . import data, dtypes, models, nn, optim
+from . import data, distributed, dtypes, models, nn, optim
 from .autodiff import nn_ops
 from .autodiff.grad_mode import no_grad
 from .backend import get_backend
@@ -72,6 +73,12 @@ class Trainer:
     the batch from the dataset themselves) instead of ~12 per-op kernels; the gradients, the
     optimizer step and the metrics are the same. Other models (nn.fused.fusable says why), or
     fuse=False, take the per-op autodiff path.
+
+
+    Data-parallel (in a process group, tritonad.distributed; torchrun): the model is
+    replicated (rank 0's parameters everywhere, gradients averaged in optimizer.step(), inside
+    the captured graph too), `loader` must be sharded (DataLoader(..., shard=...)), and each
+    epoch's loss and accuracy are summed over the processes.
     """
 
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2,
@@ -79,6 +86,9 @@ class Trainer:
         self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
         device = loader.images.device
         images = loader.images
+        self.replica = _replicate(model, loader)
+        if isinstance(model, distributed.DistributedDataParallel):
+            model = model.module
         self._fused = None
         if fuse and images.is_contiguous() and \
                 nn.fused.fusable(model, tuple(images.shape)) is None:
@@ -301,11 +311,38 @@ class Trainer:
                 rate = seen / (time.perf_counter() - start)
                 bar.update(pending, f"loss {loss:.4f} acc {acc:.4f} {rate:,.0f} img/s")
                 last_refresh, pending = now, 0
+        if self.replica is not None:  # every process's samples (the bar showed this one's)
+            distributed.sum_([self.loss_sum._data, self.correct._data])
+            seen *= distributed.get_world_size()
         _synchronize()
         seconds = time.perf_counter() - start
         bar.close()
         return {"loss": self._mean_loss(seen), "accuracy": self.correct.item() / seen,
                 "images_per_s": seen / seconds, "seconds": seconds}
+
+
+def _replicate(model, loader):
+    """In a process group: the model's DistributedDataParallel (made here unless the model is
+    one), after checking that the loader gives this process its own part of the data. None
+    outside a group."""
+    if not distributed.is_initialized():
+        if distributed.launched() and os.environ["WORLD_SIZE"] != "1":
+            raise RuntimeError(f"Trainer: this is process {os.environ['RANK']} of "
+                               f"{os.environ['WORLD_SIZE']} that torchrun started, but there is "
+                               "no process group, so each would train alone on all the data; "
+                               "call tritonad.distributed.init_process_group() first (it gives "
+                               "this process its GPU), then shard the loader "
+                               "(DataLoader(..., shard=tritonad.distributed.shard()))")
+        return None
+    rank, world = distributed.shard()
+    if world > 1 and loader.shard != (rank, world):
+        raise ValueError(f"Trainer: this is process {rank} of {world} but its loader "
+                         f"{'has shard=' + str(loader.shard) if loader.shard else 'is not sharded'}"
+                         f": every process would train on the same samples; make it with "
+                         f"DataLoader(..., shard=tritonad.distributed.shard())")
+    if isinstance(model, distributed.DistributedDataParallel):
+        return model
+    return distributed.DistributedDataParallel(model)
 
 
 def _synchronize():

@@ -178,9 +178,12 @@ class AdamW(Adam):
 def _contiguous_spans(grads):
     """The grads' memory as few contiguous 1-d arrays: neighbours in one storage (the slices of
     an optimizer's flat gradient buffer) merge into one span. Returns (spans, copies): a
-    non-contiguous grad is given as a contiguous copy, listed in copies to write back."""
+    non-contiguous grad is given as a contiguous copy, listed in copies to write back.
+    The spans come in an order that depends on the grads' order and layout only, not on
+    addresses: the same on every process of a data-parallel group (tritonad.distributed
+    all-reduces them one by one, and a norm adds them up in that order)."""
     backend = get_backend()
-    pieces, copies = [], []
+    pieces, copies, storages = [], [], {}
     for g in grads:
         if g.numel() == 0:
             continue
@@ -188,7 +191,8 @@ def _contiguous_spans(grads):
             c = backend.contiguous(g)
             copies.append((g, c))
             g = c
-        pieces.append((g.untyped_storage().data_ptr(), g.dtype, g.storage_offset(), g))
+        storage = storages.setdefault(g.untyped_storage().data_ptr(), len(storages))
+        pieces.append((storage, g.dtype, g.storage_offset(), g))
     pieces.sort(key=lambda t: (t[0], str(t[1]), t[2]))
     spans = []  # [storage, dtype, start, end, first array]
     for storage, dtype, start, g in pieces:

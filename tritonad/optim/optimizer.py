@@ -27,6 +27,12 @@ from ..tensor import Tensor, tensor
 ALIGN = 4  # elements: 16 bytes of float32, the pointer alignment Triton specialises on
 PAD = 16   # flat buffers are padded to a multiple of this many elements
 
+# What step() runs on the gradients before updating (tritonad.distributed adds its averaging
+# across processes here): objects with reduce_bucket(bucket, present) -> present, called for
+# each flat bucket once its gradients are collected, and reduce_params(params), called with a
+# hand-written optimizer's parameters.
+GRADIENT_HOOKS = []
+
 
 def _capturing() -> bool:
     """Whether kernels launched now are recorded into a CUDA graph instead of running."""
@@ -372,6 +378,8 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         if not self._fused:
+            for hook in GRADIENT_HOOKS:
+                hook.reduce_params([p for group in self.param_groups for p in group["params"]])
             with no_grad():
                 for group in self.param_groups:
                     for p in group["params"]:
@@ -382,6 +390,8 @@ class Optimizer:
         for group, buckets in zip(self.param_groups, self._buckets):
             for bucket in buckets:
                 present = bucket.collect_grads()
+                for hook in GRADIENT_HOOKS:
+                    present = hook.reduce_bucket(bucket, present)
                 if not any(present):
                     continue
                 self._update(group, bucket, present)
