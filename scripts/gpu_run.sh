@@ -26,6 +26,7 @@ for step in "$@"; do
         gpu-tests-k=*) run "gpu-tests-${step#gpu-tests-k=}" 560 python3 -m pytest -m gpu -q -p no:cacheprovider -k "${step#gpu-tests-k=}" ;;
         cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
         bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
+        fresh)        rm -rf /root/.triton /root/.cache/tritonad ;;
         quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
         table)        run table "${TABLE_LIMIT:-300}" python3 scripts/make_plan_table.py --out "$OUT/plans.json" --quick ;;
         merge-table)  run merge-table 30 python3 scripts/make_plan_table.py --merge "$OUT/plans.json" ;;
