@@ -279,3 +279,56 @@ def test_pipeline_on_gpu(mnist_images):
                                  device="cuda")
         x, y = next(iter(loader))
         assert x.shape == (128, 1, 28, 28) and x.device.type == "cuda"
+
+
+def test_subset_concat_and_random_split_as_torch():
+    import torch.utils.data as tud
+    base = Squares(10)
+    sub = data.Subset(base, [7, 2, -1])
+    ref = tud.Subset(list(range(10)), [7, 2, -1])
+    assert len(sub) == 3 and [s["index"] for s in sub] == [ref[i] for i in range(3)] == [7, 2, 9]
+    assert [b["index"].tolist() for b in data.DataLoader(sub, batch_size=2)] == [[7, 2], [9]]
+    both = data.ConcatDataset([data.Subset(base, [1, 3]), Squares(2)])
+    assert len(both) == 4 and [both[i]["index"] for i in range(4)] == [1, 3, 0, 1]
+    assert both[-1]["index"] == 1 and both.cumulative_sizes == [2, 4]
+    with pytest.raises(IndexError, match="ConcatDataset: index 4"):
+        both[4]
+    with pytest.raises(IndexError, match="Subset: index 10 is out of range"):
+        data.Subset(base, [0, 10])
+    with pytest.raises(TypeError, match="ConcatDataset: Stream is not a map-style"):
+        data.ConcatDataset([Stream(3)])
+    # random_split: disjoint parts covering everything; fractions split as torch's do
+    parts = data.random_split(base, [0.5, 0.3, 0.2], generator=3)
+    torch_parts = tud.random_split(range(10), [0.5, 0.3, 0.2])
+    assert [len(p) for p in parts] == [len(p) for p in torch_parts] == [5, 3, 2]
+    odd = data.random_split(range(11), [0.5, 0.5])
+    assert [len(p) for p in odd] == [len(p) for p in tud.random_split(range(11), [0.5, 0.5])]
+    assert sorted(sum((p.indices for p in parts), [])) == list(range(10))
+    assert [p.indices for p in data.random_split(base, [5, 3, 2], generator=3)] == \
+        [p.indices for p in parts] and parts[0].indices == randperm_numpy(10, 3, 0)[:5].tolist()
+    td.manual_seed(1)
+    first = [p.indices for p in data.random_split(base, [6, 4])]
+    td.manual_seed(1)
+    assert [p.indices for p in data.random_split(base, [6, 4])] == first
+    with pytest.raises(ValueError, match="sum to the dataset's 10 samples"):
+        data.random_split(base, [6, 5])
+    with pytest.raises(TypeError, match="generator must be"):
+        data.random_split(base, [5, 5], generator="seed")
+    assert td.utils.data.random_split is data.random_split  # torch.utils.data's names
+    assert td.utils.data.DataLoader is data.DataLoader
+
+
+def test_subset_of_arrays_stays_on_the_device(mnist_images, backend_name):
+    images, labels = mnist_images
+    ds = mnist(T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)]))
+    train, val = data.random_split(ds, [0.75, 0.25], generator=0)
+    loader = data.DataLoader(data.Subset(val, range(1, 9)), batch_size=5)
+    assert loader.images is not None and loader.num_samples == 8  # the resident path
+    rows = np.asarray(val.indices)[1:9]
+    got = np.concatenate([x.numpy() for x, _ in loader])
+    assert_close(got, reference_input(images[rows]), rtol=1e-6, atol=1e-6)
+    assert np.concatenate([y.numpy() for _, y in loader]).tolist() == labels[rows].tolist()
+    xs = td.arange(20).reshape(10, 2)
+    tensors = data.DataLoader(data.Subset(data.TensorDataset(xs), [9, 0]), batch_size=2)
+    assert tensors.tensors is not None and next(iter(tensors))[0].tolist() == [[18, 19], [0, 1]]
+    assert len(train) + len(val) == len(ds) and not set(train.indices) & set(val.indices)

@@ -5,6 +5,8 @@
     (x @ x).relu().sum().backward()
     print(x.grad)
 """
+from torch import device as _torch_device
+
 from . import dtypes
 from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
 from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, ge, gt, le, log,
@@ -27,6 +29,10 @@ from . import data, optim  # noqa: F401,E402
 from . import distributed  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 
+from . import accelerator, cuda  # noqa: F401,E402  (td.cuda.is_available() and friends)
+from . import utils  # noqa: F401,E402  (td.utils.data, as torch.utils.data)
+
+device = _torch_device  # td.device("cuda"): torch's device type, which tritonad tensors carry
 half = float16
 float = float32  # noqa: A001
 double = float64

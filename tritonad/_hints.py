@@ -33,8 +33,6 @@ HINTS = {
         "jit": "not needed: every tritonad op is a Triton kernel already",
         "autograd": "use td.grad(outputs, inputs) and tensor.backward(); gradient checks are in "
                     "tritonad.autodiff.gradcheck",
-        "utils": "torch.utils.data is tritonad.data (Dataset, DataLoader, TensorDataset, "
-                 "default_collate)",
         "datasets": "torchvision.datasets' MNIST and FashionMNIST are in tritonad.data",
         "int16": _DTYPES, "int8": _DTYPES, "uint16": _DTYPES, "uint32": _DTYPES,
         "uint64": _DTYPES, "complex64": _DTYPES, "complex128": _DTYPES,

@@ -419,6 +419,98 @@ class TensorDataset(Dataset):
         return tuple(t[i] for t in self.tensors)
 
 
+class Subset(Dataset):
+    """The samples of `dataset` at `indices`, in that order, as torch.utils.data.Subset:
+    `Subset(ds, [4, 2])[1] == ds[2]`. A Subset of an array-backed dataset (MNIST, a
+    TensorDataset) stays on the device path of DataLoader: only its rows go to the device."""
+
+    def __init__(self, dataset, indices):
+        n = len(dataset)
+        idx = np.asarray(indices.numpy() if isinstance(indices, Tensor) else list(indices))
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer)):
+            raise TypeError(f"Subset: indices must be a sequence of ints, got {idx.dtype} "
+                            f"with shape {idx.shape}")
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"Subset: index {int(idx.max() if idx.max() >= n else idx.min())} "
+                             f"is out of range for a dataset of {n} samples")
+        self.dataset, self.indices = dataset, [int(i) % n for i in idx]
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        if isinstance(i, (list, tuple)):
+            return [self.dataset[self.indices[j]] for j in i]
+        return self.dataset[self.indices[i]]
+
+
+class ConcatDataset(Dataset):
+    """The samples of several map-style datasets one after another, as
+    torch.utils.data.ConcatDataset: `ConcatDataset([a, b])[len(a)] == b[0]`."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: needs at least one dataset")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset) or not hasattr(d, "__len__"):
+                raise TypeError(f"ConcatDataset: {type(d).__name__} is not a map-style dataset "
+                                f"(__getitem__ and __len__)")
+        self.cumulative_sizes = np.cumsum([len(d) for d in self.datasets]).tolist()
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"ConcatDataset: index {i} is out of range for {n} samples")
+        i %= n
+        k = int(np.searchsorted(self.cumulative_sizes, i, side="right"))
+        return self.datasets[k][i - (self.cumulative_sizes[k - 1] if k else 0)]
+
+
+def random_split(dataset, lengths, generator=None):
+    """`dataset` split at random into Subsets of the given lengths, as
+    torch.utils.data.random_split: ints that sum to len(dataset), or fractions that sum to 1
+    (the remainder goes one sample at a time to the first parts, as torch). The order comes
+    from td.manual_seed's stream, or from `generator` (an int seed, or an object with
+    initial_seed() such as a torch.Generator), so a seeded split is the same on every run."""
+    n = len(dataset)
+    lengths = list(lengths)
+    if lengths and all(isinstance(x, float) for x in lengths) and \
+            math.isclose(sum(lengths), 1.0, abs_tol=1e-6) and sum(lengths) <= 1 + 1e-6:
+        if any(not 0 <= x <= 1 for x in lengths):
+            raise ValueError(f"random_split: fractions must lie in [0, 1], got {lengths}")
+        counts = [int(math.floor(n * f)) for f in lengths]
+        for k in range(n - sum(counts)):
+            counts[k % len(counts)] += 1
+        lengths = counts
+    if any(not isinstance(x, numbers.Integral) or x < 0 for x in lengths) or sum(lengths) != n:
+        raise ValueError(f"random_split: lengths must be non-negative ints that sum to the "
+                         f"dataset's {n} samples (or fractions that sum to 1), got {lengths}")
+    order = _permutation(n, generator)
+    parts, start = [], 0
+    for length in lengths:
+        parts.append(Subset(dataset, order[start:start + length].tolist()))
+        start += length
+    return parts
+
+
+def _permutation(n, generator) -> np.ndarray:
+    """A permutation of range(n) from `generator` (int seed or .initial_seed()), else from
+    td.manual_seed's Philox stream."""
+    if generator is None:
+        return randperm_numpy(n, *rng.take(n))
+    seed = generator.initial_seed() if hasattr(generator, "initial_seed") else generator
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+        raise TypeError(f"random_split: generator must be a non-negative int seed or have "
+                        f"initial_seed(), got {generator!r}")
+    return randperm_numpy(n, int(seed), 0)
+
+
 # ---------------------------------------------------------------------- collation
 def default_collate(batch):
     """A list of samples as one batch, as torch's default_collate: Tensors are stacked into
@@ -528,6 +620,13 @@ def _check_shard(shard):
         raise ValueError(f"DataLoader: shard must be (rank, count) with 0 <= rank < count, got "
                          f"{shard!r}; tritonad.distributed.shard() gives this process's")
     return int(rank), int(count)
+
+
+def _rows(values, rows):
+    """values[rows] for a slice or an int64 index array; a Tensor is indexed where it lives."""
+    if isinstance(rows, np.ndarray) and isinstance(values, Tensor):
+        return values[from_numpy(rows, device=values.device)] if len(rows) else values[:0]
+    return values[rows]
 
 
 def _to_device(values, device) -> Tensor:
@@ -647,6 +746,8 @@ class DataLoader:
         """(once, per_batch) transforms when the dataset can stay on the device, else None."""
         if collate_fn is not None:
             return None
+        if isinstance(dataset, Subset) and type(dataset).__getitem__ is Subset.__getitem__:
+            return DataLoader._resident_plan(dataset.dataset, collate_fn)  # its rows only
         # NOTE: a class with a __getitem__ of its own gets its samples from it, arrays or not
         getitem = getattr(type(dataset), "__getitem__", None)
         if isinstance(dataset, TensorDataset) and getitem is TensorDataset.__getitem__:
@@ -660,12 +761,19 @@ class DataLoader:
 
     def _make_resident(self, dataset, plan, normalize, flatten):
         once, per_batch = plan
-        limit = self.limit
+        rows = slice(None, self.limit)
+        if isinstance(dataset, Subset):  # the rows it picks (a Subset of a Subset: compose)
+            picked = np.arange(len(dataset))
+            while isinstance(dataset, Subset):
+                picked = np.asarray(dataset.indices, dtype=np.int64)[picked]
+                dataset = dataset.dataset
+            rows = picked[:self.limit]
         with no_grad():
             if isinstance(dataset, TensorDataset):
-                self.tensors = tuple(_to_device(t[:limit], self.device) for t in dataset.tensors)
+                self.tensors = tuple(_to_device(_rows(t, rows), self.device)
+                                     for t in dataset.tensors)
                 return
-            images = _to_device(dataset.images[:limit], self.device)
+            images = _to_device(_rows(dataset.images, rows), self.device)
             if once:  # the dataset's ToTensor, then its Normalize steps, on the whole array
                 images = once[0].batch(images)
                 for t in once[1:]:
@@ -681,7 +789,7 @@ class DataLoader:
             elif flatten:
                 images = images.reshape(images.shape[0], -1)
             self.images = images
-            self.labels = _to_device(dataset.labels[:limit], self.device).long()
+            self.labels = _to_device(_rows(dataset.labels, rows), self.device).long()
             if len(self.labels) != len(self.images):
                 raise ValueError(f"DataLoader: the dataset has {len(self.images)} images but "
                                  f"{len(self.labels)} labels")
