@@ -13,6 +13,7 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
                            lt, matmul, max, maximum, mean, min, minimum, mul, ne, neg, pow, relu,
                            reshape, sigmoid, softmax, log_softmax, sqrt, sub, sum, tanh,
                            transpose, var, where, clamp, permute, flatten, unsqueeze, squeeze)
+from .autodiff.shape_ops import cat, stack
 from .backend import (Backend, autotune, autotuning, conv_precision, get_backend,
                       matmul_precision, register_backend, set_backend, set_conv_precision,
                       set_matmul_precision, set_sync_checks, sync_checks, use_backend)
@@ -37,6 +38,7 @@ half = float16
 float = float32  # noqa: A001
 double = float64
 long = int64
+concat = concatenate = cat
 
 __version__ = "0.1.0"
 

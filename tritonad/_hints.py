@@ -37,7 +37,7 @@ HINTS = {
         "int16": _DTYPES, "int8": _DTYPES, "uint16": _DTYPES, "uint32": _DTYPES,
         "uint64": _DTYPES, "complex64": _DTYPES, "complex128": _DTYPES,
         "float8_e4m3fn": _DTYPES, "float8_e5m2": _DTYPES,
-        **dict.fromkeys(("cat", "concat", "concatenate", "stack", "sin", "cos", "einsum",
+        **dict.fromkeys(("sin", "cos", "einsum",
                          "topk", "sort", "cumsum", "linspace", "eye", "log1p", "expm1", "erf",
                          "amp", "onnx", "fx"), _NOT_YET),
     },
@@ -68,11 +68,9 @@ HINTS = {
                               "process gets its own part of every epoch",
     },
     "tritonad.data": {
-        "random_split": "not available; split an index list yourself: "
-                        "order = td.randperm(len(dataset)).tolist()",
         "get_worker_info": "not needed: the DataLoader runs in the calling process "
                            "(num_workers is accepted and ignored)",
-        **dict.fromkeys(("Subset", "ConcatDataset", "ChainDataset", "Sampler", "RandomSampler",
+        **dict.fromkeys(("ChainDataset", "Sampler", "RandomSampler",
                          "SequentialSampler", "BatchSampler", "WeightedRandomSampler",
                          "SubsetRandomSampler"),
                         "not supported yet; DataLoader(dataset, batch_size, shuffle, drop_last, "

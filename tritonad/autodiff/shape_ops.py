@@ -18,7 +18,7 @@ from .function import Function
 
 __all__ = ["view", "reshape", "flatten", "permute", "transpose", "expand", "unsqueeze", "squeeze",
            "contiguous", "clone", "cast", "to_device", "getitem", "basic_index", "gather_rows",
-           "scatter_add_rows", "zeros"]
+           "scatter_add_rows", "zeros", "cat", "stack"]
 
 
 def zeros(shape, dtype=dtypes.float32, device=None):
@@ -262,6 +262,74 @@ def to_device(x, device):
     if x.device == device:
         return x
     return ToDevice.apply(x, device)
+
+
+class Cat(Function):
+    """y = the inputs joined along `dim` (one copy each into its slice of y): dx_i = the slice
+    of dy where x_i went, a view."""
+
+    @staticmethod
+    def forward(ctx, dim, *xs):
+        ctx.dim, ctx.sizes = dim, [x.shape[dim] for x in xs]
+        shape = list(xs[0].shape)
+        shape[dim] = sum(ctx.sizes)
+        be = get_backend()
+        out = be.empty(tuple(shape), dtypes.get_dtype(xs[0].dtype), xs[0].device)
+        start = 0
+        for x, n in zip(xs, ctx.sizes):
+            if n and x.numel():
+                be.copy_(out.narrow(dim, start, n), x)
+            start += n
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        grads, start = [None], 0
+        for n in ctx.sizes:
+            grads.append(GetItem.apply(dy, (slice(None),) * ctx.dim + (slice(start, start + n),)))
+            start += n
+        return tuple(grads)
+
+
+def cat(tensors, dim=0):
+    """The tensors joined along an existing dimension, as torch.cat: every shape equal but at
+    `dim`; dtypes promote (as torch's); all on one device. Differentiable."""
+    tensors = list(tensors) if not isinstance(tensors, Tensor) else None
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("cat: expected a non-empty list or tuple of Tensors")
+    first = tensors[0]
+    if first.ndim == 0:
+        raise ValueError("cat: zero-dimensional tensors cannot be joined; use stack")
+    if not isinstance(dim, int) or not -first.ndim <= dim < first.ndim:
+        raise IndexError(f"cat: dim {dim} is out of range for {first.ndim}-d tensors")
+    dim %= first.ndim
+    for i, t in enumerate(tensors):
+        if t.ndim != first.ndim or any(a != b for k, (a, b) in
+                                       enumerate(zip(t.shape, first.shape)) if k != dim):
+            raise ValueError(f"cat: tensor {i} has shape {tuple(t.shape)}, which does not match "
+                             f"tensor 0's {tuple(first.shape)} outside dim {dim}")
+    dtype = first.dtype
+    for t in tensors[1:]:
+        dtype = dtypes.promote_types(dtype, t.dtype)
+    tensors = [cast(t, dtype) for t in tensors]
+    if len(tensors) == 1:
+        return clone(tensors[0])
+    return Cat.apply(dim, *tensors)
+
+
+def stack(tensors, dim=0):
+    """The tensors (all of one shape) joined along a new dimension, as torch.stack."""
+    tensors = list(tensors) if not isinstance(tensors, Tensor) else None
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("stack: expected a non-empty list or tuple of Tensors")
+    ndim = tensors[0].ndim + 1
+    if not isinstance(dim, int) or not -ndim <= dim < ndim:
+        raise IndexError(f"stack: dim {dim} is out of range for {ndim - 1}-d tensors")
+    for i, t in enumerate(tensors):
+        if t.shape != tensors[0].shape:
+            raise ValueError(f"stack: tensor {i} has shape {tuple(t.shape)}, tensor 0 "
+                             f"{tuple(tensors[0].shape)}; stack needs equal shapes")
+    return cat([unsqueeze(t, dim % ndim) for t in tensors], dim % ndim)
 
 
 # ---------------------------------------------------------------------------------- indexing
