@@ -64,7 +64,8 @@ def test_reference_pooling_agrees_with_torch(geo):
     assert torch.equal(idx[real], tidx[real])
     tidx = torch.where(real, tidx, 0)
     dy = torch.from_numpy(rng.standard_normal(tuple(y.shape))) * real
-    assert_close(ref.max_pool2d_backward(dy, idx, x.shape),
+    assert_close(ref.max_pool2d_backward(dy, idx, x.shape, kernel, stride, padding, dilation,
+                                         ceil_mode),
                  torch.ops.aten.max_pool2d_with_indices_backward(
                      dy, x, kernel, stride, padding, dilation, ceil_mode, tidx), 1e-12, 1e-12)
     for include, override in ((True, None), (False, None), (True, 3)):
@@ -95,7 +96,8 @@ def test_max_pool_matches_reference(geo, batch):
     x = x.round()
     y, idx = check_primitive("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode)
     dy = random_array(tuple(y.shape), seed=2)
-    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), kernel, stride, padding,
+                    dilation, ceil_mode)
 
 
 def test_max_pool_nan_and_infinities():
@@ -108,7 +110,8 @@ def test_max_pool_nan_and_infinities():
     for args in (((2, 2), (2, 2), (1, 1), (1, 1), True), ((3, 3), (1, 1), (1, 1), (1, 1), False)):
         y, idx = check_primitive("max_pool2d", x, *args)
         assert (idx >= 0).all() and (idx < 20).all()
-        check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, tuple(x.shape))
+        check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, tuple(x.shape),
+                        *args)
 
 
 def test_max_pool_window_wholly_in_padding():
@@ -116,7 +119,8 @@ def test_max_pool_window_wholly_in_padding():
     x = random_array((1, 2, 1, 3), seed=3)
     y, idx = check_primitive("max_pool2d", x, (2, 1), (1, 1), (1, 0), (2, 1), False)
     assert (idx == -1).all() and (y == float("-inf")).all()
-    dx = check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, (1, 2, 1, 3))
+    dx = check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, (1, 2, 1, 3),
+                         (2, 1), (1, 1), (1, 0), (2, 1), False)
     assert (dx == 0).all()
 
 
@@ -124,7 +128,7 @@ def test_max_pool_overlapping_windows_accumulate():
     x = random_array((2, 3, 7, 6), low=-1, high=2, seed=4).round()
     y, idx = pool.max_pool2d(x, (3, 3), (1, 1), (1, 1))
     dy = random_array(tuple(y.shape), seed=5)
-    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), (3, 3), (1, 1), (1, 1))
     assert_close(dx.double().sum(), dy.double().sum(), 1e-6, 1e-6, name="total gradient")
 
 
@@ -133,14 +137,15 @@ def test_max_pool_dtypes(dtype):
     x = random_array((2, 3, 6, 6), dtype, seed=6)
     y, idx = check_primitive("max_pool2d", x, (2, 2), (2, 2), (0, 0), (1, 1), False)
     assert y.dtype == x.dtype and idx.dtype == torch.int64
-    check_primitive("max_pool2d_backward", random_array(tuple(y.shape), dtype), idx, (2, 3, 6, 6))
+    check_primitive("max_pool2d_backward", random_array(tuple(y.shape), dtype), idx, (2, 3, 6, 6),
+                    (2, 2), (2, 2))
 
 
 def test_max_pool_strided_operands():
     x = random_array((5, 6, 2, 3), seed=7).permute(2, 3, 1, 0)  # [2, 3, 6, 5]
     y, idx = check_primitive("max_pool2d", x, (2, 2), (2, 1), (1, 0), (1, 1), False)
     dy = random_array((1, 3, 1, 1), seed=8).expand(*y.shape)
-    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), (2, 2), (2, 1), (1, 0))
 
 
 # ----------------------------------------------------------------------------- average pooling
@@ -201,7 +206,11 @@ def test_bad_input_names_the_shapes():
     with pytest.raises(ValueError, match="indices"):
         pool.max_pool2d_backward(random_array((1, 2, 2, 2)), torch.zeros(1, 2, 3, 3,
                                                                          dtype=torch.int64),
-                                 (1, 2, 4, 4))
+                                 (1, 2, 4, 4), (2, 2), (2, 2))
+    with pytest.raises(ValueError, match=r"output \(1, 2, 2, 2\)"):
+        pool.max_pool2d_backward(random_array((1, 2, 3, 3)), torch.zeros(1, 2, 3, 3,
+                                                                         dtype=torch.int64),
+                                 (1, 2, 4, 4), (2, 2), (2, 2))
     with pytest.raises(TypeError, match="floating"):
         pool.max_pool2d(torch.zeros(1, 1, 2, 2, dtype=torch.int64), (2, 2), (2, 2))
 
@@ -224,7 +233,8 @@ def test_gpu_pooling_at_real_shapes(shape, kernel, stride, padding, dtype):
     ty, tidx = torch_max_pool(x, kernel, stride, padding, 1, False)
     assert torch.equal(y, ty) and torch.equal(idx, tidx)
     dy = torch.randn(y.shape, device="cuda").to(dtype)
-    dx = pool.max_pool2d_backward(dy, idx, x.shape)
+    dx = pool.max_pool2d_backward(dy, idx, x.shape, (kernel, kernel), (stride, stride),
+                                  (padding, padding))
     tdx = torch.ops.aten.max_pool2d_with_indices_backward(
         dy, x, [kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False, tidx)
     # windows that overlap sum up to four terms, in another order than torch's

@@ -491,13 +491,15 @@ def _pool_args(op, x, kernel_size, stride, padding, dilation):
 
 
 class MaxPool2d(Function):
-    """Window maxima; the argmax of each window is kept so the backward scatters dy there."""
+    """Window maxima; the argmax of each window is kept, and the backward gathers into each
+    input position the dy of the windows whose argmax it is (deterministic, no atomics)."""
     once_differentiable = True
 
     @staticmethod
     def forward(ctx, x, kernel, stride, padding, dilation, ceil_mode):
         y, indices = _b().max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
         ctx.shape = tuple(x.shape)
+        ctx.args = kernel, stride, padding, dilation, ceil_mode
         ctx.save_for_backward(indices)
         ctx.mark_non_differentiable(indices)
         return y, indices
@@ -505,7 +507,7 @@ class MaxPool2d(Function):
     @staticmethod
     def backward(ctx, dy, _):
         (indices,) = ctx.saved
-        dx = _b().max_pool2d_backward(dy._data, indices._data, ctx.shape)
+        dx = _b().max_pool2d_backward(dy._data, indices._data, ctx.shape, *ctx.args)
         return Tensor._wrap(dx), None, None, None, None, None
 
 
