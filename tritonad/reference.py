@@ -182,17 +182,14 @@ def _taps(kernel, stride, dilation, out_hw):
             yield i, j, rows, slice(j * dw, j * dw + sw * (wo - 1) + 1, sw)
 
 
-def _padded(v, padding, fill, extra=(0, 0), channels_first=False):
+def _padded(v, padding, fill, extra=(0, 0)):
     """v [N, C, H, W] surrounded by `fill` (padding on each side, `extra` more at the bottom
-    and right): [N, C, Hp, Wp], or [C, N, Hp, Wp] with channels_first. v itself (no copy) when
-    there is nothing to add or move."""
-    if channels_first:
-        v = v.transpose(1, 0, 2, 3)
-    elif not any(padding) and not any(extra):
+    and right), or v itself (no copy) when there is nothing to add."""
+    if not any(padding) and not any(extra):
         return v
     (ph, pw), (eh, ew) = padding, extra
-    h, w = v.shape[2:]
-    out = np.full(v.shape[:2] + (h + 2 * ph + eh, w + 2 * pw + ew), fill, v.dtype)
+    n, c, h, w = v.shape
+    out = np.full((n, c, h + 2 * ph + eh, w + 2 * pw + ew), fill, v.dtype)
     out[:, :, ph:ph + h, pw:pw + w] = v
     return out
 
@@ -239,15 +236,59 @@ def _workspace(name, shape, dtype):
     return buf[:size].view(dtype).reshape(shape)
 
 
-def _gemm_columns(xt, kernel, stride, dilation, out_hw):
-    """im2col laid out for one GEMM over a whole batch: xt [C, n, Hp, Wp] (padded planes,
-    channels first) -> [C * kh * kw, n * Ho * Wo], rows (c, i, j) as a weight's, columns
-    (sample, p, q). One strided copy per kernel offset, into the workspace "columns"."""
-    c, n = xt.shape[:2]
-    cols = _workspace("columns", (c, kernel[0], kernel[1], n) + tuple(out_hw), xt.dtype)
+# The convolution works on planes laid out [C, n, H, W] or [C, H, W, n], samples last: then
+# the rows that a kernel offset reads (or adds to) are runs of Wo * n contiguous numbers, not of
+# Wo, which numpy copies and adds about twice as fast, but the transpositions of x, y, dy and
+# dx into and out of that layout are slower (a stride of n between neighbours). The layout
+# that moves the larger of the columns (C kh kw rows) and the output (Co rows) in long runs
+# wins: samples last for the MNIST cnn's second layer (800 rows of columns, 64 outputs), not
+# for its first (25 and 32).
+
+
+def _samples_last(c, kernel, co):
+    return c * kernel[0] * kernel[1] > co
+
+
+def _plane_window(rows, columns, samples_last):
+    """The index of a kernel offset's rows and columns in planes of either layout."""
+    every = slice(None)
+    return (every, rows, columns, every) if samples_last else (every, every, rows, columns)
+
+
+def _conv_planes(v, padding, samples_last):
+    """v [n, C, H, W] -> zero-padded planes [C, Hp, Wp, n] (samples_last) or [C, n, Hp, Wp]."""
+    (ph, pw), (n, c, h, w) = padding, v.shape
+    if samples_last:
+        planes = np.zeros((c, h + 2 * ph, w + 2 * pw, n), v.dtype)
+        planes[:, ph:ph + h, pw:pw + w, :] = v.transpose(1, 2, 3, 0)
+    else:
+        planes = np.zeros((c, n, h + 2 * ph, w + 2 * pw), v.dtype)
+        planes[:, :, ph:ph + h, pw:pw + w] = v.transpose(1, 0, 2, 3)
+    return planes
+
+
+def _gemm_columns(planes, kernel, stride, dilation, out_hw, samples_last):
+    """im2col laid out for one GEMM over a whole batch: planes (_conv_planes) -> [C * kh * kw,
+    Ho * Wo * n] with columns (p, q, sample) if samples_last, else [C * kh * kw, n * Ho * Wo];
+    rows (c, i, j) as a weight's. One strided copy per kernel offset, into the workspace
+    "columns"."""
+    c, n = planes.shape[0], planes.shape[3 if samples_last else 1]
+    order = tuple(out_hw) + (n,) if samples_last else (n,) + tuple(out_hw)
+    cols = _workspace("columns", (c, kernel[0], kernel[1]) + order, planes.dtype)
     for i, j, rows, columns in _taps(kernel, stride, dilation, out_hw):
-        cols[:, i, j] = xt[:, :, rows, columns]
+        cols[:, i, j] = planes[_plane_window(rows, columns, samples_last)]
     return cols.reshape(c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1])
+
+
+def _add_columns(planes, cols, kernel, stride, dilation, out_hw, samples_last):
+    """col2im, the adjoint of _gemm_columns: cols (its layout) added into the planes, one
+    strided add per kernel offset."""
+    c, n = planes.shape[0], planes.shape[3 if samples_last else 1]
+    order = tuple(out_hw) + (n,) if samples_last else (n,) + tuple(out_hw)
+    cols = cols.reshape((c, kernel[0], kernel[1]) + order)
+    for i, j, rows, columns in _taps(kernel, stride, dilation, out_hw):
+        planes[_plane_window(rows, columns, samples_last)] += cols[:, i, j]
+    return planes
 
 
 # The columns of a convolution are kh * kw times the size of its input: a batch is convolved
@@ -572,8 +613,8 @@ class NumpyBackend(Backend):
     # im2col + one BLAS product per direction, in the compute type (float32 unless the input
     # is float64). With K = C/G * kh * kw, L = Ho * Wo and the columns cols_g [K, n L] of group
     # g (_gemm_columns):
-    #   forward  y_g [Co/G, n L] = W_g [Co/G, K] @ cols_g
-    #   weight   dW_g = dy_g [Co/G, n L] @ cols_g^T
+    #   forward  y_g [Co/G, L n] = W_g [Co/G, K] @ cols_g
+    #   weight   dW_g = dy_g [Co/G, L n] @ cols_g^T
     #   input    dcols_g = W_g^T @ dy_g, then col2im: each kernel offset's rows of dcols added
     #            to the strided slice of the padded input it was read from
     def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
@@ -608,15 +649,18 @@ class NumpyBackend(Backend):
         n, c, h, wd = v.shape
         co, cg, kh, kw = k.shape
         out_hw = _conv_out_hw(h, wd, (kh, kw), stride, padding, dilation)
-        size = out_hw[0] * out_hw[1]
-        weights = k.reshape(groups, co // groups, cg * kh * kw)
+        size, depth = out_hw[0] * out_hw[1], cg * kh * kw
+        last = _samples_last(c, (kh, kw), co)
+        weights = k.reshape(groups, co // groups, depth)
         b = None if bias is None else self._float_in(bias, dtype)[:, None]
         y = np.empty((n, co, size), v.dtype)
         for lo, hi in _batch_chunks(n, c * kh * kw * size * v.itemsize):
-            cols = _gemm_columns(_padded(v[lo:hi], padding, 0, channels_first=True), (kh, kw),
-                                 stride, dilation, out_hw)
-            prod = np.matmul(weights, cols.reshape(groups, cg * kh * kw, (hi - lo) * size))
-            prod = prod.reshape(co, hi - lo, size).transpose(1, 0, 2)  # [n, Co, L]
+            m = hi - lo
+            cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
+                                 dilation, out_hw, last)
+            prod = np.matmul(weights, cols.reshape(groups, depth, size * m))
+            prod = prod.reshape(co, size, m).transpose(2, 0, 1) if last else \
+                prod.reshape(co, m, size).transpose(1, 0, 2)  # [m, Co, L]
             if b is None:
                 y[lo:hi] = prod
             else:
@@ -631,30 +675,30 @@ class NumpyBackend(Backend):
         co, cg, kh, kw = k.shape
         out_hw = tuple(g.shape[2:])
         size, depth = out_hw[0] * out_hw[1], cg * kh * kw
+        (ph, pw), last = padding, _samples_last(c, (kh, kw), co)
         weights = k.reshape(groups, co // groups, depth)
         dx = np.empty((n, c, h, wd), g.dtype) if input_grad else None
         dw = np.zeros((groups, co // groups, depth), g.dtype) if weight_grad else None
         if input_grad or weight_grad:
             for lo, hi in _batch_chunks(n, c * kh * kw * size * v.itemsize):
-                # dy of the chunk as [G, Co/G, m L]: the columns' order (sample, p, q)
-                dyt = np.ascontiguousarray(g[lo:hi].reshape(hi - lo, co, size).transpose(1, 0, 2))
-                dyt = dyt.reshape(groups, co // groups, (hi - lo) * size)
+                m = hi - lo
+                # dy of the chunk as [G, Co/G, L m], in the columns' order
+                dyt = g[lo:hi].reshape(m, co, size)
+                dyt = dyt.transpose(1, 2, 0) if last else dyt.transpose(1, 0, 2)
+                dyt = np.ascontiguousarray(dyt).reshape(groups, co // groups, size * m)
                 if weight_grad:
-                    cols = _gemm_columns(_padded(v[lo:hi], padding, 0, channels_first=True),
-                                         (kh, kw), stride, dilation, out_hw)
-                    cols = cols.reshape(groups, depth, (hi - lo) * size)
-                    dw += np.matmul(dyt, cols.transpose(0, 2, 1))
+                    cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
+                                         dilation, out_hw, last)
+                    dw += np.matmul(dyt, cols.reshape(groups, depth, size * m).transpose(0, 2, 1))
                 if input_grad:
                     dcols = np.matmul(weights.transpose(0, 2, 1), dyt,
-                                      out=_workspace("column_grads", (groups, depth, dyt.shape[2]),
+                                      out=_workspace("column_grads", (groups, depth, size * m),
                                                      g.dtype))
-                    target = np.zeros((c, hi - lo, h + 2 * padding[0], wd + 2 * padding[1]),
-                                      g.dtype)
-                    _accumulate_windows(target, dcols.reshape(c, kh, kw, hi - lo, *out_hw)
-                                        .transpose(0, 3, 1, 2, 4, 5), (kh, kw), stride,
-                                        dilation, out_hw)
-                    dx[lo:hi] = target[:, :, padding[0]:padding[0] + h,
-                                       padding[1]:padding[1] + wd].transpose(1, 0, 2, 3)
+                    planes = np.zeros((c, h + 2 * ph, wd + 2 * pw, m) if last else
+                                      (c, m, h + 2 * ph, wd + 2 * pw), g.dtype)
+                    _add_columns(planes, dcols, (kh, kw), stride, dilation, out_hw, last)
+                    dx[lo:hi] = planes[:, ph:ph + h, pw:pw + wd, :].transpose(3, 0, 1, 2) if last \
+                        else planes[:, :, ph:ph + h, pw:pw + wd].transpose(1, 0, 2, 3)
         return (None if dx is None else self._fresh(dx, dtype),
                 None if dw is None else self._fresh(dw.reshape(co, cg, kh, kw), dtype),
                 self._new(g.sum(axis=(0, 2, 3)), dtype) if bias_grad else None)
@@ -685,6 +729,18 @@ class NumpyBackend(Backend):
                 real = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
                 positions[i * kernel[1] + j] = np.where(real, rows * w + cols, -2)
         return positions
+
+    @staticmethod
+    def _window_corners(shape, kernel, stride, padding, dilation, out_hw):
+        """(corner [Ho, Wo], shift [kh * kw]) int64: kernel offset t = i * kw + j of window
+        (p, q) reads the flat position h * W + w = (p sh - ph + i dh) W + (q sw - pw + j dw)
+        = corner[p, q] + shift[t] of an input plane (meaningless where that is padding)."""
+        w = shape[3]
+        rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0]
+        cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1]
+        shift = np.array([i * dilation[0] * w + j * dilation[1]
+                          for i in range(kernel[0]) for j in range(kernel[1])], np.int64)
+        return rows * w + cols, shift
 
     def _check_max_pool_backward(self, dy, indices, input_shape, out_hw):
         n, c = input_shape[:2]
@@ -724,13 +780,10 @@ class NumpyBackend(Backend):
                 take |= np.isnan(window) & ~np.isnan(y)
             y = _select(take, window, y)
             np.maximum(taken, take * taken.dtype.type(t + 1), out=taken)
-        # index = where offset t of window (p, q) reads: its flat position h * W + w
-        # = (p sh - ph + i dh) W + (q sw - pw + j dw) = corner[p, q] + i dh W + j dw
-        rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0]
-        cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1]
-        shift = np.array([0] + [i * dilation[0] * w + j * dilation[1]
-                                for i in range(kernel_size[0]) for j in range(kernel_size[1])])
-        index = np.take(shift, taken.astype(np.intp), mode="clip") + (rows * w + cols)
+        # index: the flat position that the offset t = taken - 1 of window (p, q) reads
+        corner, shift = self._window_corners(v.shape, kernel_size, stride, padding, dilation,
+                                             out_hw)
+        index = np.take(np.concatenate([[0], shift]), taken.astype(np.intp)) + corner
         none = taken == 0
         if none.any():
             index[none] = np.broadcast_to(first_real, y.shape)[none]
@@ -747,15 +800,24 @@ class NumpyBackend(Backend):
                                             ceil_mode)
         self._check_max_pool_backward(dy, indices, input_shape, out_hw)
         g = self._float_in(dy, dtype)
-        at = to_numpy(indices)
-        positions = self._tap_positions(input_shape, kernel_size, stride, padding, dilation,
-                                        out_hw)
         target = np.zeros((n, c, h + 2 * padding[0] + extra[0], w + 2 * padding[1] + extra[1]),
                           g.dtype)
         if g.size:
+            # window (p, q) holds the flat position corner[p, q] + shift[t] at kernel offset t
+            # (_window_corners). A match at an offset that reads padding lands in the padding
+            # of target, which is cut off: only indices of real positions in the window count.
+            corner, shift = self._window_corners(input_shape, kernel_size, stride, padding,
+                                                 dilation, out_hw)
+            at = to_numpy(indices) - corner
+            # windows side by side (no position in two of them): each offset writes its own
+            # positions, so it can assign instead of adding (half the memory traffic)
+            apart = dilation == (1, 1) and all(s >= k for s, k in zip(stride, kernel_size))
             for t, (_, _, rows, columns) in enumerate(_taps(kernel_size, stride, dilation,
                                                             out_hw)):
-                target[:, :, rows, columns] += _select(at == positions[t], g)
+                if apart:
+                    target[:, :, rows, columns] = _select(at == shift[t], g)
+                else:
+                    target[:, :, rows, columns] += _select(at == shift[t], g)
         dx = np.ascontiguousarray(target[:, :, padding[0]:padding[0] + h,
                                          padding[1]:padding[1] + w])
         return self._fresh(dx, dtype)
