@@ -147,7 +147,6 @@ class _TritonadCPU:
         import tritonad as td
         from tritonad import models, optim, train
 
-        td.set_backend("numpy")
         td.manual_seed(0)
         rec = models.RECIPES[name]
         self.batch = rec.batch_size
@@ -203,15 +202,25 @@ class _TorchCPU:
 
 def cpu_main(args):
     """tritonad's numpy backend against PyTorch CPU, step and evaluation, taking turns."""
-    from tritonad import train
+    import tritonad as td
 
     threads = args.threads or len(os.sched_getaffinity(0))
+    saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
+    try:
+        with td.use_backend("numpy"):
+            return _cpu_rows(args, threads)
+    finally:
+        torch.set_num_threads(saved_threads)
+
+
+def _cpu_rows(args, threads):
+    import tritonad as td
+    from tritonad import train
+
     names = [m for m in args.models.split(",") if m]
     steps, rounds = (5, 2) if args.quick else (args.steps, args.rounds)
     train_set, test_set = train.datasets("mnist")
-    import tritonad as td
-
     mean, std = td.data.MNIST.MEAN, td.data.MNIST.STD
 
     def prep(ds):
@@ -246,8 +255,8 @@ def cpu_main(args):
             print(row, flush=True)
     columns = [("model", "model", "{}"), ("measure", "measure", "{}"),
                ("tritonad_ms", "tritonad numpy ms", "{:.1f}"),
-               ("tritonad_spread", "(spread)", "{:.0%}"),
-               ("torch_ms", "PyTorch CPU ms", "{:.1f}"), ("torch_spread", "(spread)", "{:.0%}"),
+               ("tritonad_spread", "spread", "{:.0%}"),
+               ("torch_ms", "PyTorch CPU ms", "{:.1f}"), ("torch_spread", "spread", "{:.0%}"),
                ("ratio", "tritonad / PyTorch time", "{:.2f}")]
     title = (f"MNIST on the CPU ({_cpu_name()}, {threads} threads for PyTorch, numpy's BLAS on "
              f"the cores it finds; medians of {rounds} rounds: {steps} steps and one evaluation "
