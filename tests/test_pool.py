@@ -236,6 +236,27 @@ def test_max_pool_backward_is_deterministic():
                                                             (1, 1)), 1e-6, 1e-6)
 
 
+def test_max_pool_without_indices(monkeypatch):
+    """Evaluation (no gradient wanted) skips the indices: the same maxima, no index array; a
+    forward that autodiff records, or return_indices=True, still gets them."""
+    x = _spiky((2, 3, 9, 8), seed=19)
+    y, idx = check_primitive("max_pool2d", x, (3, 3), (2, 2), (1, 1), (1, 1), True,
+                             with_indices=False)
+    assert idx is None
+    assert torch.equal(y, pool.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), True)[0])
+    asked = []
+    backend = td.get_backend()
+    real = backend.max_pool2d
+    monkeypatch.setattr(backend, "max_pool2d", lambda *a: asked.append(a[-1]) or real(*a))
+    t = td.tensor(x.numpy(), requires_grad=True)
+    with td.no_grad():
+        F.max_pool2d(t, 2)
+    F.max_pool2d(t.detach(), 2)
+    F.max_pool2d(t, 2)
+    F.max_pool2d(t.detach(), 2, return_indices=True)
+    assert asked == [False, False, True, True]
+
+
 # ----------------------------------------------------------------------------- average pooling
 
 

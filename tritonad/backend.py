@@ -289,9 +289,10 @@ class Backend:
         raise NotImplementedError
 
     def max_pool2d(self, x, kernel_size, stride, padding=(0, 0), dilation=(1, 1),
-                   ceil_mode=False):
+                   ceil_mode=False, with_indices=True):
         """(y, indices): y: [N, C, Ho, Wo]; indices int64, the flat index h * W + w in each
-        input plane of the first maximum in each window (padding counts as -inf)."""
+        input plane of the first maximum in each window (padding counts as -inf), or None
+        when not with_indices (no backward to come: evaluation)."""
         raise NotImplementedError
 
     def max_pool2d_backward(self, dy, indices, input_shape, kernel_size, stride, padding=(0, 0),

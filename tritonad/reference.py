@@ -322,6 +322,7 @@ class NumpyBackend(Backend):
     def _fresh(self, values, dtype: DType):
         """A raw array of `values`, a new numpy array that nothing else holds: taken as it is
         (no copy) when it is contiguous and already of dtype's numpy type."""
+        values = np.asarray(values)  # (a 0-d result of numpy is a scalar)
         if dtype is not dtypes.bfloat16 and values.dtype == dtype.numpy and \
                 values.flags.c_contiguous:
             return torch.from_numpy(values)
@@ -343,7 +344,8 @@ class NumpyBackend(Backend):
         with np.errstate(all="ignore"):
             return self._out(fn(self._float_in(x, dtype)), dtype, out)
 
-    def _binary(self, fn, a, b, out, result=None, float_result=False):
+    def _binary(self, fn, a, b, out, result=None, float_result=False, fresh=False):
+        # fresh: fn always returns a new array, which the result may keep without a copy
         dtype = dtypes.result_type(a, b)
         if float_result and not dtype.is_floating_point:
             dtype = dtypes.default_float
@@ -354,6 +356,8 @@ class NumpyBackend(Backend):
             va, vb = (np.asarray(to_numpy(v)).astype(dtype.numpy, copy=False) for v in (a, b))
         with np.errstate(all="ignore"):
             values = fn(va, vb)
+        if fresh and out is None:
+            return self._fresh(values, result or dtype)
         return self._out(values, result or dtype, out)
 
     # memory, fills, casts ------------------------------------------------------------------
@@ -385,7 +389,9 @@ class NumpyBackend(Backend):
     def relu(self, x, out=None):
         v = to_numpy(x)
         # NOTE: NaN stays NaN (np.maximum propagates it), as torch.relu
-        return self._out(np.maximum(v, np.zeros((), v.dtype)), dtypes.get_dtype(x.dtype), out)
+        y = np.maximum(v, np.zeros((), v.dtype))
+        dtype = dtypes.get_dtype(x.dtype)
+        return self._fresh(y, dtype) if out is None else write(out, y)
 
     def sigmoid(self, x, out=None):
         def stable(v):
@@ -408,7 +414,7 @@ class NumpyBackend(Backend):
 
     def relu_backward(self, dy, x, out=None):
         return self._binary(lambda g, v: _select(v > 0, g), dy, x, out,
-                            result=dtypes.get_dtype(dy.dtype))
+                            result=dtypes.get_dtype(dy.dtype), fresh=True)
 
     def sigmoid_backward(self, dy, y, out=None):
         return self._binary(lambda g, s: g * s * (1 - s), dy, y, out)
@@ -750,7 +756,7 @@ class NumpyBackend(Backend):
                              f"{(n, c) + tuple(out_hw)} of input {tuple(input_shape)}")
 
     def max_pool2d(self, x, kernel_size, stride, padding=(0, 0), dilation=(1, 1),
-                   ceil_mode=False):
+                   ceil_mode=False, with_indices=True):
         dtype = dtypes.get_dtype(x.dtype)
         v = self._float_in(x, dtype)
         n, c, h, w = v.shape
@@ -765,7 +771,7 @@ class NumpyBackend(Backend):
         y = np.full((n, c) + out_hw, -np.inf, v.dtype)
         if y.size == 0:
             return self._fresh(y, dtype), self._new(np.broadcast_to(first_real, y.shape),
-                                                    dtypes.int64)
+                                                    dtypes.int64) if with_indices else None
         xp = _padded(v, padding, -np.inf, extra)
         nan = bool(np.isnan(v).any())
         # taken: 1 + the kernel offset of the element y holds (0: none yet); offsets come in
@@ -779,7 +785,10 @@ class NumpyBackend(Backend):
             if nan:
                 take |= np.isnan(window) & ~np.isnan(y)
             y = _select(take, window, y)
-            np.maximum(taken, take * taken.dtype.type(t + 1), out=taken)
+            if with_indices:
+                np.maximum(taken, take * taken.dtype.type(t + 1), out=taken)
+        if not with_indices:
+            return self._fresh(y, dtype), None
         # index: the flat position that the offset t = taken - 1 of window (p, q) reads
         corner, shift = self._window_corners(v.shape, kernel_size, stride, padding, dilation,
                                              out_hw)

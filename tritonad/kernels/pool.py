@@ -36,9 +36,10 @@ _FLOATS = ("float32", "float16", "bfloat16", "float64")
 @triton.jit
 def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
                          stride_xn, stride_xc, stride_xh, stride_xw,
-                         SH, SW, PH, PW, DH, DW,
-                         ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
-    # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W] (and their indices).
+                         SH, SW, PH, PW, DH, DW, ACC_FP64: tl.constexpr,
+                         INDEX_64: tl.constexpr, STORE_INDEX: tl.constexpr, BLOCK: tl.constexpr):
+    # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W] (and their indices,
+    # if STORE_INDEX).
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if INDEX_64:
         offs = offs.to(tl.int64)
@@ -69,7 +70,8 @@ def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH
             best = tl.where(take, v, best)
             best_at = tl.where(take, (h * W + w).to(tl.int32), best_at)
     tl.store(y_ptr + offs, best.to(y_ptr.dtype.element_ty), mask=ok)
-    tl.store(idx_ptr + offs, best_at.to(tl.int64), mask=ok)
+    if STORE_INDEX:
+        tl.store(idx_ptr + offs, best_at.to(tl.int64), mask=ok)
 
 
 @triton.jit
@@ -251,20 +253,24 @@ def _flat_launch(total):
 
 
 @planned()
-def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
+               with_indices=True):
     """(y, indices): y [N, C, Ho, Wo] window maxima; indices int64, the flat index h * W + w in
-    each input plane of the first maximum of each window (padding counts as -inf)."""
+    each input plane of the first maximum of each window (padding counts as -inf), or None
+    when not with_indices."""
     _check_float("max_pool2d", x)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _geometry(
         "max_pool2d", x.shape, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, w = x.shape
     y = empty((n, c, oh, ow), x.dtype, x.device)
-    indices = empty((n, c, oh, ow), torch.int64, x.device)
+    # (without indices the kernel stores none: y stands in for the pointer)
+    indices = empty((n, c, oh, ow), torch.int64, x.device) if with_indices else None
     if y.numel():
         grid, block, index_64, warps = _flat_launch(y.numel())
-        run(_max_pool_fwd_kernel, grid, x, y, indices, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
-                                   sh, sw, ph, pw, dh, dw, ACC_FP64=x.dtype == torch.float64,
-                                   INDEX_64=index_64, BLOCK=block, num_warps=warps)
+        run(_max_pool_fwd_kernel, grid, x, y, y if indices is None else indices, y.numel(), c,
+            h, w, oh, ow, kh, kw, *x.stride(), sh, sw, ph, pw, dh, dw,
+            ACC_FP64=x.dtype == torch.float64, INDEX_64=index_64,
+            STORE_INDEX=indices is not None, BLOCK=block, num_warps=warps)
     return y, indices
 
 
