@@ -255,15 +255,25 @@ def _plane_window(rows, columns, samples_last):
     return (every, rows, columns, every) if samples_last else (every, every, rows, columns)
 
 
-def _conv_planes(v, padding, samples_last):
-    """v [n, C, H, W] -> zero-padded planes [C, Hp, Wp, n] (samples_last) or [C, n, Hp, Wp]."""
-    (ph, pw), (n, c, h, w) = padding, v.shape
+def _zero_planes(n, c, size, padding, samples_last, dtype):
+    """Zeros in the planes' layout: [C, Hp, Wp, n] (samples_last) or [C, n, Hp, Wp]."""
+    hp, wp = size[0] + 2 * padding[0], size[1] + 2 * padding[1]
+    return np.zeros((c, hp, wp, n) if samples_last else (c, n, hp, wp), dtype)
+
+
+def _interior(planes, padding, size, samples_last):
+    """The unpadded part of the planes, as an [n, C, H, W] view."""
+    (ph, pw), (h, w) = padding, size
     if samples_last:
-        planes = np.zeros((c, h + 2 * ph, w + 2 * pw, n), v.dtype)
-        planes[:, ph:ph + h, pw:pw + w, :] = v.transpose(1, 2, 3, 0)
-    else:
-        planes = np.zeros((c, n, h + 2 * ph, w + 2 * pw), v.dtype)
-        planes[:, :, ph:ph + h, pw:pw + w] = v.transpose(1, 0, 2, 3)
+        return planes[:, ph:ph + h, pw:pw + w, :].transpose(3, 0, 1, 2)
+    return planes[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3)
+
+
+def _conv_planes(v, padding, samples_last):
+    """v [n, C, H, W] as zero-padded planes."""
+    n, c, h, w = v.shape
+    planes = _zero_planes(n, c, (h, w), padding, samples_last, v.dtype)
+    _interior(planes, padding, (h, w), samples_last)[...] = v
     return planes
 
 
@@ -681,7 +691,7 @@ class NumpyBackend(Backend):
         co, cg, kh, kw = k.shape
         out_hw = tuple(g.shape[2:])
         size, depth = out_hw[0] * out_hw[1], cg * kh * kw
-        (ph, pw), last = padding, _samples_last(c, (kh, kw), co)
+        last = _samples_last(c, (kh, kw), co)
         weights = k.reshape(groups, co // groups, depth)
         dx = np.empty((n, c, h, wd), g.dtype) if input_grad else None
         dw = np.zeros((groups, co // groups, depth), g.dtype) if weight_grad else None
@@ -695,16 +705,15 @@ class NumpyBackend(Backend):
                 if weight_grad:
                     cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
                                          dilation, out_hw, last)
-                    dw += np.matmul(dyt, cols.reshape(groups, depth, size * m).transpose(0, 2, 1))
+                    cols = cols.reshape(groups, depth, size * m)
+                    dw += np.matmul(dyt, cols.transpose(0, 2, 1))
                 if input_grad:
                     dcols = np.matmul(weights.transpose(0, 2, 1), dyt,
                                       out=_workspace("column_grads", (groups, depth, size * m),
                                                      g.dtype))
-                    planes = np.zeros((c, h + 2 * ph, wd + 2 * pw, m) if last else
-                                      (c, m, h + 2 * ph, wd + 2 * pw), g.dtype)
+                    planes = _zero_planes(m, c, (h, wd), padding, last, g.dtype)
                     _add_columns(planes, dcols, (kh, kw), stride, dilation, out_hw, last)
-                    dx[lo:hi] = planes[:, ph:ph + h, pw:pw + wd, :].transpose(3, 0, 1, 2) if last \
-                        else planes[:, :, ph:ph + h, pw:pw + wd].transpose(1, 0, 2, 3)
+                    dx[lo:hi] = _interior(planes, padding, (h, wd), last)
         return (None if dx is None else self._fresh(dx, dtype),
                 None if dw is None else self._fresh(dw.reshape(co, cg, kh, kw), dtype),
                 self._new(g.sum(axis=(0, 2, 3)), dtype) if bias_grad else None)
