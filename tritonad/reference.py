@@ -1,8 +1,11 @@
 """The numpy reference backend: the executable specification of every primitive in backend.py.
 
 It is the CPU path (`td.set_backend("numpy")`) and the oracle every Triton kernel is tested
-against. Clarity wins over speed here, but whole MNIST epochs still have to run in seconds, so
-the heavy primitives (matmul, convolution through im2col) are vectorised.
+against. Clarity wins over speed here, except in the primitives that dominate a CPU training
+step and evaluation: convolution (im2col into a reused workspace and one BLAS product per
+direction), pooling (one pass per kernel offset, bit-mask selects) and relu, written to keep up
+with PyTorch's CPU build (benchmarks/bench_mnist.py --cpu) and checked in the tests against
+PyTorch, the loop definitions and float64 finite differences.
 
 Raw arrays are torch CPU tensors; we compute on numpy views of them. numpy has no bfloat16, so
 bfloat16 arrays are widened to float32 on the way in and rounded (to nearest even) on the way out.
