@@ -2,6 +2,13 @@
 one run on one GPU: time per epoch, total time, test accuracy, peak device memory; plus epochs
 on tritonad's numpy backend on the CPU (the "numpy vs GPU" table).
 
+--cpu (no GPU needed): tritonad's numpy backend against PyTorch's CPU build in the same run, on
+the same cores: the time of one training step (the recipe's batch) and of the test-set
+evaluation (10000 images, batches of 1000, as `tritonad train` evaluates), for the cnn and the
+mlp. PyTorch gets as many threads as numpy's BLAS finds cores (torch.set_num_threads). The two
+frameworks take turns, round after round, so that a load that comes and goes on a shared
+machine falls on both; the table gives medians and the spread of the rounds.
+
 Both frameworks get the same recipe (models.RECIPES: SGD momentum 0.9, cosine decay per step),
 the same data on the GPU (normalised once), a fresh permutation each epoch and batches gathered
 by index, and the same float32 precision at both frameworks' defaults (IEEE matmul, TF32
@@ -11,6 +18,8 @@ of the later ones.
 """
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 
@@ -110,6 +119,155 @@ def run_tritonad(name, epochs, graph, device="cuda", backend="triton", limit=Non
     return times, acc, peak
 
 
+# ------------------------------------------------------------------------------- CPU mode
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+class _TritonadCPU:
+    """A model, optimizer and loaders on the numpy backend; step(b) trains on batch b of an
+    epoch's order, evaluate() runs train.evaluate over the test set."""
+
+    def __init__(self, name, train_set, test_set):
+        import tritonad as td
+        from tritonad import models, optim, train
+
+        td.manual_seed(0)
+        rec = models.RECIPES[name]
+        self.batch = rec.batch_size
+        loader = td.data.DataLoader(train_set, rec.batch_size, shuffle=True, device="cpu")
+        self.test_loader = td.data.DataLoader(test_set, 1000, device="cpu")
+        self.model = models.build(name)
+        opt = optim.SGD(self.model.parameters(), lr=rec.lr, momentum=rec.momentum)
+        self.trainer = train.Trainer(self.model, opt, loader)  # the CLI's eager CPU step
+        self.order = loader.permutation()
+        self._evaluate = train.evaluate
+
+    def step(self, b):
+        self.trainer.eager_step(self.order[b * self.batch:(b + 1) * self.batch])
+
+    def evaluate(self):
+        return self._evaluate(self.model, self.test_loader)
+
+
+class _TorchCPU:
+    """The same recipe in PyTorch on the CPU."""
+
+    def __init__(self, name, data):
+        from tritonad.models import RECIPES
+
+        rec = RECIPES[name]
+        torch.manual_seed(0)
+        self.batch = rec.batch_size
+        self.xtr, self.ytr, self.xte, self.yte = data
+        self.model = torch_model(name)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=rec.lr, momentum=rec.momentum)
+        self.order = torch.randperm(len(self.xtr))
+
+    def step(self, b):
+        idx = self.order[b * self.batch:(b + 1) * self.batch]
+        loss = torch.nn.functional.cross_entropy(self.model(self.xtr[idx]), self.ytr[idx])
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+    @torch.no_grad()
+    def evaluate(self):
+        """Mean loss and accuracy over the test set in batches of 1000, as train.evaluate."""
+        self.model.eval()
+        loss, correct = 0.0, 0
+        for i in range(0, len(self.xte), 1000):
+            logits = self.model(self.xte[i:i + 1000])
+            y = self.yte[i:i + 1000]
+            loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+            correct += int((logits.argmax(1) == y).sum())
+        self.model.train()
+        return loss / len(self.xte), correct / len(self.xte)
+
+
+def cpu_main(args):
+    """tritonad's numpy backend against PyTorch CPU, step and evaluation, taking turns."""
+    import tritonad as td
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with td.use_backend("numpy"):
+            return _cpu_rows(args, threads)
+    finally:
+        torch.set_num_threads(saved_threads)
+
+
+def _cpu_rows(args, threads):
+    import tritonad as td
+    from tritonad import train
+
+    names = [m for m in args.models.split(",") if m]
+    steps, rounds = (5, 2) if args.quick else (args.steps, args.rounds)
+    train_set, test_set = train.datasets("mnist")
+    mean, std = td.data.MNIST.MEAN, td.data.MNIST.STD
+
+    def prep(ds):
+        x = torch.tensor(ds.images).float().div_(255).sub_(mean).div_(std)
+        return x.unsqueeze(1), torch.tensor(ds.labels)
+
+    data = (*prep(train_set), *prep(test_set))
+    rows = []
+    for name in names:
+        ours, theirs = _TritonadCPU(name, train_set, test_set), _TorchCPU(name, data)
+        times = {("step", "tritonad"): [], ("step", "torch"): [], ("eval", "tritonad"): [],
+                 ("eval", "torch"): []}
+        for side, runner in (("tritonad", ours), ("torch", theirs)):  # warm-up
+            for b in range(2):
+                runner.step(b)
+        batch = 2
+        for _ in range(rounds):
+            for side, runner in (("tritonad", ours), ("torch", theirs)):
+                times[("step", side)] += [_timed(lambda: runner.step(b))
+                                          for b in range(batch, batch + steps)]
+                times[("eval", side)].append(_timed(runner.evaluate))
+            batch += steps
+        for what, label in (("step", f"train step (batch {ours.batch})"),
+                            ("eval", "test evaluation (10000 images)")):
+            row = {"model": name, "measure": label}
+            for side in ("tritonad", "torch"):
+                values = times[(what, side)]
+                row[f"{side}_ms"] = statistics.median(values) * 1e3
+                row[f"{side}_spread"] = (max(values) - min(values)) / statistics.median(values)
+            row["ratio"] = row["tritonad_ms"] / row["torch_ms"]
+            rows.append(row)
+            print(row, flush=True)
+    columns = [("model", "model", "{}"), ("measure", "measure", "{}"),
+               ("tritonad_ms", "tritonad numpy ms", "{:.1f}"),
+               ("tritonad_spread", "spread", "{:.0%}"),
+               ("torch_ms", "PyTorch CPU ms", "{:.1f}"), ("torch_spread", "spread", "{:.0%}"),
+               ("ratio", "tritonad / PyTorch time", "{:.2f}")]
+    title = (f"MNIST on the CPU ({_cpu_name()}, {threads} threads for PyTorch, numpy's BLAS on "
+             f"the cores it finds; medians of {rounds} rounds: {steps} steps and one evaluation "
+             f"each; spread = (max - min) / median)")
+    common.print_table(title, rows, columns)
+    print(common.markdown_table(rows, columns))
+    common.save(args.out, "bench_mnist_cpu", rows, {"threads": threads, "cpu": _cpu_name(),
+                                                    "steps": steps, "rounds": rounds})
+    return rows
+
+
 def _row(framework, name, times, acc, peak, epochs):
     steady = statistics.median(times[1:]) if len(times) > 1 else times[0]
     return {"model": name, "framework": framework, "epochs": epochs,
@@ -126,7 +284,16 @@ def main(argv=None):
                        help="the mlp on per-op kernels, not the fused MLP step (both backends)"),
         p.add_argument("--skip-numpy", action="store_true", help="no CPU numpy-backend epochs"),
         p.add_argument("--numpy-limit", type=int, default=6000,
-                       help="images per numpy-backend cnn epoch (extrapolated to 60000)")))
+                       help="images per numpy-backend cnn epoch (extrapolated to 60000)"),
+        p.add_argument("--cpu", action="store_true",
+                       help="tritonad's numpy backend against PyTorch CPU: step and evaluation "
+                            "times (no GPU needed)"),
+        p.add_argument("--steps", type=int, default=10, help="--cpu: timed steps per round"),
+        p.add_argument("--rounds", type=int, default=3, help="--cpu: rounds of turns"),
+        p.add_argument("--threads", type=int, default=None,
+                       help="--cpu: PyTorch's threads (default: the cores this process has)")))
+    if args.cpu:
+        return cpu_main(args)
     common.require_gpu("bench_mnist")
     import tritonad as td
     from tritonad import train

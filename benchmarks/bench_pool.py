@@ -39,7 +39,7 @@ def _cases(x, k, s, p):
     avg_args = (kk, ss, pp, False, True, None)
     return {
         "max": (lambda: pool.max_pool2d(x, kk, ss, pp),
-                lambda: pool.max_pool2d_backward(dy, idx, x.shape),
+                lambda: pool.max_pool2d_backward(dy, idx, x.shape, kk, ss, pp),
                 lambda: torch.nn.functional.max_pool2d(x, k, s, p, return_indices=True),
                 lambda: torch.ops.aten.max_pool2d_with_indices_backward(
                     dy, x, kk, ss, pp, (1, 1), False, tidx),

@@ -17,6 +17,7 @@ from tritonad.autodiff import gradcheck
 from tritonad.kernels import conv
 from tritonad.reference import NumpyBackend
 from tritonad.reference import from_numpy as raw_from_numpy
+from tritonad.reference import to_numpy
 
 
 # ----------------------------------------------------------------------------- numpy references
@@ -112,6 +113,59 @@ def test_reference_conv_gradients_match_finite_differences():
                              requires_grad=True),
                    td.tensor(rng.standard_normal((2, 2, 2, 2)), dtype=td.float64,
                              requires_grad=True)))
+
+
+def _torch_reference_grads(x, w, b, dy, stride, padding, dilation, groups):
+    """torch's float64 convolution and its autograd gradients: an independent oracle."""
+    xs, ws, bs = (torch.from_numpy(np.asarray(a, np.float64)).requires_grad_() for a in (x, w, b))
+    y = torch.nn.functional.conv2d(xs, ws, bs, stride, padding, dilation, groups)
+    y.backward(torch.from_numpy(np.asarray(dy, np.float64)))
+    return y.detach(), xs.grad, ws.grad, bs.grad
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 1 << 26])  # one sample per chunk; all at once
+@pytest.mark.parametrize("geometry", [
+    ((3, 3, 6, 5), (4, 3, 3, 2), (1, 1), (1, 0), (1, 1), 1),
+    ((2, 4, 7, 7), (6, 2, 2, 3), (2, 3), (2, 1), (2, 1), 2),
+    ((3, 2, 9, 8), (5, 2, 5, 5), (1, 1), (2, 2), (1, 1), 1),   # the MNIST layers' k5 p2
+    ((2, 6, 5, 4), (6, 1, 3, 3), (1, 2), (1, 1), (1, 1), 6),   # depthwise
+])
+@pytest.mark.parametrize("dtype", [td.float32, td.float64])
+def test_reference_conv_against_torch(geometry, chunk_bytes, dtype, monkeypatch):
+    """The reference's own float32 path (not only the float64 one the kernel tests use), with
+    the batch split into chunks, against torch's float64 convolution and autograd."""
+    monkeypatch.setattr(td.reference, "CONV_CHUNK_BYTES", chunk_bytes)
+    xs, ws, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(2)
+    x, w, b = rng.standard_normal(xs), rng.standard_normal(ws), rng.standard_normal(ws[0])
+    ref = NumpyBackend()
+    raw = [raw_from_numpy(a, dtype) for a in (x, w, b)]
+    y = ref.conv2d(*raw, stride, padding, dilation, groups)
+    dy = rng.standard_normal(tuple(y.shape))
+    got = (y,) + ref.conv2d_backward(raw_from_numpy(dy, dtype), raw[0], raw[1], stride, padding,
+                                     dilation, groups)
+    # the float32 inputs' exact values, so that only the computation's rounding is measured
+    exact = [to_numpy(a).astype(np.float64) for a in raw] + [np.float32(dy).astype(np.float64)
+                                                            if dtype is td.float32 else dy]
+    want = _torch_reference_grads(*exact, stride, padding, dilation, groups)
+    tol = 1e-12 if dtype is td.float64 else 1e-5
+    for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+        assert g.dtype == dtype.torch, name
+        assert_close(g, e, tol, tol, name=name)
+
+
+def test_reference_unfold_fold_against_torch(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7, 6))
+    args = ((3, 2), (2, 1), (1, 1), (1, 2))
+    cols = NumpyBackend().im2col(raw_from_numpy(x, td.float64), *args)
+    want = torch.nn.functional.unfold(torch.from_numpy(x), args[0], args[3], args[2], args[1])
+    assert_close(cols, want, 0, 0)
+    c = rng.standard_normal(tuple(cols.shape))
+    back = NumpyBackend().col2im(raw_from_numpy(c, td.float64), (7, 6), *args)
+    want = torch.nn.functional.fold(torch.from_numpy(c), (7, 6), args[0], args[3], args[2],
+                                    args[1])
+    assert_close(back, want, 1e-12, 1e-12)
 
 
 # ----------------------------------------------------------------------------- properties

@@ -64,7 +64,8 @@ def test_reference_pooling_agrees_with_torch(geo):
     assert torch.equal(idx[real], tidx[real])
     tidx = torch.where(real, tidx, 0)
     dy = torch.from_numpy(rng.standard_normal(tuple(y.shape))) * real
-    assert_close(ref.max_pool2d_backward(dy, idx, x.shape),
+    assert_close(ref.max_pool2d_backward(dy, idx, x.shape, kernel, stride, padding, dilation,
+                                         ceil_mode),
                  torch.ops.aten.max_pool2d_with_indices_backward(
                      dy, x, kernel, stride, padding, dilation, ceil_mode, tidx), 1e-12, 1e-12)
     for include, override in ((True, None), (False, None), (True, 3)):
@@ -95,7 +96,8 @@ def test_max_pool_matches_reference(geo, batch):
     x = x.round()
     y, idx = check_primitive("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode)
     dy = random_array(tuple(y.shape), seed=2)
-    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), kernel, stride, padding,
+                    dilation, ceil_mode)
 
 
 def test_max_pool_nan_and_infinities():
@@ -108,7 +110,8 @@ def test_max_pool_nan_and_infinities():
     for args in (((2, 2), (2, 2), (1, 1), (1, 1), True), ((3, 3), (1, 1), (1, 1), (1, 1), False)):
         y, idx = check_primitive("max_pool2d", x, *args)
         assert (idx >= 0).all() and (idx < 20).all()
-        check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, tuple(x.shape))
+        check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, tuple(x.shape),
+                        *args)
 
 
 def test_max_pool_window_wholly_in_padding():
@@ -116,7 +119,8 @@ def test_max_pool_window_wholly_in_padding():
     x = random_array((1, 2, 1, 3), seed=3)
     y, idx = check_primitive("max_pool2d", x, (2, 1), (1, 1), (1, 0), (2, 1), False)
     assert (idx == -1).all() and (y == float("-inf")).all()
-    dx = check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, (1, 2, 1, 3))
+    dx = check_primitive("max_pool2d_backward", random_array(tuple(y.shape)), idx, (1, 2, 1, 3),
+                         (2, 1), (1, 1), (1, 0), (2, 1), False)
     assert (dx == 0).all()
 
 
@@ -124,7 +128,7 @@ def test_max_pool_overlapping_windows_accumulate():
     x = random_array((2, 3, 7, 6), low=-1, high=2, seed=4).round()
     y, idx = pool.max_pool2d(x, (3, 3), (1, 1), (1, 1))
     dy = random_array(tuple(y.shape), seed=5)
-    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), (3, 3), (1, 1), (1, 1))
     assert_close(dx.double().sum(), dy.double().sum(), 1e-6, 1e-6, name="total gradient")
 
 
@@ -133,14 +137,124 @@ def test_max_pool_dtypes(dtype):
     x = random_array((2, 3, 6, 6), dtype, seed=6)
     y, idx = check_primitive("max_pool2d", x, (2, 2), (2, 2), (0, 0), (1, 1), False)
     assert y.dtype == x.dtype and idx.dtype == torch.int64
-    check_primitive("max_pool2d_backward", random_array(tuple(y.shape), dtype), idx, (2, 3, 6, 6))
+    check_primitive("max_pool2d_backward", random_array(tuple(y.shape), dtype), idx, (2, 3, 6, 6),
+                    (2, 2), (2, 2))
 
 
 def test_max_pool_strided_operands():
     x = random_array((5, 6, 2, 3), seed=7).permute(2, 3, 1, 0)  # [2, 3, 6, 5]
     y, idx = check_primitive("max_pool2d", x, (2, 2), (2, 1), (1, 0), (1, 1), False)
     dy = random_array((1, 3, 1, 1), seed=8).expand(*y.shape)
-    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape))
+    check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), (2, 2), (2, 1), (1, 0))
+
+
+# Overlapping windows (kernel larger than the stride, dilation, padding, ceil_mode): several
+# windows can pick the same input position, whose gradient is then their dy summed in the order
+# of the kernel offsets (a gather: no atomics, the same bits on every run).
+OVERLAPPING = [
+    ((3, 3), (2, 2), (1, 1), (1, 1), False),
+    ((3, 3), (2, 2), (1, 1), (1, 1), True),
+    ((3, 2), (1, 1), (1, 0), (2, 1), False),
+    ((2, 3), (1, 2), (0, 1), (1, 2), True),
+    ((3, 3), (1, 1), (1, 1), (1, 1), False),
+]
+
+
+def _spiky(shape, seed):
+    """Integer values (ties in most windows) with a few large spikes that many overlapping
+    windows pick at once."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-1, 2, shape).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, max(1, x.size // 16), replace=False)] = 9.0
+    return torch.from_numpy(x)
+
+
+@pytest.mark.parametrize("geometry", OVERLAPPING)
+def test_max_pool_backward_of_overlapping_windows_against_torch(geometry):
+    x = _spiky((2, 3, 9, 8), seed=12)
+    y, idx = check_primitive("max_pool2d", x, *geometry)
+    ty, tidx = torch_max_pool(x.double(), *geometry)
+    assert torch.equal(idx, tidx)
+    dy = random_array(tuple(y.shape), seed=13)
+    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), *geometry)
+    want = torch.ops.aten.max_pool2d_with_indices_backward(dy.double(), x.double(), *geometry,
+                                                            tidx)
+    assert_close(dx, want, 1e-6, 1e-6, name="dx against torch")
+
+
+def test_max_pool_backward_nan_goes_to_the_argmax_only():
+    """A NaN input is its window's argmax; a NaN in dy reaches only the position its window
+    picked, not the other positions of the window."""
+    x = _spiky((1, 2, 7, 7), seed=14)
+    x[0, 0, 3, 3] = float("nan")
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 1), True)
+    y, idx = check_primitive("max_pool2d", x, *geometry)
+    assert torch.isnan(y[0, 0]).sum() == 4  # the four windows that hold (3, 3)
+    dy = random_array(tuple(y.shape), seed=15)
+    dy[0, 1, 1, 1] = float("nan")
+    dx = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), *geometry)
+    picked = int(idx[0, 1, 1, 1])
+    assert torch.isnan(dx[0, 1].reshape(-1)[picked])
+    assert torch.isnan(dx).sum() == 1
+
+
+def test_max_pool_backward_skips_indices_outside_their_window():
+    """The backward gathers from the windows that hold a position: an index that names a
+    position outside its own window (or -1) adds nothing anywhere."""
+    dy = random_array((1, 1, 2, 2), seed=16)
+    idx = torch.tensor([[[[0, 0], [-1, 15]]]])  # window (0, 1) names position 0, not its own
+    dx = check_primitive("max_pool2d_backward", dy, idx, (1, 1, 4, 4), (2, 2), (2, 2))
+    want = torch.zeros(1, 1, 4, 4)
+    want[0, 0, 0, 0], want[0, 0, 3, 3] = dy[0, 0, 0, 0], dy[0, 0, 1, 1]
+    assert torch.equal(dx, want)
+
+
+def test_reference_max_pool_keeps_the_first_maximum_bits():
+    """y is the element at the index, to the bit: -0.0 before 0.0 stays -0.0, and the other
+    way round."""
+    x = torch.tensor([[[[-0.0, 0.0, 0.0, -0.0]]]])
+    y, idx = NumpyBackend().max_pool2d(x, (1, 2), (1, 2))
+    assert idx.tolist() == [[[[0, 2]]]]
+    assert torch.signbit(y).tolist() == [[[[True, False]]]]
+
+
+def _deterministic_case(shape, device, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, shape, generator=gen).float()
+    x[..., ::5, ::3] = 7.0  # spikes: up to nine windows sum into one position
+    dy = torch.rand(shape, generator=gen) * 2 - 1  # (stride 1, padding 1: y has x's shape)
+    return x.to(device), dy.to(device)
+
+
+def test_max_pool_backward_is_deterministic():
+    x, dy = _deterministic_case((2, 3, 11, 10), "cpu", seed=17)
+    _, idx = pool.max_pool2d(x, (3, 3), (1, 1), (1, 1))
+    first = pool.max_pool2d_backward(dy, idx, x.shape, (3, 3), (1, 1), (1, 1))
+    again = pool.max_pool2d_backward(dy.clone(), idx.clone(), x.shape, (3, 3), (1, 1), (1, 1))
+    assert torch.equal(first, again)
+    assert_close(first, NumpyBackend().max_pool2d_backward(dy, idx, x.shape, (3, 3), (1, 1),
+                                                            (1, 1)), 1e-6, 1e-6)
+
+
+def test_max_pool_without_indices(monkeypatch):
+    """Evaluation (no gradient wanted) skips the indices: the same maxima, no index array; a
+    forward that autodiff records, or return_indices=True, still gets them."""
+    x = _spiky((2, 3, 9, 8), seed=19)
+    y, idx = check_primitive("max_pool2d", x, (3, 3), (2, 2), (1, 1), (1, 1), True,
+                             with_indices=False)
+    assert idx is None
+    assert torch.equal(y, pool.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), True)[0])
+    asked = []
+    backend = td.get_backend()
+    real = backend.max_pool2d
+    monkeypatch.setattr(backend, "max_pool2d", lambda *a: asked.append(a[-1]) or real(*a))
+    t = td.tensor(x.numpy(), requires_grad=True)
+    with td.no_grad():
+        F.max_pool2d(t, 2)
+    F.max_pool2d(t.detach(), 2)
+    F.max_pool2d(t, 2)
+    F.max_pool2d(t.detach(), 2, return_indices=True)
+    assert asked == [False, False, True, True]
 
 
 # ----------------------------------------------------------------------------- average pooling
@@ -201,7 +315,11 @@ def test_bad_input_names_the_shapes():
     with pytest.raises(ValueError, match="indices"):
         pool.max_pool2d_backward(random_array((1, 2, 2, 2)), torch.zeros(1, 2, 3, 3,
                                                                          dtype=torch.int64),
-                                 (1, 2, 4, 4))
+                                 (1, 2, 4, 4), (2, 2), (2, 2))
+    with pytest.raises(ValueError, match=r"output \(1, 2, 2, 2\)"):
+        pool.max_pool2d_backward(random_array((1, 2, 3, 3)), torch.zeros(1, 2, 3, 3,
+                                                                         dtype=torch.int64),
+                                 (1, 2, 4, 4), (2, 2), (2, 2))
     with pytest.raises(TypeError, match="floating"):
         pool.max_pool2d(torch.zeros(1, 1, 2, 2, dtype=torch.int64), (2, 2), (2, 2))
 
@@ -224,7 +342,8 @@ def test_gpu_pooling_at_real_shapes(shape, kernel, stride, padding, dtype):
     ty, tidx = torch_max_pool(x, kernel, stride, padding, 1, False)
     assert torch.equal(y, ty) and torch.equal(idx, tidx)
     dy = torch.randn(y.shape, device="cuda").to(dtype)
-    dx = pool.max_pool2d_backward(dy, idx, x.shape)
+    dx = pool.max_pool2d_backward(dy, idx, x.shape, (kernel, kernel), (stride, stride),
+                                  (padding, padding))
     tdx = torch.ops.aten.max_pool2d_with_indices_backward(
         dy, x, [kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False, tidx)
     # windows that overlap sum up to four terms, in another order than torch's
@@ -239,3 +358,20 @@ def test_gpu_pooling_at_real_shapes(shape, kernel, stride, padding, dtype):
     xs = x.detach().requires_grad_()
     torch_avg_pool(xs, kernel, stride, padding, False, True, None).backward(dy)
     torch.testing.assert_close(dxa, xs.grad, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_max_pool_backward_is_deterministic(dtype):
+    """Overlapping 3x3 windows at stride 1 with spikes that up to nine windows pick: the same
+    gradient bits on every run, and torch's gradient within the summation's rounding."""
+    x, dy = _deterministic_case((64, 32, 56, 56), "cuda", seed=18)
+    x, dy = x.to(dtype), dy.to(dtype)
+    _, idx = pool.max_pool2d(x, (3, 3), (1, 1), (1, 1))
+    runs = [pool.max_pool2d_backward(dy, idx, x.shape, (3, 3), (1, 1), (1, 1)) for _ in range(3)]
+    for other in runs[1:]:
+        assert torch.equal(runs[0], other)
+    want = torch.ops.aten.max_pool2d_with_indices_backward(dy.double(), x.double(), [3, 3],
+                                                            [1, 1], [1, 1], [1, 1], False, idx)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(runs[0].double(), want, rtol=tol, atol=tol)

@@ -289,13 +289,18 @@ class Backend:
         raise NotImplementedError
 
     def max_pool2d(self, x, kernel_size, stride, padding=(0, 0), dilation=(1, 1),
-                   ceil_mode=False):
+                   ceil_mode=False, with_indices=True):
         """(y, indices): y: [N, C, Ho, Wo]; indices int64, the flat index h * W + w in each
-        input plane of the first maximum in each window (padding counts as -inf)."""
+        input plane of the first maximum in each window (padding counts as -inf), or None
+        when not with_indices (no backward to come: evaluation)."""
         raise NotImplementedError
 
-    def max_pool2d_backward(self, dy, indices, input_shape):
-        """dx: [N, C, H, W], dy summed into the positions `indices` name (overlaps add up)."""
+    def max_pool2d_backward(self, dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
+                            dilation=(1, 1), ceil_mode=False):
+        """dx: [N, C, H, W] of max_pool2d with this geometry, for dy and the forward's indices
+        [N, C, Ho, Wo]: each input position gets the sum of dy over the windows that hold it
+        and whose index names it (overlapping windows add up), gathered in a fixed order, so
+        the same input gives the same bits on every run."""
         raise NotImplementedError
 
     def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,

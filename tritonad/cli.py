@@ -85,12 +85,16 @@ def _parser():
     r.add_argument("--device")
     r.add_argument("--backend", choices=["triton", "numpy"])
 
-    b = sub.add_parser("bench", parents=[debug], help="benchmarks against PyTorch (needs a GPU)")
+    b = sub.add_parser("bench", parents=[debug],
+                       help="benchmarks against PyTorch (needs a GPU, except mnist --cpu)")
     b.add_argument("which", choices=BENCHMARKS + ("all",))
     b.add_argument("--out", default="bench-results", help="folder for tables, JSON and PNGs")
     b.add_argument("--quick", action="store_true", help="fewer sizes")
     b.add_argument("--gpus", default="1,2,4", help="ddp: the GPU counts to compare (default "
                    "1,2,4; counts above this machine's are skipped)")
+    b.add_argument("--cpu", action="store_true",
+                   help="mnist only: the numpy backend against PyTorch CPU (step and evaluation "
+                        "times), on this machine's CPU")
     return p
 
 
@@ -561,7 +565,11 @@ def cmd_bench(args):
         raise CommandError(f"--out {args.out} is a file, not a folder")
     sys.path.insert(0, str(root))
     names = BENCHMARKS if args.which == "all" else (args.which,)
-    argv = ["--out", args.out] + (["--quick"] if args.quick else [])
+    if args.cpu and args.which != "mnist":
+        raise CommandError("bench --cpu: only `bench mnist --cpu` runs on the CPU (the numpy "
+                           "backend against PyTorch CPU); the kernel benchmarks need a GPU")
+    argv = ["--out", args.out] + (["--quick"] if args.quick else []) + \
+        (["--cpu"] if args.cpu else [])
     for name in names:
         module = importlib.import_module("bench_" + name.replace("-", "_"))
         try:

@@ -1,8 +1,11 @@
 """The numpy reference backend: the executable specification of every primitive in backend.py.
 
 It is the CPU path (`td.set_backend("numpy")`) and the oracle every Triton kernel is tested
-against. Clarity wins over speed here, but whole MNIST epochs still have to run in seconds, so
-the heavy primitives (matmul, convolution through im2col) are vectorised.
+against. Clarity wins over speed here, except in the primitives that dominate a CPU training
+step and evaluation: convolution (im2col into a reused workspace and one BLAS product per
+direction), pooling (one pass per kernel offset, bit-mask selects) and relu, written to keep up
+with PyTorch's CPU build (benchmarks/bench_mnist.py --cpu) and checked in the tests against
+PyTorch, the loop definitions and float64 finite differences.
 
 Raw arrays are torch CPU tensors; we compute on numpy views of them. numpy has no bfloat16, so
 bfloat16 arrays are widened to float32 on the way in and rounded (to nearest even) on the way out.
@@ -11,6 +14,7 @@ Half-precision inputs are computed in float32 and rounded once on output, as the
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import torch
@@ -51,7 +55,7 @@ def _as_dtype(a, dtype: DType) -> np.ndarray:
             return np.nan_to_num(np.trunc(a)).astype(dtype.numpy)
     if dtype is dtypes.bool_:
         return a != 0
-    return a.astype(dtype.numpy)
+    return a.astype(dtype.numpy, copy=False)  # (callers copy: from_numpy, or write's assignment)
 
 
 def from_numpy(a, dtype: DType) -> torch.Tensor:
@@ -169,19 +173,41 @@ def pool_output_size(size, kernel, stride, padding, dilation, ceil_mode):
     return out
 
 
-def _windows(xp, kernel, stride, dilation, out_hw):
-    """[N, C, Ho, Wo, kh, kw] strided view of the windows of a padded array."""
-    n, c = xp.shape[:2]
-    s = xp.strides
-    return np.lib.stride_tricks.as_strided(
-        xp, (n, c, out_hw[0], out_hw[1], kernel[0], kernel[1]),
-        (s[0], s[1], s[2] * stride[0], s[3] * stride[1], s[2] * dilation[0], s[3] * dilation[1]),
-        writeable=False)
+def _taps(kernel, stride, dilation, out_hw):
+    """Each kernel offset (i, j), in order, with the row and column slices of a padded plane
+    that it reads for all the windows at once: window (p, q) reads row p * sh + i * dh and
+    column q * sw + j * dw. Convolution and pooling loop over these (kh * kw strided views,
+    no loop over pixels)."""
+    (kh, kw), (sh, sw), (dh, dw), (ho, wo) = kernel, stride, dilation, out_hw
+    for i in range(kh):
+        rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
+        for j in range(kw):
+            yield i, j, rows, slice(j * dw, j * dw + sw * (wo - 1) + 1, sw)
 
 
-def _pad(x, padding, fill, extra=(0, 0)):
-    return np.pad(x, ((0, 0), (0, 0), (padding[0], padding[0] + extra[0]),
-                      (padding[1], padding[1] + extra[1])), constant_values=fill)
+def _padded(v, padding, fill, extra=(0, 0)):
+    """v [N, C, H, W] surrounded by `fill` (padding on each side, `extra` more at the bottom
+    and right), or v itself (no copy) when there is nothing to add."""
+    if not any(padding) and not any(extra):
+        return v
+    (ph, pw), (eh, ew) = padding, extra
+    n, c, h, w = v.shape
+    out = np.full((n, c, h + 2 * ph + eh, w + 2 * pw + ew), fill, v.dtype)
+    out[:, :, ph:ph + h, pw:pw + w] = v
+    return out
+
+
+def _select(take, a, b=None):
+    """np.where(take, a, b) (b None: 0) for floats or ints of one size, exact to the bit, with
+    bit masks: np.where branches on every element, several times slower on an unpredictable
+    mask such as which element of a pooling window is the largest."""
+    bits = np.dtype(f"i{a.dtype.itemsize}")
+    mask = -take.astype(bits)  # every bit set where take
+    a_bits = np.asarray(a).view(bits)
+    if b is None:
+        return (a_bits & mask).view(a.dtype)
+    b_bits = np.asarray(b).view(bits)
+    return (b_bits ^ ((a_bits ^ b_bits) & mask)).view(a.dtype)
 
 
 def _conv_out_hw(h, w, kernel, stride, padding, dilation):
@@ -190,13 +216,103 @@ def _conv_out_hw(h, w, kernel, stride, padding, dilation):
 
 
 def _accumulate_windows(target, cols, kernel, stride, dilation, out_hw):
-    """target[..., h, w] += cols[..., i, j, p, q] for each window position (the col2im sum)."""
-    ho, wo = out_hw
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            h0, w0 = i * dilation[0], j * dilation[1]
-            target[:, :, h0:h0 + stride[0] * (ho - 1) + 1:stride[0],
-                   w0:w0 + stride[1] * (wo - 1) + 1:stride[1]] += cols[:, :, i, j]
+    """target[..., h, w] += cols[..., i, j, p, q] for each window position (the col2im sum:
+    one strided add per kernel offset)."""
+    for i, j, rows, columns in _taps(kernel, stride, dilation, out_hw):
+        target[..., rows, columns] += cols[..., i, j, :, :]
+    return target
+
+
+_WORK = threading.local()
+
+
+def _workspace(name, shape, dtype):
+    """An uninitialised array for a large temporary (a convolution's columns), reused from call
+    to call in this thread: memory freshly taken from the system costs a page fault per 4 kB
+    on first touch, as much as the copy itself (glibc hands blocks above 32 MB back at every
+    free). Never returned to a caller; one array per name, as large as its largest use."""
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    buf = getattr(_WORK, name, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size, np.uint8)
+        setattr(_WORK, name, buf)
+    return buf[:size].view(dtype).reshape(shape)
+
+
+# The convolution works on planes laid out [C, n, H, W] or [C, H, W, n], samples last: then
+# the rows that a kernel offset reads (or adds to) are runs of Wo * n contiguous numbers, not of
+# Wo, which numpy copies and adds about twice as fast, but the transpositions of x, y, dy and
+# dx into and out of that layout are slower (a stride of n between neighbours). The layout
+# that moves the larger of the columns (C kh kw rows) and the output (Co rows) in long runs
+# wins: samples last for the MNIST cnn's second layer (800 rows of columns, 64 outputs), not
+# for its first (25 and 32).
+
+
+def _samples_last(c, kernel, co):
+    return c * kernel[0] * kernel[1] > co
+
+
+def _plane_window(rows, columns, samples_last):
+    """The index of a kernel offset's rows and columns in planes of either layout."""
+    every = slice(None)
+    return (every, rows, columns, every) if samples_last else (every, every, rows, columns)
+
+
+def _zero_planes(n, c, size, padding, samples_last, dtype):
+    """Zeros in the planes' layout: [C, Hp, Wp, n] (samples_last) or [C, n, Hp, Wp]."""
+    hp, wp = size[0] + 2 * padding[0], size[1] + 2 * padding[1]
+    return np.zeros((c, hp, wp, n) if samples_last else (c, n, hp, wp), dtype)
+
+
+def _interior(planes, padding, size, samples_last):
+    """The unpadded part of the planes, as an [n, C, H, W] view."""
+    (ph, pw), (h, w) = padding, size
+    if samples_last:
+        return planes[:, ph:ph + h, pw:pw + w, :].transpose(3, 0, 1, 2)
+    return planes[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3)
+
+
+def _conv_planes(v, padding, samples_last):
+    """v [n, C, H, W] as zero-padded planes."""
+    n, c, h, w = v.shape
+    planes = _zero_planes(n, c, (h, w), padding, samples_last, v.dtype)
+    _interior(planes, padding, (h, w), samples_last)[...] = v
+    return planes
+
+
+def _gemm_columns(planes, kernel, stride, dilation, out_hw, samples_last):
+    """im2col laid out for one GEMM over a whole batch: planes (_conv_planes) -> [C * kh * kw,
+    Ho * Wo * n] with columns (p, q, sample) if samples_last, else [C * kh * kw, n * Ho * Wo];
+    rows (c, i, j) as a weight's. One strided copy per kernel offset, into the workspace
+    "columns"."""
+    c, n = planes.shape[0], planes.shape[3 if samples_last else 1]
+    order = tuple(out_hw) + (n,) if samples_last else (n,) + tuple(out_hw)
+    cols = _workspace("columns", (c, kernel[0], kernel[1]) + order, planes.dtype)
+    for i, j, rows, columns in _taps(kernel, stride, dilation, out_hw):
+        cols[:, i, j] = planes[_plane_window(rows, columns, samples_last)]
+    return cols.reshape(c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1])
+
+
+def _add_columns(planes, cols, kernel, stride, dilation, out_hw, samples_last):
+    """col2im, the adjoint of _gemm_columns: cols (its layout) added into the planes, one
+    strided add per kernel offset."""
+    c, n = planes.shape[0], planes.shape[3 if samples_last else 1]
+    order = tuple(out_hw) + (n,) if samples_last else (n,) + tuple(out_hw)
+    cols = cols.reshape((c, kernel[0], kernel[1]) + order)
+    for i, j, rows, columns in _taps(kernel, stride, dilation, out_hw):
+        planes[_plane_window(rows, columns, samples_last)] += cols[:, i, j]
+    return planes
+
+
+# The columns of a convolution are kh * kw times the size of its input: a batch is convolved
+# in chunks of samples whose columns take about this many bytes (all at once for a training
+# batch of the MNIST cnn, ~60 MB; a 1000-image evaluation batch in ten chunks).
+CONV_CHUNK_BYTES = 64 << 20
+
+
+def _batch_chunks(n, bytes_per_sample):
+    step = max(1, CONV_CHUNK_BYTES // max(1, bytes_per_sample))
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
 
 
 # ------------------------------------------------------------------------ the backend
@@ -216,6 +332,15 @@ class NumpyBackend(Backend):
     def _new(self, values, dtype: DType):
         return from_numpy(values, dtype)
 
+    def _fresh(self, values, dtype: DType):
+        """A raw array of `values`, a new numpy array that nothing else holds: taken as it is
+        (no copy) when it is contiguous and already of dtype's numpy type."""
+        values = np.asarray(values)  # (a 0-d result of numpy is a scalar)
+        if dtype is not dtypes.bfloat16 and values.dtype == dtype.numpy and \
+                values.flags.c_contiguous:
+            return torch.from_numpy(values)
+        return self._new(values, dtype)
+
     def _out(self, values, dtype: DType, out):
         if out is None:
             return self._new(values, dtype)
@@ -232,7 +357,8 @@ class NumpyBackend(Backend):
         with np.errstate(all="ignore"):
             return self._out(fn(self._float_in(x, dtype)), dtype, out)
 
-    def _binary(self, fn, a, b, out, result=None, float_result=False):
+    def _binary(self, fn, a, b, out, result=None, float_result=False, fresh=False):
+        # fresh: fn always returns a new array, which the result may keep without a copy
         dtype = dtypes.result_type(a, b)
         if float_result and not dtype.is_floating_point:
             dtype = dtypes.default_float
@@ -243,6 +369,8 @@ class NumpyBackend(Backend):
             va, vb = (np.asarray(to_numpy(v)).astype(dtype.numpy, copy=False) for v in (a, b))
         with np.errstate(all="ignore"):
             values = fn(va, vb)
+        if fresh and out is None:
+            return self._fresh(values, result or dtype)
         return self._out(values, result or dtype, out)
 
     # memory, fills, casts ------------------------------------------------------------------
@@ -274,7 +402,9 @@ class NumpyBackend(Backend):
     def relu(self, x, out=None):
         v = to_numpy(x)
         # NOTE: NaN stays NaN (np.maximum propagates it), as torch.relu
-        return self._out(np.maximum(v, np.zeros((), v.dtype)), dtypes.get_dtype(x.dtype), out)
+        y = np.maximum(v, np.zeros((), v.dtype))
+        dtype = dtypes.get_dtype(x.dtype)
+        return self._fresh(y, dtype) if out is None else write(out, y)
 
     def sigmoid(self, x, out=None):
         def stable(v):
@@ -296,8 +426,8 @@ class NumpyBackend(Backend):
         return self._out(v, dtype, out)
 
     def relu_backward(self, dy, x, out=None):
-        return self._binary(lambda g, v: np.where(v > 0, g, np.zeros((), g.dtype)), dy, x, out,
-                            result=dtypes.get_dtype(dy.dtype))
+        return self._binary(lambda g, v: _select(v > 0, g), dy, x, out,
+                            result=dtypes.get_dtype(dy.dtype), fresh=True)
 
     def sigmoid_backward(self, dy, y, out=None):
         return self._binary(lambda g, s: g * s * (1 - s), dy, y, out)
@@ -499,14 +629,24 @@ class NumpyBackend(Backend):
         return self._new(out_loss, dtype), grad
 
     # convolution ------------------------------------------------------------------------------
+    # im2col + one BLAS product per direction, in the compute type (float32 unless the input
+    # is float64). With K = C/G * kh * kw, L = Ho * Wo and the columns cols_g [K, n L] of group
+    # g (_gemm_columns):
+    #   forward  y_g [Co/G, L n] = W_g [Co/G, K] @ cols_g
+    #   weight   dW_g = dy_g [Co/G, L n] @ cols_g^T
+    #   input    dcols_g = W_g^T @ dy_g, then col2im: each kernel offset's rows of dcols added
+    #            to the strided slice of the padded input it was read from
     def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
         dtype = dtypes.get_dtype(x.dtype)
         v = to_numpy(x)
         n, c, h, w = v.shape
+        kh, kw = kernel_size
         out_hw = _conv_out_hw(h, w, kernel_size, stride, padding, dilation)
-        win = _windows(_pad(v, padding, 0), kernel_size, stride, dilation, out_hw)
-        cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * kernel_size[0] * kernel_size[1], -1)
-        return self._new(cols, dtype)
+        xp = _padded(v, padding, 0)
+        cols = np.empty((n, c, kh, kw) + out_hw, v.dtype)
+        for i, j, rows, columns in _taps(kernel_size, stride, dilation, out_hw):
+            cols[:, :, i, j] = xp[:, :, rows, columns]
+        return self._fresh(cols.reshape(n, c * kh * kw, out_hw[0] * out_hw[1]), dtype)
 
     def col2im(self, cols, output_size, kernel_size, stride=(1, 1), padding=(0, 0),
                dilation=(1, 1)):
@@ -528,13 +668,23 @@ class NumpyBackend(Backend):
         n, c, h, wd = v.shape
         co, cg, kh, kw = k.shape
         out_hw = _conv_out_hw(h, wd, (kh, kw), stride, padding, dilation)
-        win = _windows(_pad(v, padding, 0), (kh, kw), stride, dilation, out_hw)
-        win = win.reshape(n, groups, cg, *out_hw, kh, kw)
-        k = k.reshape(groups, co // groups, cg, kh, kw)
-        y = np.einsum("ngcpqij,gocij->ngopq", win, k, optimize=True).reshape(n, co, *out_hw)
-        if bias is not None:
-            y = y + self._float_in(bias, dtype)[None, :, None, None]
-        return self._new(y, dtype)
+        size, depth = out_hw[0] * out_hw[1], cg * kh * kw
+        last = _samples_last(c, (kh, kw), co)
+        weights = k.reshape(groups, co // groups, depth)
+        b = None if bias is None else self._float_in(bias, dtype)[:, None]
+        y = np.empty((n, co, size), v.dtype)
+        for lo, hi in _batch_chunks(n, c * kh * kw * size * v.itemsize):
+            m = hi - lo
+            cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
+                                 dilation, out_hw, last)
+            prod = np.matmul(weights, cols.reshape(groups, depth, size * m))
+            prod = prod.reshape(co, size, m).transpose(2, 0, 1) if last else \
+                prod.reshape(co, m, size).transpose(1, 0, 2)  # [m, Co, L]
+            if b is None:
+                y[lo:hi] = prod
+            else:
+                np.add(prod, b, out=y[lo:hi])
+        return self._fresh(y.reshape(n, co, *out_hw), dtype)
 
     def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                         groups=1, input_grad=True, weight_grad=True, bias_grad=True):
@@ -542,27 +692,38 @@ class NumpyBackend(Backend):
         g, v, k = (self._float_in(a, dtype) for a in (dy, x, w))
         n, c, h, wd = v.shape
         co, cg, kh, kw = k.shape
-        out_hw = g.shape[2:]
-        gg = g.reshape(n, groups, co // groups, *out_hw)
-        kk = k.reshape(groups, co // groups, cg, kh, kw)
-        dx = dw = db = None
-        if input_grad:
-            cols = np.einsum("ngopq,gocij->ngcijpq", gg, kk, optimize=True)
-            target = np.zeros((n, c, h + 2 * padding[0], wd + 2 * padding[1]), v.dtype)
-            _accumulate_windows(target, cols.reshape(n, c, kh, kw, *out_hw), (kh, kw), stride,
-                                dilation, out_hw)
-            dx = self._new(target[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd],
-                           dtype)
-        if weight_grad:
-            win = _windows(_pad(v, padding, 0), (kh, kw), stride, dilation, out_hw)
-            win = win.reshape(n, groups, cg, *out_hw, kh, kw)
-            dw = self._new(np.einsum("ngopq,ngcpqij->gocij", gg, win, optimize=True)
-                           .reshape(co, cg, kh, kw), dtype)
-        if bias_grad:
-            db = self._new(g.sum(axis=(0, 2, 3)), dtype)
-        return dx, dw, db
+        out_hw = tuple(g.shape[2:])
+        size, depth = out_hw[0] * out_hw[1], cg * kh * kw
+        last = _samples_last(c, (kh, kw), co)
+        weights = k.reshape(groups, co // groups, depth)
+        dx = np.empty((n, c, h, wd), g.dtype) if input_grad else None
+        dw = np.zeros((groups, co // groups, depth), g.dtype) if weight_grad else None
+        if input_grad or weight_grad:
+            for lo, hi in _batch_chunks(n, c * kh * kw * size * v.itemsize):
+                m = hi - lo
+                # dy of the chunk as [G, Co/G, L m], in the columns' order
+                dyt = g[lo:hi].reshape(m, co, size)
+                dyt = dyt.transpose(1, 2, 0) if last else dyt.transpose(1, 0, 2)
+                dyt = np.ascontiguousarray(dyt).reshape(groups, co // groups, size * m)
+                if weight_grad:
+                    cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
+                                         dilation, out_hw, last)
+                    cols = cols.reshape(groups, depth, size * m)
+                    dw += np.matmul(dyt, cols.transpose(0, 2, 1))
+                if input_grad:
+                    dcols = np.matmul(weights.transpose(0, 2, 1), dyt,
+                                      out=_workspace("column_grads", (groups, depth, size * m),
+                                                     g.dtype))
+                    planes = _zero_planes(m, c, (h, wd), padding, last, g.dtype)
+                    _add_columns(planes, dcols, (kh, kw), stride, dilation, out_hw, last)
+                    dx[lo:hi] = _interior(planes, padding, (h, wd), last)
+        return (None if dx is None else self._fresh(dx, dtype),
+                None if dw is None else self._fresh(dw.reshape(co, cg, kh, kw), dtype),
+                self._new(g.sum(axis=(0, 2, 3)), dtype) if bias_grad else None)
 
     # pooling ------------------------------------------------------------------------------------
+    # One pass per kernel offset over strided views of the padded input (_taps), as the
+    # convolution: no copy of the windows, no loop over pixels.
     def _pool_geometry(self, shape, kernel, stride, padding, dilation, ceil_mode):
         h, w = shape[2:]
         out_hw = tuple(pool_output_size(size, k, s, p, d, ceil_mode) for size, k, s, p, d in
@@ -572,43 +733,115 @@ class NumpyBackend(Backend):
                       in zip(out_hw, stride, dilation, kernel, (h, w), padding))
         return out_hw, extra
 
+    @staticmethod
+    def _tap_positions(shape, kernel, stride, padding, dilation, out_hw):
+        """[kh * kw, Ho, Wo] int64: for kernel offset t = i * kw + j, the flat index h * W + w
+        in the input plane that window (p, q) reads there, or -2 where it reads padding (an
+        index that no argmax has, not even -1)."""
+        h, w = shape[2:]
+        positions = np.empty((kernel[0] * kernel[1],) + tuple(out_hw), np.int64)
+        for i in range(kernel[0]):
+            rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0] + i * dilation[0]
+            for j in range(kernel[1]):
+                cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1] + j * dilation[1]
+                real = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
+                positions[i * kernel[1] + j] = np.where(real, rows * w + cols, -2)
+        return positions
+
+    @staticmethod
+    def _window_corners(shape, kernel, stride, padding, dilation, out_hw):
+        """(corner [Ho, Wo], shift [kh * kw]) int64: kernel offset t = i * kw + j of window
+        (p, q) reads the flat position h * W + w = (p sh - ph + i dh) W + (q sw - pw + j dw)
+        = corner[p, q] + shift[t] of an input plane (meaningless where that is padding)."""
+        w = shape[3]
+        rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0]
+        cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1]
+        shift = np.array([i * dilation[0] * w + j * dilation[1]
+                          for i in range(kernel[0]) for j in range(kernel[1])], np.int64)
+        return rows * w + cols, shift
+
+    def _check_max_pool_backward(self, dy, indices, input_shape, out_hw):
+        n, c = input_shape[:2]
+        if tuple(dy.shape) != (n, c) + tuple(out_hw) or tuple(indices.shape) != tuple(dy.shape):
+            raise ValueError(f"max_pool2d_backward: dy {tuple(dy.shape)} and indices "
+                             f"{tuple(indices.shape)} do not match the output "
+                             f"{(n, c) + tuple(out_hw)} of input {tuple(input_shape)}")
+
     def max_pool2d(self, x, kernel_size, stride, padding=(0, 0), dilation=(1, 1),
-                   ceil_mode=False):
+                   ceil_mode=False, with_indices=True):
         dtype = dtypes.get_dtype(x.dtype)
         v = self._float_in(x, dtype)
         n, c, h, w = v.shape
         out_hw, extra = self._pool_geometry(v.shape, kernel_size, stride, padding, dilation,
                                             ceil_mode)
-        if n * c == 0:  # an empty batch: empty results, as torch
-            return (self._new(np.empty((n, c, *out_hw), v.dtype), dtype),
-                    self._new(np.empty((n, c, *out_hw), np.int64), dtypes.int64))
-        win = _windows(_pad(v, padding, -np.inf, extra), kernel_size, stride, dilation, out_hw)
-        flat = win.reshape(n, c, *out_hw, -1)
-        arg = np.argmax(flat, axis=-1)  # the first maximum (and the first NaN) in each window
-        y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
-        # a window of -inf values points at its first real element, never at padding (as
-        # torch); a window with no real element at all (dilated, in the padding) gets -1
-        real = _windows(_pad(np.ones((1, 1, h, w), bool), padding, False, extra), kernel_size,
-                        stride, dilation, out_hw).reshape(1, 1, *out_hw, -1)
-        arg = np.where(y == -np.inf, np.argmax(real, axis=-1), arg)
-        i, j = np.divmod(arg, kernel_size[1])
-        rows = np.arange(out_hw[0])[:, None] * stride[0] - padding[0] + i * dilation[0]
-        cols = np.arange(out_hw[1])[None, :] * stride[1] - padding[1] + j * dilation[1]
-        index = np.where(real.any(axis=-1), rows * w + cols, -1)
-        return self._new(y, dtype), self._new(index, dtypes.int64)
+        positions = self._tap_positions(v.shape, kernel_size, stride, padding, dilation, out_hw)
+        # a window whose real elements are all -inf points at its first real element, never at
+        # padding (as torch); one lying wholly in the padding (dilated) gets -1
+        first_real = np.full(out_hw, -1, np.int64)
+        for at in positions[::-1]:
+            first_real = np.where(at >= 0, at, first_real)
+        y = np.full((n, c) + out_hw, -np.inf, v.dtype)
+        if y.size == 0:
+            return self._fresh(y, dtype), self._new(np.broadcast_to(first_real, y.shape),
+                                                    dtypes.int64) if with_indices else None
+        xp = _padded(v, padding, -np.inf, extra)
+        nan = bool(np.isnan(v).any())
+        # taken: 1 + the kernel offset of the element y holds (0: none yet); offsets come in
+        # increasing order, so the latest one taken is the largest
+        taken = np.zeros(y.shape, np.int8 if len(positions) < 127 else np.int32)
+        for t, (_, _, rows, columns) in enumerate(_taps(kernel_size, stride, dilation, out_hw)):
+            window = np.ascontiguousarray(xp[:, :, rows, columns])
+            # the first maximum wins: take strictly larger values only, and the first NaN (the
+            # maximum, as in torch) over any number; padding (-inf) is never taken
+            take = window > y
+            if nan:
+                take |= np.isnan(window) & ~np.isnan(y)
+            y = _select(take, window, y)
+            if with_indices:
+                np.maximum(taken, take * taken.dtype.type(t + 1), out=taken)
+        if not with_indices:
+            return self._fresh(y, dtype), None
+        # index: the flat position that the offset t = taken - 1 of window (p, q) reads
+        corner, shift = self._window_corners(v.shape, kernel_size, stride, padding, dilation,
+                                             out_hw)
+        index = np.take(np.concatenate([[0], shift]), taken.astype(np.intp)) + corner
+        none = taken == 0
+        if none.any():
+            index[none] = np.broadcast_to(first_real, y.shape)[none]
+        return self._fresh(y, dtype), self._fresh(index, dtypes.int64)
 
-    def max_pool2d_backward(self, dy, indices, input_shape):
+    def max_pool2d_backward(self, dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
+                            dilation=(1, 1), ceil_mode=False):
+        # dx[h, w] = the sum of dy over the windows that hold (h, w) and whose argmax it is:
+        # a gather, window offset by window offset (the order the kernel sums in)
         dtype = dtypes.get_dtype(dy.dtype)
-        g = self._float_in(dy, dtype)
+        input_shape = tuple(int(s) for s in input_shape)
         n, c, h, w = input_shape
-        if g.size == 0:
-            return self._new(np.zeros(input_shape, g.dtype), dtype)
-        dx = np.zeros((n * c, h * w), g.dtype)
-        planes = np.repeat(np.arange(n * c), g[0, 0].size)
-        at = to_numpy(indices).reshape(-1)
-        kept = (at >= 0) & (at < h * w)  # -1: a window with no real element, no gradient
-        np.add.at(dx, (planes[kept], at[kept]), g.reshape(-1)[kept])
-        return self._new(dx.reshape(input_shape), dtype)
+        out_hw, extra = self._pool_geometry(input_shape, kernel_size, stride, padding, dilation,
+                                            ceil_mode)
+        self._check_max_pool_backward(dy, indices, input_shape, out_hw)
+        g = self._float_in(dy, dtype)
+        target = np.zeros((n, c, h + 2 * padding[0] + extra[0], w + 2 * padding[1] + extra[1]),
+                          g.dtype)
+        if g.size:
+            # window (p, q) holds the flat position corner[p, q] + shift[t] at kernel offset t
+            # (_window_corners). A match at an offset that reads padding lands in the padding
+            # of target, which is cut off: only indices of real positions in the window count.
+            corner, shift = self._window_corners(input_shape, kernel_size, stride, padding,
+                                                 dilation, out_hw)
+            at = to_numpy(indices) - corner
+            # windows side by side (no position in two of them): each offset writes its own
+            # positions, so it can assign instead of adding (half the memory traffic)
+            apart = dilation == (1, 1) and all(s >= k for s, k in zip(stride, kernel_size))
+            for t, (_, _, rows, columns) in enumerate(_taps(kernel_size, stride, dilation,
+                                                            out_hw)):
+                if apart:
+                    target[:, :, rows, columns] = _select(at == shift[t], g)
+                else:
+                    target[:, :, rows, columns] += _select(at == shift[t], g)
+        dx = np.ascontiguousarray(target[:, :, padding[0]:padding[0] + h,
+                                         padding[1]:padding[1] + w])
+        return self._fresh(dx, dtype)
 
     def _avg_divisor(self, shape, kernel, stride, padding, ceil_mode, count_include_pad,
                      divisor_override, out_hw):
@@ -630,10 +863,14 @@ class NumpyBackend(Backend):
         v = self._float_in(x, dtype)
         out_hw, extra = self._pool_geometry(v.shape, kernel_size, stride, padding, (1, 1),
                                             ceil_mode)
-        win = _windows(_pad(v, padding, 0, extra), kernel_size, stride, (1, 1), out_hw)
+        xp = _padded(v, padding, 0, extra)
+        total = np.zeros(v.shape[:2] + out_hw, v.dtype)
+        for _, _, rows, columns in _taps(kernel_size, stride, (1, 1), out_hw):
+            total += xp[:, :, rows, columns]
         div = self._avg_divisor(v.shape, kernel_size, stride, padding, ceil_mode,
                                 count_include_pad, divisor_override, out_hw)
-        return self._new(win.sum(axis=(-2, -1)) / div.astype(v.dtype), dtype)
+        total /= np.asarray(div).astype(v.dtype)
+        return self._fresh(total, dtype)
 
     def avg_pool2d_backward(self, dy, input_shape, kernel_size, stride, padding=(0, 0),
                             ceil_mode=False, count_include_pad=True, divisor_override=None):
@@ -644,11 +881,11 @@ class NumpyBackend(Backend):
                                             ceil_mode)
         div = self._avg_divisor(input_shape, kernel_size, stride, padding, ceil_mode,
                                 count_include_pad, divisor_override, out_hw)
-        share = (g / div.astype(g.dtype))[:, :, None, None]  # [N, C, 1, 1, Ho, Wo]
-        cols = np.broadcast_to(share, (n, c, *kernel_size, *out_hw))
+        share = g / np.asarray(div).astype(g.dtype)  # each window's dy / divisor
         target = np.zeros((n, c, h + 2 * padding[0] + extra[0], w + 2 * padding[1] + extra[1]),
                           g.dtype)
-        _accumulate_windows(target, cols, kernel_size, stride, (1, 1), out_hw)
+        for _, _, rows, columns in _taps(kernel_size, stride, (1, 1), out_hw):
+            target[:, :, rows, columns] += share
         return self._new(target[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w], dtype)
 
     # indexing ---------------------------------------------------------------------------------

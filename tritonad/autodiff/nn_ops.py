@@ -525,13 +525,18 @@ def _pool_args(op, x, kernel_size, stride, padding, dilation):
 
 
 class MaxPool2d(Function):
-    """Window maxima; the argmax of each window is kept so the backward scatters dy there."""
+    """Window maxima; the argmax of each window is kept, and the backward gathers into each
+    input position the dy of the windows whose argmax it is (deterministic, no atomics)."""
     once_differentiable = True
 
     @staticmethod
-    def forward(ctx, x, kernel, stride, padding, dilation, ceil_mode):
-        y, indices = _b().max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+    def forward(ctx, x, kernel, stride, padding, dilation, ceil_mode, with_indices=True):
+        y, indices = _b().max_pool2d(x, kernel, stride, padding, dilation, ceil_mode,
+                                     with_indices)
+        if indices is None:  # (no backward to come)
+            return y, None
         ctx.shape = tuple(x.shape)
+        ctx.args = kernel, stride, padding, dilation, ceil_mode
         ctx.save_for_backward(indices)
         ctx.mark_non_differentiable(indices)
         return y, indices
@@ -539,8 +544,8 @@ class MaxPool2d(Function):
     @staticmethod
     def backward(ctx, dy, _):
         (indices,) = ctx.saved
-        dx = _b().max_pool2d_backward(dy._data, indices._data, ctx.shape)
-        return Tensor._wrap(dx), None, None, None, None, None
+        dx = _b().max_pool2d_backward(dy._data, indices._data, ctx.shape, *ctx.args)
+        return Tensor._wrap(dx), None, None, None, None, None, None
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -548,7 +553,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     """Max over windows; gradient to the first maximum of each window (as torch)."""
     args = _pool_args("max_pool2d", x, kernel_size, stride, padding, dilation)
     _same_float("max_pool2d", x)
-    y, indices = MaxPool2d.apply(x, *args, ceil_mode)
+    # the indices are only for a backward, or for a caller who asks: evaluation skips them
+    with_indices = return_indices or (is_grad_enabled() and x.requires_grad)
+    y, indices = MaxPool2d.apply(x, *args, ceil_mode, with_indices)
     return (y, indices) if return_indices else y
 
 

@@ -8,16 +8,14 @@ padding (torch's rule: it must start inside the input or the left padding).
           (NOTE: a NaN counts as the maximum, the first NaN wins, as in the reference; a window
           of -inf values points at its first real element, never at padding; a dilated window
           lying wholly in the padding gives -inf and index -1, which the backward skips)
-          dx = dy scattered to the indices; overlapping windows add up.
+          dx[h, w] = sum over the windows (p, q) holding (h, w) whose index is h * W + w of
+          dy[p, q]: overlapping windows add up, gathered in the order of the kernel offsets.
     avg:  y = sum over the window / divisor, divisor = divisor_override, or the window clipped to
           the padded input (count_include_pad), or the count of real elements in it.
-          dx[h, w] = sum over the windows (p, q) holding (h, w) of dy[p, q] / divisor(p, q),
-          written as a gather (every dx element owned by one program: no atomics).
+          dx[h, w] = sum over the windows (p, q) holding (h, w) of dy[p, q] / divisor(p, q).
 
-max_pool2d_backward gets only the indices (not the window geometry), so it cannot gather: one
-program per plane zeroes that plane of dx, syncs its threads, and atomically adds dy at the
-indices. All writes to a plane come from its own program, so one kernel suffices; with windows
-that do not overlap each element receives at most one addition (exact, deterministic).
+Both backwards are gathers (every dx element owned by one program, no atomics), so the same
+input gives the same gradient bits on every run, overlapping windows or not.
 """
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, num_warps_for, planned, run
+from .launch import INTERPRET, cdiv, dtype_of, empty, planned, run
 
 PRIMITIVES = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
 
@@ -38,9 +36,10 @@ _FLOATS = ("float32", "float16", "bfloat16", "float64")
 @triton.jit
 def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
                          stride_xn, stride_xc, stride_xh, stride_xw,
-                         SH, SW, PH, PW, DH, DW,
-                         ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
-    # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W] (and their indices).
+                         SH, SW, PH, PW, DH, DW, ACC_FP64: tl.constexpr,
+                         INDEX_64: tl.constexpr, STORE_INDEX: tl.constexpr, BLOCK: tl.constexpr):
+    # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W] (and their indices,
+    # if STORE_INDEX).
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if INDEX_64:
         offs = offs.to(tl.int64)
@@ -71,45 +70,48 @@ def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH
             best = tl.where(take, v, best)
             best_at = tl.where(take, (h * W + w).to(tl.int32), best_at)
     tl.store(y_ptr + offs, best.to(y_ptr.dtype.element_ty), mask=ok)
-    tl.store(idx_ptr + offs, best_at.to(tl.int64), mask=ok)
+    if STORE_INDEX:
+        tl.store(idx_ptr + offs, best_at.to(tl.int64), mask=ok)
 
 
 @triton.jit
-def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, acc_ptr, C, IN_PLANE, OUT_PLANE, OUT_W,
+def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
                          stride_dn, stride_dc, stride_dh, stride_dw,
                          stride_in, stride_ic, stride_ih, stride_iw,
-                         SEPARATE_ACC: tl.constexpr, BLOCK: tl.constexpr):
-    # dx[n, c].flat[idx[n, c, p, q]] += dy[n, c, p, q]. One program: one (n, c) plane, in three
-    # phases separated by barriers: zero the plane, scatter-add, (copy out of a float32
-    # accumulator for half types, whose atomics are not everywhere available).
-    plane = tl.program_id(0)
-    n = plane // C
-    c = plane - n * C
-    target = acc_ptr + plane.to(tl.int64) * IN_PLANE
-    for start in range(0, IN_PLANE, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        tl.store(target + offs, tl.zeros([BLOCK], dtype=tl.float32).to(acc_ptr.dtype.element_ty),
-                 mask=offs < IN_PLANE)
-    tl.debug_barrier()
+                         SH, SW, PH, PW, DH, DW,
+                         ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
+    # dx[n, c, h, w] = sum over the windows (p, q) that hold (h, w) (p*SH - PH + i*DH = h for
+    # some i < KH, likewise q) and whose index is h * W + w, of dy[n, c, p, q], summed in the
+    # order (i, j): a gather, deterministic. One program: BLOCK elements of the contiguous dx.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    w = offs % W
+    t = offs // W
+    h = t % H
+    t = t // H
+    c = t % C
+    n = t // C
     dy_base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
     idx_base = idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic
-    for start in range(0, OUT_PLANE, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        p = offs // OUT_W
-        q = offs - p * OUT_W
-        ok = offs < OUT_PLANE
-        at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=ok, other=0)
-        g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=ok, other=0.0)
-        ok = ok & (at >= 0) & (at < IN_PLANE)  # memory safety against foreign indices
-        tl.atomic_add(target + at, g.to(acc_ptr.dtype.element_ty), mask=ok, sem="relaxed")
-    if SEPARATE_ACC:
-        tl.debug_barrier()
-        out = dx_ptr + plane.to(tl.int64) * IN_PLANE
-        for start in range(0, IN_PLANE, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            # .cg: read the sums where the atomics made them (L2), never a stale L1 line
-            v = tl.load(target + offs, mask=offs < IN_PLANE, other=0.0, cache_modifier=".cg")
-            tl.store(out + offs, v.to(dx_ptr.dtype.element_ty), mask=offs < IN_PLANE)
+    here = h * W + w
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if ACC_FP64:
+        acc = acc.to(tl.float64)
+    for i in range(0, KH):
+        th = h + PH - i * DH  # = p * SH if window p holds h at tap i (NOTE: never divide < 0)
+        p = tl.maximum(th, 0) // SH
+        p_ok = ok & (th >= 0) & (p * SH == th) & (p < OUT_H)
+        for j in range(0, KW):
+            tw = w + PW - j * DW
+            q = tl.maximum(tw, 0) // SW
+            inside = p_ok & (tw >= 0) & (q * SW == tw) & (q < OUT_W)
+            at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=inside, other=-1)
+            hit = inside & (at == here)
+            g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=hit, other=0.0)
+            acc += g.to(acc.dtype)
+    tl.store(dx_ptr + offs, acc.to(dx_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -251,44 +253,51 @@ def _flat_launch(total):
 
 
 @planned()
-def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
+               with_indices=True):
     """(y, indices): y [N, C, Ho, Wo] window maxima; indices int64, the flat index h * W + w in
-    each input plane of the first maximum of each window (padding counts as -inf)."""
+    each input plane of the first maximum of each window (padding counts as -inf), or None
+    when not with_indices."""
     _check_float("max_pool2d", x)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _geometry(
         "max_pool2d", x.shape, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, w = x.shape
     y = empty((n, c, oh, ow), x.dtype, x.device)
-    indices = empty((n, c, oh, ow), torch.int64, x.device)
+    # (without indices the kernel stores none: y stands in for the pointer)
+    indices = empty((n, c, oh, ow), torch.int64, x.device) if with_indices else None
     if y.numel():
         grid, block, index_64, warps = _flat_launch(y.numel())
-        run(_max_pool_fwd_kernel, grid, x, y, indices, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
-                                   sh, sw, ph, pw, dh, dw, ACC_FP64=x.dtype == torch.float64,
-                                   INDEX_64=index_64, BLOCK=block, num_warps=warps)
+        run(_max_pool_fwd_kernel, grid, x, y, y if indices is None else indices, y.numel(), c,
+            h, w, oh, ow, kh, kw, *x.stride(), sh, sw, ph, pw, dh, dw,
+            ACC_FP64=x.dtype == torch.float64, INDEX_64=index_64,
+            STORE_INDEX=indices is not None, BLOCK=block, num_warps=warps)
     return y, indices
 
 
 @planned()
-def max_pool2d_backward(dy, indices, input_shape):
-    """dx [N, C, H, W]: dy [N, C, Ho, Wo] summed into the positions `indices` name."""
-    _check_float("max_pool2d_backward", dy)
-    n, c, h, w = (int(s) for s in input_shape)
-    if dy.dim() != 4 or tuple(indices.shape) != tuple(dy.shape) or tuple(dy.shape[:2]) != (n, c):
-        raise ValueError(f"max_pool2d_backward: dy {tuple(dy.shape)} and indices "
-                         f"{tuple(indices.shape)} do not match the input {tuple(input_shape)}")
+def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
+                        dilation=(1, 1), ceil_mode=False):
+    """dx [N, C, H, W] of max_pool2d with this geometry: each input position gathers dy
+    [N, C, Ho, Wo] from the windows that hold it and whose index names it (no atomics: the
+    same bits on every run)."""
+    op = "max_pool2d_backward"
+    _check_float(op, dy)
+    input_shape = tuple(int(s) for s in input_shape)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _geometry(
+        op, input_shape, kernel_size, stride, padding, dilation, ceil_mode)
+    n, c, h, w = input_shape
+    if tuple(dy.shape) != (n, c, oh, ow) or tuple(indices.shape) != tuple(dy.shape):
+        raise ValueError(f"{op}: dy {tuple(dy.shape)} and indices {tuple(indices.shape)} do not "
+                         f"match the output {(n, c, oh, ow)} of input {input_shape}")
     if indices.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"max_pool2d_backward: indices must be int64, got {indices.dtype}")
-    dx = empty((n, c, h, w), dy.dtype, dy.device)
-    if dx.numel() == 0:
-        return dx
-    # half types accumulate in a float32 plane buffer (their atomics are not universal)
-    separate = dy.dtype in (torch.float16, torch.bfloat16)
-    acc = empty((n, c, h, w), torch.float32, dy.device) if separate else dx
-    block = min(4096 if INTERPRET else 1024, max(128, next_power_of_2(h * w)))
-    run(_max_pool_bwd_kernel, (n * c,), dy, indices, dx, acc, c, h * w, dy.shape[2] * dy.shape[3],
-                                   dy.shape[3], *dy.stride(), *indices.stride(),
-                                   SEPARATE_ACC=separate, BLOCK=block,
-                                   num_warps=num_warps_for(block))
+        raise TypeError(f"{op}: indices must be int64, got {indices.dtype}")
+    dx = empty(input_shape, dy.dtype, dy.device)
+    if dx.numel():
+        grid, block, index_64, warps = _flat_launch(dx.numel())
+        run(_max_pool_bwd_kernel, grid, dy, indices, dx, dx.numel(), c, h, w, oh, ow, kh, kw,
+            *dy.stride(), *indices.stride(), sh, sw, ph, pw, dh, dw,
+            ACC_FP64=dy.dtype == torch.float64, INDEX_64=index_64, BLOCK=block,
+            num_warps=warps)
     return dx
 
 

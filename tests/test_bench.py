@@ -1,0 +1,52 @@
+"""`bench mnist --cpu`: the numpy backend against PyTorch CPU runs without a GPU and writes its
+table; the other benchmarks refuse --cpu with one line."""
+import json
+import os
+
+import pytest
+from helpers import cli_error
+
+from tritonad import cli
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+
+
+@pytest.fixture
+def bench_mnist(monkeypatch):
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    import bench_mnist
+
+    return bench_mnist
+
+
+def test_bench_cpu_is_for_mnist_only(capsys, tmp_path):
+    cli_error(capsys, ["bench", "softmax", "--cpu", "--out", tmp_path], "--cpu",
+              "bench mnist --cpu")
+
+
+def test_bench_mnist_cpu_reaches_the_benchmark(bench_mnist, monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(bench_mnist, "main", seen.append)
+    cli.main(["bench", "mnist", "--cpu", "--quick", "--out", str(tmp_path)])
+    assert seen == [["--out", str(tmp_path), "--quick", "--cpu"]]
+
+
+def test_bench_mnist_cpu_table(bench_mnist, tmp_path, capsys):
+    """One round of one step and one evaluation of the mlp, for both frameworks; the backend
+    and PyTorch's thread count are left as they were."""
+    import torch
+
+    import tritonad as td
+
+    before = (td.get_backend().name, torch.get_num_threads())
+    rows = bench_mnist.main(["--cpu", "--models", "mlp", "--steps", "1", "--rounds", "1",
+                             "--out", str(tmp_path)])
+    assert [r["measure"] for r in rows] == ["train step (batch 128)",
+                                            "test evaluation (10000 images)"]
+    for r in rows:
+        assert r["tritonad_ms"] > 0 and r["torch_ms"] > 0
+        assert r["ratio"] == pytest.approx(r["tritonad_ms"] / r["torch_ms"])
+    saved = json.loads((tmp_path / "bench_mnist_cpu.json").read_text())
+    assert saved["rows"] == rows and saved["meta"]["threads"] >= 1
+    assert "tritonad / PyTorch time" in capsys.readouterr().out
+    assert (td.get_backend().name, torch.get_num_threads()) == before
