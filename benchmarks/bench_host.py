@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 
@@ -24,15 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def per_call_us(fn, calls):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+per_call_us = common.per_call_us
 
 
 def _step_pair(name):

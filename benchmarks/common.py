@@ -43,6 +43,19 @@ def bench(fn, warmup=25, rep=100, flush_l2=True):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def per_call_us(fn, calls):
+    """Microseconds per call of fn() run `calls` times back to back, synchronised once at the
+    end (after 20 untimed calls): what an eager loop pays per call, host time included."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def bench_graph(fn, replays=20):
     """Median ms of fn when captured in a CUDA graph (for launch-bound, tiny problems)."""
     import triton.testing

@@ -10,14 +10,31 @@ table of the means; writes every run's JSON (accuracy per epoch, seconds) to --o
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {"torch": "examples/mnist_pytorch.py", "tritonad": "examples/mnist_tritonad.py"}
+FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+         "t10k-labels-idx1-ubyte")
+
+
+def torchvision_folder():
+    """A data folder in torchvision's layout (MNIST/raw/<plain IDX files>) holding the
+    repository's MNIST: torchvision reads it without downloading, and so does tritonad."""
+    folder = tempfile.mkdtemp(prefix="mnist-port-")
+    raw = os.path.join(folder, "MNIST", "raw")
+    os.makedirs(raw)
+    for name in FILES:
+        with gzip.open(os.path.join(ROOT, "data", "mnist", name + ".gz")) as f, \
+                open(os.path.join(raw, name), "wb") as out:
+            out.write(f.read())
+    return folder
 
 
 def main():
@@ -38,9 +55,10 @@ def main():
     env.update({k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                           "OPENBLAS_NUM_THREADS")})
     procs = {}
+    folder = torchvision_folder()
     start = time.perf_counter()
     for fw, seed in runs:
-        cmd = [sys.executable, SCRIPTS[fw], "--data", os.path.join(ROOT, "data"), "--quiet",
+        cmd = [sys.executable, SCRIPTS[fw], "--data", folder, "--quiet",
                "--seed", str(seed), "--epochs", str(args.epochs)]
         cmd += ["--no-accel"] if args.no_accel else []
         cmd += ["--limit", str(args.limit)] if args.limit else []

@@ -503,3 +503,18 @@ def test_loader_full_mnist_on_gpu():
             seen.append(y.numpy())
         assert len(seen) == len(loader) == 469
         assert np.bincount(np.concatenate(seen)).tolist() == TRAIN_COUNTS
+
+
+def test_torchvision_data_folder_works_as_it_is(tmp_path):
+    """A PyTorch user's data folder (torchvision keeps root/MNIST/raw/<plain IDX files>) is read
+    in place, with the checksums of the shipped copy."""
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (raw / name).write_bytes(gzip.decompress((REPO_MNIST / (name + ".gz")).read_bytes()))
+    ds = data.MNIST(root=tmp_path, train=False, download=False)
+    assert ds.folder == raw and len(ds.images) == 10000
+    np.testing.assert_array_equal(ds.labels, data.MNIST(root=REPO_MNIST, train=False,
+                                                        download=False).labels)
+    with pytest.raises(FileNotFoundError, match="FashionMNIST/raw"):
+        data.FashionMNIST(root=tmp_path, train=False, download=False)

@@ -9,8 +9,9 @@ array-backed datasets on the device and batches any other dataset sample by samp
 Where the files come from, first match wins:
   1. `root=` (the CLI's --data-dir), else the environment variable TRITONAD_DATA: that folder only;
   2. otherwise the copy shipped with the repository (data/mnist/), then ~/.cache/tritonad.
-A folder holds a dataset if the files lie in it or in its subfolder named after the dataset
-("mnist", "fashion-mnist"); gzipped (.gz) and plain IDX files both work. Missing files are
+A folder holds a dataset if the files lie in it, in its subfolder named after the dataset
+("mnist", "fashion-mnist"), or where torchvision keeps them (MNIST/raw, FashionMNIST/raw: a
+PyTorch user's data folder works as it is); gzipped (.gz) and plain IDX files both work. Missing files are
 downloaded (download=True) into <folder>/<dataset>/ from the public mirrors, written atomically
 and checked against pinned checksums before they are kept.
 """
@@ -277,7 +278,8 @@ class MNIST:
 
     def _locate(self, base, root, download) -> Path:
         roots = self.roots(root)
-        folders = [f for r in roots for f in (r, r / self.NAME)]
+        # root itself, root/mnist, and torchvision's layout root/MNIST/raw (FashionMNIST/raw)
+        folders = [f for r in roots for f in (r, r / self.NAME, r / type(self).__name__ / "raw")]
         for folder in folders:
             for name in (base + ".gz", base):
                 if (folder / name).is_file():
