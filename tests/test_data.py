@@ -361,7 +361,8 @@ def test_not_found_says_which_setting_won(tmp_path, monkeypatch, closed_port_url
     with pytest.raises(FileNotFoundError) as err:
         Tiny(root=tmp_path / "mine", download=False)
     message = str(err.value)
-    assert f"looked in {tmp_path / 'mine'}, {tmp_path / 'mine' / 'tiny'} (the root argument, " \
+    assert f"looked in {tmp_path / 'mine'}, {tmp_path / 'mine' / 'tiny'}, " \
+           f"{tmp_path / 'mine' / 'Tiny' / 'raw'} (the root argument, " \
            f"which takes precedence over TRITONAD_DATA={tmp_path / 'env'})" in message
     assert "pass another root" in message and "\n" not in message
     with pytest.raises(FileNotFoundError, match=r"\(TRITONAD_DATA=.*env\); .* or point "
