@@ -8,7 +8,8 @@ back to back and synchronises once at the end: wall time / N per call, which is 
 where the host is the bottleneck, as here. Both frameworks allocate their outputs per call
 (PyTorch's caching allocator serves both) and start from the same values. Ratio = PyTorch
 time / tritonad time: above 1, tritonad is faster. The first calls (compilation, plans) are
-warm-up and not timed. The steps are the MNIST recipes' (benchmarks/bench_mnist.py): cnn batch
+warm-up and not timed; a second table gives the first call of a matmul and a convolution at a
+new shape (first_calls). The steps are the MNIST recipes' (benchmarks/bench_mnist.py): cnn batch
 100, mlp batch 128, SGD with momentum, per-op kernels (no fused MLP step, no CUDA graph).
 Written to run against older tritonad checkouts too (PYTHONPATH=old), for before/after tables.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -136,6 +138,56 @@ def cases():
     return rows
 
 
+def _seconds(fn):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def first_calls():
+    """The first call of a matmul and a convolution at shapes never seen in this process, after
+    the op ran at another shape: `first` as a user meets it (kernels compiled if the new shape
+    needs other ones, the plan chosen and recorded), then the same call once more with the
+    plans and the tuner's memory forgotten but Triton's compiled kernels kept (`replan`: all of
+    the first call but compiling), and the steady-state call. PyTorch's first call beside it."""
+    import tritonad as td
+    import tritonad.nn.functional as F
+    from tritonad.kernels import conv, launch, matmul
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", generator=g)
+
+    seen_mm, new_mm = (rand(128, 256), rand(100, 256)), (rand(200, 300), rand(77, 300))
+    seen_cv = (rand(100, 32, 14, 14), rand(64, 32, 5, 5))
+    new_cv = (rand(50, 16, 20, 20), rand(24, 16, 3, 3))
+    cases = [("matmul x @ w.T [200, 300] x [300, 77] (after [128, 256] x [256, 100])",
+              lambda a, b: a @ b.T, lambda a, b: a @ b.T, seen_mm, new_mm),
+             ("conv2d [50, 16, 20, 20] * [24, 16, 3, 3], pad 1 (after the cnn's conv2)",
+              lambda a, b: F.conv2d(a, b, padding=1),
+              lambda a, b: torch.nn.functional.conv2d(a, b, padding=1), seen_cv, new_cv)]
+    rows = []
+    for name, ours, theirs, seen, new in cases:
+        ours_seen = [td.from_torch(t) for t in seen]
+        ours_new = [td.from_torch(t) for t in new]
+        _seconds(lambda: ours(*ours_seen))
+        _seconds(lambda: theirs(*seen))
+        row = {"case": name, "first_s": _seconds(lambda: ours(*ours_new)),
+               "torch_first_s": _seconds(lambda: theirs(*new))}
+        launch.clear_plans()
+        for tuner in (matmul.tuner, conv.tuner):
+            tuner.memory.clear()
+        row["replan_s"] = _seconds(lambda: ours(*ours_new))
+        row["steady_s"] = common.per_call_us(lambda: ours(*ours_new), 100) / 1e6
+        row["beyond_compiling_s"] = row["replan_s"] - row["steady_s"]
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def main(argv=None):
     args = common.parse_args(__doc__.splitlines()[0], argv, extra=lambda p: (
         p.add_argument("--calls", type=int, default=2000, help="calls per timing (default 2000)"),
@@ -167,7 +219,12 @@ def main(argv=None):
     common.print_table(f"Eager cost per call ({env.get('gpu')}, torch {env['torch']}, "
                        f"Triton {env['triton']})", rows, columns)
     print(common.markdown_table(rows, columns))
-    common.save(args.out, "bench_host", rows, {"calls": calls})
+    firsts = first_calls()
+    common.print_table("First call at a new shape (seconds)", firsts, [
+        ("case", "case", "{}"), ("first_s", "tritonad first", "{:.3f}"),
+        ("replan_s", "without compiling", "{:.4f}"), ("steady_s", "steady", "{:.6f}"),
+        ("torch_first_s", "PyTorch first", "{:.4f}")])
+    common.save(args.out, "bench_host", rows, {"calls": calls, "first_calls": firsts})
     return rows
 
 

@@ -195,3 +195,41 @@ def test_layer_argument_errors():
         nn.Linear(3, 2)(td.ones(2, 4))
     with pytest.raises(TypeError, match="not a Module"):
         nn.Sequential(nn.ReLU(), lambda x: x)
+
+
+def test_module_list_and_dict_register_as_torch():
+    import torch
+
+    def net(lib):
+        class Net(lib.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = lib.ModuleList([lib.Linear(4, 4) for _ in range(2)])
+                self.heads = lib.ModuleDict({"a": lib.Linear(4, 2), "b": lib.Linear(4, 3)})
+
+            def forward(self, x):
+                for block in self.blocks:
+                    x = block(x).relu()
+                return self.heads["a"](x), self.heads["b"](x)
+        return Net()
+
+    ours, theirs = net(nn), net(torch.nn)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: td.tensor(v.detach().numpy())
+                          for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    for got, want in zip(ours(td.tensor(x)), theirs(torch.tensor(x))):
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    blocks = ours.blocks
+    blocks.append(nn.ReLU()).insert(0, nn.Identity())
+    assert [type(m).__name__ for m in blocks] == ["Identity", "Linear", "Linear", "ReLU"]
+    del blocks[0]
+    assert list(blocks._modules) == ["0", "1", "2"] and isinstance(blocks[-1], nn.ReLU)
+    assert len(blocks[:2]) == 2 and len(list(ours.parameters())) == 8
+    assert "a" in ours.heads and list(ours.heads.keys()) == ["a", "b"]
+    with pytest.raises(TypeError, match="ModuleList: item 3 is a int, not a Module"):
+        blocks.append(3)
+    with pytest.raises(IndexError, match="ModuleList: index 5 is out of range for 3 modules"):
+        blocks[5]
+    with pytest.raises(TypeError, match="ModuleDict: 'c' is a str, not a Module"):
+        ours.heads["c"] = "layer"

@@ -3,7 +3,7 @@ name in `tritonad`, `tritonad.nn`, `tritonad.optim` and `tritonad.data` says it.
 
     >>> td.optim.LBFGS
     AttributeError: module 'tritonad.optim' has no attribute 'LBFGS'; not supported yet;
-    tritonad.optim has the optimizers SGD, Adam, AdamW and the schedulers StepLR, ...
+    tritonad.optim has the optimizers SGD, Adam, AdamW, Adadelta, ... and the schedulers ...
 
 Each of those modules ends with `def __getattr__(name): raise missing(__name__, name)`;
 Python calls it only for names the module does not have, so an entry below never hides a real
@@ -47,7 +47,6 @@ HINTS = {
         "AdaptiveAvgPool2d": "not available; for an output of 1x1 use x.mean((2, 3), "
                              "keepdim=True), otherwise nn.AvgPool2d with a fitting kernel",
         "Dropout2d": "not available; nn.Dropout drops single elements",
-        "ModuleList": "not available; assign the layers as attributes or use nn.Sequential",
         "DataParallel": "not available; for several GPUs use "
                         "tritonad.distributed.DistributedDataParallel under torchrun",
         "parallel": "tritonad.distributed has DistributedDataParallel (under torchrun)",
@@ -55,14 +54,13 @@ HINTS = {
                          "LSTM", "GRU", "RNN", "Transformer", "MultiheadAttention",
                          "ConvTranspose2d", "Conv1d", "Conv3d", "GELU", "LeakyReLU", "ELU",
                          "Softplus", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss",
-                         "HuberLoss", "KLDivLoss", "ModuleDict", "ParameterList", "Upsample",
+                         "HuberLoss", "KLDivLoss", "ParameterList", "Upsample",
                          "Unflatten"), _NOT_YET),
     },
     "tritonad.optim": dict.fromkeys(
-        ("Adadelta", "Adagrad", "RMSprop", "LBFGS", "SparseAdam", "Adamax", "NAdam", "RAdam",
-         "ASGD", "Rprop", "MultiStepLR", "ExponentialLR", "LinearLR", "SequentialLR",
-         "LambdaLR", "ReduceLROnPlateau", "CyclicLR", "ConstantLR", "PolynomialLR",
-         "ChainedScheduler", "CosineAnnealingWarmRestarts"), _NOT_YET),
+        ("LBFGS", "SparseAdam", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop",
+         "ReduceLROnPlateau", "CyclicLR", "PolynomialLR", "ChainedScheduler",
+         "CosineAnnealingWarmRestarts"), _NOT_YET),
     "tritonad.distributed": {
         "DistributedSampler": "use DataLoader(..., shard=tritonad.distributed.shard()): each "
                               "process gets its own part of every epoch",

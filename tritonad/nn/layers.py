@@ -228,3 +228,107 @@ class Sequential(Module):
             x = module(x, activation="relu") if fuse else module(x)
             i += 2 if fuse else 1
         return x
+
+
+class ModuleList(Module):
+    """Modules in a list, registered (their parameters are the container's), as
+    torch.nn.ModuleList: index, iterate, append, extend, insert. It has no forward: call its
+    items from yours."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def _checked(self, module, where):
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleList: {where} is a {type(module).__name__}, not a Module")
+        return module
+
+    def _index(self, i):
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"ModuleList indices must be ints or slices, got {type(i).__name__}")
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"ModuleList: index {i} is out of range for {len(self)} modules")
+        return i % len(self)
+
+    def __getitem__(self, i):
+        items = list(self._modules.values())
+        return ModuleList(items[i]) if isinstance(i, slice) else items[self._index(i)]
+
+    def __setitem__(self, i, module):
+        self._modules[str(self._index(i))] = self._checked(module, f"item {i}")
+
+    def __delitem__(self, i):
+        items = list(self._modules.values())
+        del items[i if isinstance(i, slice) else self._index(i)]
+        self._modules.clear()
+        for k, m in enumerate(items):  # keys stay 0..n-1, as torch renumbers them
+            self.add_module(str(k), m)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), self._checked(module, f"item {len(self)}"))
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index, module):
+        items = list(self._modules.values())
+        items.insert(index, self._checked(module, f"item {index}"))
+        self._modules.clear()
+        for k, m in enumerate(items):
+            self.add_module(str(k), m)
+
+
+class ModuleDict(Module):
+    """Modules by name, registered, in insertion order, as torch.nn.ModuleDict."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        if not isinstance(key, str):
+            raise TypeError(f"ModuleDict keys must be strings, got {type(key).__name__}")
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict: {key!r} is a {type(module).__name__}, not a Module")
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def update(self, modules):
+        pairs = modules.items() if hasattr(modules, "items") else modules
+        for key, module in pairs:
+            self[key] = module
