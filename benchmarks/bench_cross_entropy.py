@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 
@@ -43,14 +42,7 @@ WALL_BELOW = 1 << 22  # numel under which the wall-clock loop is also timed
 
 def wall_ms(fn, iters=300):
     """Host wall-clock ms per call of fn() called back to back (after a warm-up)."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3 / iters
+    return common.per_call_us(fn, iters) / 1e3
 
 
 def measure(shape, dtype, reduction, smoothing):
