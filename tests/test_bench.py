@@ -50,3 +50,17 @@ def test_bench_mnist_cpu_table(bench_mnist, tmp_path, capsys):
     assert saved["rows"] == rows and saved["meta"]["threads"] >= 1
     assert "tritonad / PyTorch time" in capsys.readouterr().out
     assert (td.get_backend().name, torch.get_num_threads()) == before
+
+
+def test_bench_says_where_the_plans_came_from(monkeypatch):
+    """The line bench prints after its tables (the tuners only run on a GPU: the interpreter
+    has one plan, so their records are set here)."""
+    from tritonad.kernels import conv, matmul, tuning
+
+    for t in tuning.Tuner.ALL:
+        monkeypatch.setattr(t, "sources", {})
+    assert cli._plan_sources() == ""
+    monkeypatch.setattr(matmul.tuner, "sources", {"a": "table", "b": "table", "c": "heuristic"})
+    monkeypatch.setattr(conv.tuner, "sources", {"d": "tuned"})
+    assert cli._plan_sources() == ("plans: matmul 1 by the shape heuristic, 2 from the shipped "
+                                   "table; conv 1 tuned now")

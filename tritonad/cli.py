@@ -578,6 +578,25 @@ def cmd_bench(args):
             if isinstance(stop.code, str):
                 raise CommandError(stop.code) from None
             raise
+    line = _plan_sources()
+    if line:
+        print(line)
+
+
+def _plan_sources() -> str:
+    """Where the tiled kernels' plans of this process came from, a line: "plans: matmul 12
+    from the table, 3 by heuristic; conv ..." (empty if no tiled kernel ran)."""
+    from tritonad.kernels.tuning import Tuner
+
+    words = {"table": "from the shipped table", "cache": "from this machine's tuning cache",
+             "tuned": "tuned now", "heuristic": "by the shape heuristic"}
+    parts = []
+    for t in Tuner.ALL:
+        counts = t.counts()
+        if counts:
+            parts.append(f"{t.name} " + ", ".join(f"{n} {words.get(k, k)}"
+                                                  for k, n in sorted(counts.items())))
+    return "plans: " + "; ".join(parts) if parts else ""
 
 
 # ---------------------------------------------------------------------- errors
