@@ -170,6 +170,53 @@ def test_a_captured_cnn_step_runs_only_our_kernels():
     assert not foreign, f"kernels that are not tritonad's: {sorted(foreign)}"
 
 
+def test_eager_cnn_steps_never_copy_to_the_host():
+    """A user's own eager loop (loader batch, forward, cross_entropy, backward, SGD step) asks
+    the GPU nothing: no device-to-host copy and no synchronisation among a few steps' events
+    (the target check of cross_entropy writes a device flag instead, kernels/errors.py)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    import tritonad.nn.functional as F
+
+    td.manual_seed(0)
+    loader = _loader(8 * 100, 100)
+    model = models.build("cnn").to("cuda")
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(images, labels):
+        loss = F.cross_entropy(model(images), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    batches = iter(loader)
+    for _ in range(3):  # warm-up: kernels compile, plans are recorded
+        step(*next(batches))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            loss = step(*next(batches))
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    copies = sorted({n for n in names if "DtoH" in n or "Device -> " in n})
+    waits = sorted({n for n in names if n in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                              "cudaEventSynchronize")})
+    assert not copies, f"device-to-host copies in eager steps: {copies}"
+    assert not waits, f"the host waited for the GPU inside eager steps: {waits}"
+    assert any("DtoH" in e.name for e in _profiled(lambda: loss.item())), \
+        "the profiler does not show device-to-host copies at all (the check would be blind)"
+
+
+def _profiled(fn):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return prof.events()
+
+
 @pytest.mark.parametrize("name,gate", [("mlp", 0.980), ("cnn", 0.992)])
 def test_recipes_reach_their_accuracy(name, gate):
     _, acc, _ = _bench_run(name)
