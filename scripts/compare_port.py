@@ -13,6 +13,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,34 @@ def torchvision_folder():
     return folder
 
 
+def run_all(runs, folder, args, env):
+    """Start every (framework, seed) run at once; their final JSON lines, in order."""
+    procs = {}
+    for fw, seed in runs:
+        cmd = [sys.executable, SCRIPTS[fw], "--data", folder, "--quiet",
+               "--seed", str(seed), "--epochs", str(args.epochs)]
+        cmd += ["--no-accel"] if args.no_accel else []
+        cmd += ["--limit", str(args.limit)] if args.limit else []
+        procs[fw, seed] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True)
+    results = []
+    try:
+        for (fw, seed), proc in procs.items():
+            out, _ = proc.communicate()
+            last = out.strip().splitlines()[-1] if out.strip() else ""
+            if proc.returncode != 0 or not last.startswith("{"):
+                sys.exit(f"{fw} seed {seed} failed (exit {proc.returncode}):\n{out[-3000:]}")
+            result = json.loads(last)
+            results.append(result)
+            print(f"{fw:9s} seed {seed}: accuracy {100 * result['accuracy']:.2f}%  "
+                  f"{result['seconds']:.0f} s")
+    finally:
+        for proc in procs.values():  # after a failure, the others too
+            if proc.poll() is None:
+                proc.kill()
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -54,27 +83,12 @@ def main():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update({k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                           "OPENBLAS_NUM_THREADS")})
-    procs = {}
     folder = torchvision_folder()
     start = time.perf_counter()
-    for fw, seed in runs:
-        cmd = [sys.executable, SCRIPTS[fw], "--data", folder, "--quiet",
-               "--seed", str(seed), "--epochs", str(args.epochs)]
-        cmd += ["--no-accel"] if args.no_accel else []
-        cmd += ["--limit", str(args.limit)] if args.limit else []
-        procs[fw, seed] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, text=True)
-    results = []
-    for (fw, seed), proc in procs.items():
-        out, _ = proc.communicate()
-        last = out.strip().splitlines()[-1] if out.strip() else ""
-        if proc.returncode != 0 or not last.startswith("{"):
-            print(f"{fw} seed {seed} failed (exit {proc.returncode}):\n{out[-3000:]}")
-            sys.exit(1)
-        result = json.loads(last)
-        results.append(result)
-        print(f"{fw:9s} seed {seed}: accuracy {100 * result['accuracy']:.2f}%  "
-              f"{result['seconds']:.0f} s")
+    try:
+        results = run_all(runs, folder, args, env)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"all runs at once: {time.perf_counter() - start:.0f} s, {threads} CPU threads each")
 
     means = {}
