@@ -190,3 +190,51 @@ def test_numpy_backend_refuses_gpu_tensors():
         x = td.from_torch(torch.ones(2, device="cuda"))
         with pytest.raises(RuntimeError, match="numpy backend runs on the CPU"):
             x + 1
+
+
+@pytest.mark.parametrize("case", [
+    ("t", lambda x: x.t()), ("reciprocal", lambda x: x.reciprocal()),
+    ("rsqrt", lambda x: x.abs().rsqrt()), ("norm", lambda x: x.norm()),
+    ("norm dim 1", lambda x: x.norm(dim=1, keepdim=True)), ("norm p=1", lambda x: x.norm(p=1)),
+    ("norm inf", lambda x: x.norm(p=float("inf"), dim=0)),
+    ("masked_fill", lambda x: x.masked_fill(x > 0.5, -1.0)),
+    ("masked_fill row mask", lambda x: x.masked_fill(x[:1] > 0, 2.0)),
+    ("split", lambda x: x.split(2, 1)[-1]), ("split sizes", lambda x: x.split([1, 2], 0)[1]),
+    ("chunk", lambda x: x.chunk(2, 1)[0]), ("repeat", lambda x: x.repeat(2, 1)),
+    ("repeat new dims", lambda x: x.repeat(2, 1, 3)),
+])
+def test_composed_methods_as_torch(backend_name, case):
+    """Values and gradients (under a random cotangent) against torch."""
+    _, fn = case
+    values = np.random.default_rng(1).standard_normal((3, 5))
+    ours = td.tensor(values, dtype=td.float64, requires_grad=True)
+    theirs = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    got, want = fn(ours), fn(theirs)
+    assert got.shape == tuple(want.shape)
+    assert_close(got.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    cot = np.random.default_rng(2).standard_normal(tuple(want.shape))
+    (g,) = td.grad(got, ours, td.tensor(cot))
+    want.backward(torch.tensor(cot))
+    assert_close(g.numpy(), theirs.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_composed_methods_misc(backend_name):
+    x = td.tensor([[1.0, float("nan")], [float("inf"), -2.0]])
+    assert x.isnan().tolist() == [[False, True], [False, False]]
+    assert x.isinf().tolist() == [[False, False], [True, False]]
+    assert x.isfinite().tolist() == [[True, False], [False, True]]
+    assert x.type() == "tritonad.float32" and x.type(td.int64).dtype is td.int64
+    z = x.new_zeros(2, 3)
+    assert z.shape == (2, 3) and z.dtype is td.float32 and z.device == x.device
+    assert x.new_ones((1,), dtype=td.int32).tolist() == [1]
+    assert x.new_full((2,), 7.0).tolist() == [7.0, 7.0] and x.new_empty(4).shape == (4,)
+    assert x.new_tensor([1, 2]).dtype is td.float32
+    assert [p.shape for p in td.arange(7).chunk(3)] == [(3,), (3,), (1,)]
+    assert [p.tolist() for p in td.arange(5).split(2)] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(ValueError, match=r"split: sizes \[1, 1\] do not sum to dimension 0's "
+                                         r"size 5"):
+        td.arange(5).split([1, 1])
+    with pytest.raises(ValueError, match="t\\(\\): expects a tensor of at most 2 dimensions"):
+        td.zeros(2, 2, 2).t()
+    with pytest.raises(ValueError, match="repeat: 1 sizes for a 2-d tensor"):
+        td.zeros(2, 2).repeat(2)

@@ -505,6 +505,94 @@ class Tensor:
     def contiguous(self): return _OPS.contiguous(self)
     def clone(self): return _OPS.clone(self)
 
+    # ---- PyTorch conveniences composed of the ops above (their gradients come with them)
+    def t(self):
+        """The transpose of a matrix (a 0-d or 1-d tensor as it is), as torch's t()."""
+        if self.ndim > 2:
+            raise ValueError(f"t(): expects a tensor of at most 2 dimensions, got {self.shape}; "
+                             "use transpose(dim0, dim1) or permute")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def type(self, dtype=None):
+        """The dtype's name (no argument, as 'torch.FloatTensor' is not ours: 'tritonad.float32'),
+        or the tensor converted to `dtype`."""
+        return f"tritonad.{self.dtype.name}" if dtype is None else self.to(dtype)
+
+    def reciprocal(self): return 1.0 / self
+    def rsqrt(self): return 1.0 / self.sqrt()
+    def isnan(self): return self != self
+    def isinf(self): return self.abs() == float("inf")
+    def isfinite(self): return (self - self) == 0  # NaN and +-inf give NaN
+    def masked_fill(self, mask, value):
+        """self where mask is False, `value` where it is True (mask broadcasts), as torch's."""
+        return _OPS.where(mask, value, self)
+
+    def norm(self, p=2, dim=None, keepdim=False):
+        """The vector p-norm over `dim` (all elements by default): p = 2 ("fro"), 1 or inf."""
+        if p in (2, "fro"):
+            return self.square().sum(dim, keepdim=keepdim).sqrt()
+        if p == 1:
+            return self.abs().sum(dim, keepdim=keepdim)
+        if p == float("inf"):
+            return self.abs().amax(dim, keepdim=keepdim)
+        raise NotImplementedError(f"norm: p={p!r} is not supported (2, 'fro', 1 or inf)")
+
+    def split(self, split_size_or_sections, dim=0):
+        """Views of consecutive pieces along `dim`: of split_size each (the last may be
+        shorter), or of the given sizes, as torch's split."""
+        size = self.shape[dim]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step <= 0:
+                raise ValueError(f"split: split_size must be positive, got {step}")
+            sizes = [min(step, size - k) for k in range(0, size, step)] or [0]
+        else:
+            sizes = [int(n) for n in split_size_or_sections]
+            if sum(sizes) != size or any(n < 0 for n in sizes):
+                raise ValueError(f"split: sizes {sizes} do not sum to dimension {dim}'s size "
+                                 f"{size}")
+        index = [slice(None)] * (dim % self.ndim)
+        pieces, start = [], 0
+        for n in sizes:
+            pieces.append(self[tuple(index + [slice(start, start + n)])])
+            start += n
+        return tuple(pieces)
+
+    def chunk(self, chunks, dim=0):
+        """At most `chunks` views of equal size along `dim` (the last may be smaller)."""
+        if chunks <= 0:
+            raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+        return self.split(max(1, -(-self.shape[dim] // chunks)), dim)
+
+    def repeat(self, *sizes):
+        """The tensor tiled sizes[i] times along each dimension (a copy), as torch's repeat."""
+        sizes = _shape_arg(sizes)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"repeat: {len(sizes)} sizes for a {self.ndim}-d tensor; give at "
+                             "least one per dimension")
+        dims = (1,) * (len(sizes) - self.ndim) + tuple(self.shape)
+        x = self.reshape(tuple(a for d in dims for a in (1, d)))  # [1, d0, 1, d1, ...]
+        x = x.expand(*(a for n, d in zip(sizes, dims) for a in (n, d)))  # [n0, d0, n1, d1, ...]
+        return x.reshape(tuple(n * d for n, d in zip(sizes, dims)))
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 0, dtype, device, requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return self.new_full(_shape_arg(size), 1, dtype, device, requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return empty(_shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
+                     requires_grad=requires_grad)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                      requires_grad=requires_grad)
+
     @property
     def T(self):
         return _OPS.permute(self, tuple(range(self._data.dim() - 1, -1, -1)))
