@@ -190,7 +190,7 @@ class KernelLaunch:
 
     __slots__ = ("kernel", "grid", "meta", "args", "dynamic", "compiled", "_run", "_function",
                  "_packed", "_bound", "_tail", "_prefix", "_device", "_g0", "_g1", "_g2",
-                 "_style", "_launch", "_coop", "_pdl", "_annotations", "_signature")
+                 "_style", "_launch", "_coop", "_pdl", "_annotations", "_signature", "_fast")
 
     def __init__(self, kernel, grid, args, meta, dynamic=()):
         grid = tuple(grid)
@@ -244,8 +244,10 @@ class KernelLaunch:
         """Call the compiled kernel's C launcher itself rather than Triton's Python wrapper
         around it (CudaLauncher.__call__, ~1.5 us), where the wrapper has nothing to do (no
         scratch memory, no sanitizer). The wrapper passes its arguments on differently in
-        Triton 3.6 and 3.9: _style says which (0: call the wrapper)."""
+        Triton 3.6 and 3.9: _style says which (0: call the wrapper). Where it can, bind the
+        lean launcher too (_fast, see fastlaunch.c), which replaces Triton's C launcher."""
         self._style = 0
+        self._fast = None
         if type(launcher).__name__ != "CudaLauncher" or getattr(launcher, "gsan_enabled", False):
             return
         if getattr(launcher, "global_scratch_size", 1) or \
@@ -260,6 +262,8 @@ class KernelLaunch:
             self._style = 39  # launch(grid, stream, fn, coop, pdl, meta, hooks, scratch x2, ...)
             self._annotations = launcher.arg_annotations
             self._signature = launcher.kernel_signature
+        if self._style:
+            self._fast = _bind_fast(self)
 
     def rebind(self, dynamic):
         """The same launch with other positions changing per call (no compile, no launch)."""
@@ -274,6 +278,8 @@ class KernelLaunch:
             k = len(other.dynamic)
             other._prefix = other.dynamic == tuple(range(k))
             other._tail = tuple(self._bound[k:])
+            if self._fast is not None:
+                other._fast = _bind_fast(other)
         other._forget()
         return other
 
@@ -281,13 +287,16 @@ class KernelLaunch:
         hook = _RUNTIME.launch_enter_hook
         if INTERPRET or CHECK_LAUNCHES or (hook is not None and getattr(hook, "calls", True)):
             return self._through_triton(values)
+        device = self._device
+        fast = self._fast
+        if fast is not None and _current_device() == device:
+            return _FAST_LAUNCH(fast, _current_stream(device), *values)
         if self._prefix:
             args = values + self._tail
         else:
             args = list(self._bound)
             for i, v in zip(self.dynamic, values):
                 args[i] = v
-        device = self._device
         if _current_device() != device:
             with torch.cuda.device(device):
                 self._go(_current_stream(device), args)
@@ -321,6 +330,104 @@ class KernelLaunch:
                 f"KernelLaunch: a cached launch of {self.kernel.fn.__name__} would have run a "
                 "kernel specialized for other arguments (a plan key misses an alignment or an "
                 "int width)")
+
+
+# ----------------------------------------------------------------------------- the lean launcher
+# Triton's C launcher (~3.8-4.4 us a call on an H100 host, measured by benchmarks/probe_host.py)
+# parses every kernel argument on every call; fastlaunch.c packs a bound launch's constant
+# parameters once and takes only the values that change. It is built on first need with Triton's
+# own build helper (cached in Triton's cache, like Triton's launchers), in a background thread
+# started at import so that a first run does not wait for the C compiler. TRITONAD_FAST_LAUNCH=0
+# keeps Triton's launcher; a kernel whose parameters it cannot pack (a type it does not know, a
+# count or size the driver disagrees with) keeps Triton's launcher too, noted in FAST_SKIPPED.
+
+FAST_LAUNCH = not INTERPRET and os.environ.get("TRITONAD_FAST_LAUNCH", "1") not in ("", "0")
+FAST_SKIPPED: dict = {}   # kernel name -> why its launches go through Triton's launcher
+_FAST_MODULE = None       # the built module; False when it could not be built
+_FAST_LAUNCH = None       # its launch(bound, stream, *values)
+_FAST_LOCK = __import__("threading").Lock()
+_KINDS = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "I", "u8": "B",
+          "u16": "H", "u32": "I", "u64": "Q", "fp32": "f", "f32": "f", "fp64": "d"}
+
+
+def _fast_module():
+    """The built fastlaunch module, or None where it cannot be built (no C compiler, no GPU)."""
+    global _FAST_MODULE, _FAST_LAUNCH
+    if _FAST_MODULE is None:
+        with _FAST_LOCK:
+            if _FAST_MODULE is None:
+                try:
+                    from triton.runtime.build import compile_module_from_src
+                    from triton.backends.nvidia import driver
+
+                    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "fastlaunch.c")
+                    with open(path) as f:
+                        source = f.read()
+                    module = compile_module_from_src(source, "fastlaunch",
+                                                     include_dirs=list(driver.include_dirs),
+                                                     libraries=["dl"])
+                    _FAST_LAUNCH = module.launch
+                    _FAST_MODULE = module
+                except Exception as err:  # noqa: BLE001  Triton's launcher still works
+                    FAST_SKIPPED["(all kernels)"] = f"fastlaunch could not be built: {err}"
+                    _FAST_MODULE = False
+    return _FAST_MODULE or None
+
+
+if FAST_LAUNCH and torch.cuda.is_available():
+    __import__("threading").Thread(target=_fast_module, name="tritonad-fastlaunch",
+                                   daemon=True).start()
+
+
+def _bind_fast(kl):
+    """A fastlaunch binding of KernelLaunch `kl` (its compiled kernel, grid and constant
+    arguments, the dynamic positions as parameter indices), or None (Triton's launcher then)."""
+    if not FAST_LAUNCH:
+        return None
+    module = _fast_module()
+    if module is None:
+        return None
+    compiled = kl.compiled
+    name = kl.kernel.fn.__name__
+    types = list(compiled.src.signature.values())
+    if len(types) != len(kl._bound):
+        FAST_SKIPPED[name] = f"{len(types)} signature entries for {len(kl._bound)} arguments"
+        return None
+    kinds, values, index = [], [], {}
+    for i, (kind, value) in enumerate(zip(types, kl._bound)):
+        if kind == "constexpr":
+            continue
+        code = "p" if isinstance(kind, str) and kind.startswith("*") else _KINDS.get(kind)
+        if code is None:
+            FAST_SKIPPED[name] = f"a parameter of type {kind}"
+            return None
+        index[i] = len(kinds)
+        kinds.append(code)
+        if isinstance(value, torch.Tensor):
+            value = value.data_ptr()
+        elif value is None:
+            value = 0
+        elif isinstance(value, bool):
+            value = int(value)
+        values.append(value)
+    try:
+        dynamic = tuple(index[i] for i in kl.dynamic)
+    except KeyError:
+        FAST_SKIPPED[name] = "a per-call argument that Triton made a constant"
+        return None
+    meta = compiled.metadata
+    config = (compiled.function, kl._g0, kl._g1, kl._g2, 32 * meta.num_warps, meta.shared,
+              getattr(meta, "num_ctas", 1), bool(kl._pdl), bool(kl._coop))
+    error = None
+    for scratch in (2, 0):  # Triton appends two scratch pointers (global, profile)
+        try:
+            return module.make(*config, "".join(kinds + ["p"] * scratch).encode(),
+                               tuple(values + [0] * scratch), dynamic)
+        except (ValueError, TypeError, OverflowError) as err:
+            error = err
+    FAST_SKIPPED[name] = str(error)
+    return None
 
 
 class PlanCache(dict):
