@@ -195,17 +195,24 @@ def test_eager_cnn_steps_never_copy_to_the_host():
         step(*next(batches))
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            loss = step(*next(batches))
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
-    copies = sorted({n for n in names if "DtoH" in n or "Device -> " in n})
-    waits = sorted({n for n in names if n in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
-                                              "cudaEventSynchronize")})
+        with torch.profiler.record_function("steps"):
+            for _ in range(3):
+                loss = step(*next(batches))
+        torch.cuda.synchronize()  # (outside the steps: the profiler's own wait for the GPU)
+    events = prof.events()
+    (steps,) = [e for e in events if e.name == "steps" and e.device_type.name == "CPU"]
+    start, end = steps.time_range.start, steps.time_range.end
+    host = [e.name for e in events if e.device_type.name == "CPU"
+            and start <= e.time_range.start <= end]
+    # a copy's GPU-side record runs after the host range ends: all of them count
+    copies = sorted({e.name for e in events if "DtoH" in e.name or "Device -> " in e.name})
+    waits = sorted({n for n in host if n in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                             "cudaEventSynchronize")})
     assert not copies, f"device-to-host copies in eager steps: {copies}"
     assert not waits, f"the host waited for the GPU inside eager steps: {waits}"
-    assert any("DtoH" in e.name for e in _profiled(lambda: loss.item())), \
-        "the profiler does not show device-to-host copies at all (the check would be blind)"
+    seen = [e.name for e in _profiled(lambda: loss.item())]  # (which ends in a synchronize)
+    assert any("DtoH" in n for n in seen) and "cudaDeviceSynchronize" in seen, \
+        "the profiler does not show device-to-host copies or waits at all (the check is blind)"
 
 
 def _profiled(fn):

@@ -526,7 +526,7 @@ def test_gpu_cross_entropy_bad_target_and_graph_capture():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape, dim", [((64, 131072), 1), ((4096, 32000), 1), ((1823, 781), 1),
+@pytest.mark.parametrize("shape, dim", [((64, 131072), 1), ((1024, 32000), 1), ((1823, 781), 1),
                                         ((781, 1823), 0), ((8, 512, 33), 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_softmax_against_torch(shape, dim, dtype):
