@@ -34,9 +34,17 @@ def pair(v, name="argument"):
 
 def _same_float(op, *tensors):
     """All floating point and of one dtype, or a clear error."""
-    raws = [t._data.dtype for t in tensors if t is not None]
-    if raws and raws[0].is_floating_point and all(d == raws[0] for d in raws):
-        return
+    first = None
+    for t in tensors:  # (a plain loop: this runs on every eager call of the nn ops)
+        if t is not None:
+            dtype = t._data.dtype
+            if first is None:
+                first = dtype
+            elif dtype != first:
+                break
+    else:
+        if first is None or first.is_floating_point:
+            return
     names = [f"{tuple(t.shape)} {t.dtype.name}" for t in tensors if t is not None]
     for t in tensors:
         if t is not None and not t.dtype.is_floating_point:

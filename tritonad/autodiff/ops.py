@@ -65,7 +65,7 @@ def _binary(fn, a, b):
     a_tensor, b_tensor = isinstance(a, Tensor), isinstance(b, Tensor)
     if a_tensor and b_tensor:
         sa, sb = a._data.shape, b._data.shape
-        if sa != sb:
+        if sa != sb and (sa, sb) not in _BROADCASTS:  # (a pair met before needs no check)
             broadcast_shapes(fn.__name__.lower(), sa, sb)
         return fn.apply(a, b)
     if not a_tensor and not b_tensor:

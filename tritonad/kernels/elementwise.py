@@ -391,11 +391,12 @@ class _Plan:
     Each launch is (KernelLaunch, element offset) over the operands' memory (two launches when a
     contiguous run is cut into a 16-aligned body and a tail, none for an empty result)."""
 
-    __slots__ = ("shape", "dtype", "device", "kinds", "launches", "single", "ta", "tb", "tc",
-                 "like")
+    __slots__ = ("shape", "strides", "dtype", "device", "kinds", "launches", "single", "ta",
+                 "tb", "tc", "like")
 
     def __init__(self, shape, dtype, device, kinds, launches, like):
         self.shape, self.dtype, self.device = shape, dtype, device
+        self.strides = _contiguous_strides(shape)
         self.kinds, self.launches = kinds, launches
         self.single = launches[0][0] if len(launches) == 1 and launches[0][1] == 0 else None
         self.ta, self.tb, self.tc = (k == TENSOR for k in kinds)
@@ -409,7 +410,8 @@ class _Plan:
             elif like == 1:
                 out = _empty_like(b)
             else:
-                out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+                out = torch.empty_strided(self.shape, self.strides, dtype=self.dtype,
+                                          device=self.device)
         launch = self.single
         if launch is not None:  # the common case: one launch over the whole arrays
             o = ptr(out)
@@ -424,6 +426,14 @@ class _Plan:
                     pointers[i] = offset_ptr(x, start) if start else ptr(x)
             launch(o, *pointers, pa, pb, pc)
         return out
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):

@@ -658,13 +658,13 @@ class _Recorder:
     def __init__(self, arrays, args=()):
         self.args = args               # the call's arguments (a result may be one of them)
         self.slots = list(arrays)      # the call's arrays, then each allocation
-        self.temps = []                # (shape, torch dtype, device) of each allocation
+        self.temps = []                # (shape, strides, torch dtype, device) of each allocation
         self.steps = []                # (KernelLaunch, [(slot, byte offset, view)])
         self.failed = None             # why the call cannot be replayed
 
     def allocated(self, array):
         self.slots.append(array)
-        self.temps.append((tuple(array.shape), array.dtype, array.device))
+        self.temps.append((tuple(array.shape), array.stride(), array.dtype, array.device))
 
     def locate(self, x):
         """(slot, byte offset, view) of an array argument, or None if it points elsewhere.
@@ -741,6 +741,9 @@ class _Recorder:
         return _UNPLANNABLE
 
 
+_empty_strided = torch.empty_strided
+
+
 def _view(slot, view):
     if view is None:
         return slot
@@ -775,8 +778,8 @@ class _Plan:
 
     def __call__(self, arrays, args=()):
         slots = list(arrays)
-        for shape, dtype, device in self.temps:
-            slots.append(torch.empty(shape, dtype=dtype, device=device))
+        for shape, strides, dtype, device in self.temps:  # (empty_strided: ~1 us less a call)
+            slots.append(_empty_strided(shape, strides, dtype=dtype, device=device))
         if RAW_POINTERS:
             for launch, sources in self.steps:
                 launch(*[slots[i].data_ptr() + offset for i, offset, _ in sources])
@@ -799,6 +802,18 @@ class _Plan:
 
 
 _Tensor = torch.Tensor
+# tuples of ints met as arguments (sizes, strides, pairs): a set lookup then stands for the
+# element-by-element type check (~10x faster). Equal tuples compare equal whatever their element
+# types, so only tuples that start with an int are looked up (a float pair takes the slow path);
+# a mixed tuple such as (2, 2.0) would be keyed like (2, 2), which launches the same kernels.
+_INT_TUPLES: set = set()
+
+
+def _known_int_tuple(v):
+    try:
+        return v in _INT_TUPLES
+    except TypeError:  # an unhashable element (a list)
+        return False
 
 
 def _signature(values, arrays):
@@ -812,7 +827,11 @@ def _signature(values, arrays):
             arrays.append(v)
             key.append((v.dtype, v.shape, v.stride(), v.device, v.data_ptr() % 16 == 0))
         elif t is tuple or t is list:
-            if t is tuple and all(type(e) is int for e in v):  # sizes, strides, pairs
+            if t is tuple and (not v or type(v[0]) is int) and _known_int_tuple(v):
+                key.append(v)
+            elif t is tuple and all(type(e) is int for e in v):  # sizes, strides, pairs
+                if len(_INT_TUPLES) < 4096:
+                    _INT_TUPLES.add(v)
                 key.append(v)
             else:
                 key.append((t, _signature(v, arrays)))
