@@ -168,6 +168,68 @@ def test_reference_unfold_fold_against_torch(monkeypatch):
     assert_close(back, want, 1e-12, 1e-12)
 
 
+def _fresh_backward(ref, dy, x, w, *geometry):
+    """conv2d_backward with no columns kept from a forward: the columns built again."""
+    td.reference._WORK.kept_columns = None
+    return ref.conv2d_backward(dy, x, w, *geometry)
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.float64])
+def test_reference_conv_backward_reuses_only_columns_of_the_same_input(dtype):
+    """The forward keeps its columns for the backward (td.reference._KeptColumns): the weight
+    gradient is bit for bit the one of columns built again, and a backward whose input changed
+    in place since the forward, or whose input is another array, never reads columns of other
+    values."""
+    rng = np.random.default_rng(4)
+    ref = NumpyBackend()
+    geometry = ((1, 1), (2, 2), (1, 1), 1)
+    x1, x2 = (raw_from_numpy(rng.standard_normal((3, 4, 6, 5)), dtype) for _ in range(2))
+    w = raw_from_numpy(rng.standard_normal((5, 4, 5, 5)), dtype)  # 4 * 25 > 5: samples last
+    dy = raw_from_numpy(rng.standard_normal((3, 5, 6, 5)), dtype)
+    want1, want2 = (_fresh_backward(ref, dy, x, w, *geometry) for x in (x1, x2))
+    # two forwards, then their backwards in reverse order, as autodiff runs them
+    ref.conv2d(x1, w, None, *geometry)
+    ref.conv2d(x2, w, None, *geometry)
+    for x, want in ((x2, want2), (x1, want1)):
+        got = ref.conv2d_backward(dy, x, w, *geometry)
+        for g, e in zip(got, want):
+            assert torch.equal(g, e)
+    # the input changed in place (through numpy, which no version counter sees) after the
+    # forward: the backward sees the new values
+    ref.conv2d(x1, w, None, *geometry)
+    to_numpy(x1)[1, 2, 3, 4] += 1
+    x1_now = raw_from_numpy(to_numpy(x1).copy(), dtype)
+    got = ref.conv2d_backward(dy, x1, w, *geometry)
+    want = _fresh_backward(ref, dy, x1_now, w, *geometry)
+    assert torch.equal(got[1], want[1])
+    # another geometry on the same input builds its own columns
+    ref.conv2d(x2, w, None, *geometry)
+    other = ((1, 1), (2, 1), (1, 1), 1)
+    dy_other = raw_from_numpy(rng.standard_normal((3, 5, 6, 3)), dtype)
+    got = ref.conv2d_backward(dy_other, x2, w, *other)
+    want = _fresh_backward(ref, dy_other, x2, w, *other)
+    assert torch.equal(got[1], want[1])
+
+
+def test_reference_conv_keeps_a_bounded_number_of_columns():
+    rng = np.random.default_rng(5)
+    ref = NumpyBackend()
+    geometry = ((1, 1), (1, 1), (1, 1), 1)
+    w = raw_from_numpy(rng.standard_normal((2, 3, 3, 3)), td.float32)
+    xs = [raw_from_numpy(rng.standard_normal((2, 3, 5, 5)), td.float32) for _ in range(6)]
+    dy = raw_from_numpy(rng.standard_normal((2, 2, 5, 5)), td.float32)
+    wants = [_fresh_backward(ref, dy, x, w, *geometry) for x in xs]
+    for x in xs:
+        ref.conv2d(x, w, None, *geometry)
+    kept = td.reference._kept_columns()
+    assert len(kept.slots) == kept.SLOTS and all(slot[2] for slot in kept.slots)
+    # the two oldest were dropped: those backwards build their columns again
+    for x, want in zip(xs, wants):
+        got = ref.conv2d_backward(dy, x, w, *geometry)
+        assert torch.equal(got[1], want[1])
+    assert not any(slot[2] for slot in kept.slots)  # every kept entry was taken
+
+
 # ----------------------------------------------------------------------------- properties
 
 _SIZES = [1, 2, 3, 5, 8, 13]
