@@ -1,6 +1,7 @@
 """Sweep the implicit-GEMM convolution kernels: operand layouts and tile configs, against cuDNN.
 
-For each layer, precision (fp32 = IEEE float32, cuDNN TF32 off; tf32 = TF32 on both sides),
+For each layer, precision (fp32 = float32 accuracy: ours 3xTF32, or IEEE FMA with
+TRITONAD_CONV_IEEE=1, cuDNN with TF32 off; tf32 = TF32 on both sides),
 direction (fwd; dx = input gradient; dw = weight + bias gradient) and layout variant of the
 implicit path, every config of a wide menu is timed by Triton's autotuner (its per-config
 timings are read back); the launcher as the library calls it (with its weight-packing /
@@ -16,7 +17,7 @@ come first, later ones are skipped with a note when the budget is spent. Used to
 config menus (conv.GEMM_MENU / conv.WGRAD_MENU) and the layout defaults; not part of
 `tritonad bench`.
 
-    python benchmarks/sweep_conv.py --out DIR [--budget 330] [--quick]
+    python benchmarks/sweep_conv.py --out DIR [--budget 330] [--quick] [--precisions fp32]
 """
 from __future__ import annotations
 
@@ -42,14 +43,18 @@ def gemm_space():
     return {"ieee": [(32, 16, 4, 2), (64, 16, 4, 2), (64, 32, 4, 2), (128, 16, 4, 2),
                      (128, 16, 8, 2), (128, 32, 8, 2), (256, 16, 8, 2), (128, 16, 4, 1)],
             "tf32": [(64, 32, 4, 3), (64, 32, 4, 4), (128, 32, 4, 3), (128, 32, 4, 4),
-                     (128, 32, 8, 3), (256, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)]}
+                     (128, 32, 8, 3), (256, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
+            "tf32x3": [(64, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2), (128, 32, 8, 3),
+                       (128, 32, 8, 2), (64, 16, 4, 2), (128, 16, 4, 2), (64, 32, 8, 3)]}
 
 
 def wgrad_space():
     """(BLOCK_K pixels, warps, stages) per kind: wider than conv.WGRAD_MENU."""
     return {"ieee": [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 8, 2), (16, 4, 1), (32, 4, 3)],
             "tf32": [(32, 4, 3), (32, 4, 4), (64, 4, 3), (64, 8, 3), (64, 8, 4), (128, 8, 3),
-                     (128, 4, 2)]}
+                     (128, 4, 2)],
+            "tf32x3": [(32, 4, 3), (32, 4, 2), (16, 4, 2), (32, 8, 2), (64, 8, 3), (64, 8, 2),
+                       (16, 2, 2), (64, 4, 2)]}
 
 
 def _set_precision(name):
@@ -89,20 +94,20 @@ def _cases(conv, x, w, b, dy, pad):
     }
 
 
-def _plan(quick):
+def _plan(quick, precisions=("tf32", "fp32")):
     """(layer, precision, direction, variant, wide menu?) in order of importance."""
     items = []
     for layer in ("conv2", "conv1"):
-        for precision in ("tf32", "fp32"):
+        for precision in precisions:
             for direction in ("fwd", "dx", "dw"):
                 if layer == "conv1" and direction == "dx":
                     continue  # the image needs no gradient (and auto runs it on im2col)
                 items.append((layer, precision, direction, "packed", True))
-    for precision in ("tf32", "fp32"):
+    for precision in precisions:
         for direction in ("fwd", "dx"):
             items += [("conv2", precision, direction, v, False) for v in ("nhwc", "nchw")]
     if not quick:
-        for precision in ("tf32", "fp32"):
+        for precision in precisions:
             items += [("56x56-k3", precision, d, "packed", False) for d in ("fwd", "dx", "dw")]
     return items
 
@@ -111,6 +116,8 @@ def main(argv=None):
     def extra(parser):
         parser.add_argument("--budget", type=float, default=330.0,
                             help="seconds after which remaining items are skipped")
+        parser.add_argument("--precisions", default="tf32,fp32",
+                            help="comma-separated among tf32, fp32 (default: both)")
     args = common.parse_args(__doc__.splitlines()[0], argv, extra)
     common.require_gpu("sweep_conv")
     from tritonad.kernels import conv
@@ -122,7 +129,8 @@ def main(argv=None):
     td.autotune(True)
     default_gemm, default_wgrad = dict(conv.GEMM_MENU), dict(conv.WGRAD_MENU)
     problems, results, skipped = {}, [], []
-    for layer, precision, direction, variant, wide in _plan(args.quick):
+    for layer, precision, direction, variant, wide in _plan(args.quick,
+                                                            args.precisions.split(",")):
         if time.perf_counter() - start_all > args.budget:
             skipped.append(f"{layer} {precision} {direction} {variant}")
             continue
@@ -131,7 +139,7 @@ def main(argv=None):
         x, w, b, dy = problems[layer]
         _set_precision(precision)
         conv.PACK_WEIGHTS, conv.CHANNELS_LAST = VARIANTS[variant]
-        kind = "tf32" if precision == "tf32" else "ieee"
+        kind = conv._menu_kind(conv._precision(torch.float32), torch.float32)
         conv.GEMM_MENU = dict(default_gemm, **({kind: gemm_space()[kind]} if wide else {}))
         conv.WGRAD_MENU = dict(default_wgrad, **({kind: wgrad_space()[kind]} if wide else {}))
         conv.CONV_ALGO = "implicit"

@@ -40,8 +40,9 @@ the spatial offset and bounds test are per pixel, not per element); with few cha
 MNIST input, C = 1) K is the flat (c, i, j) index so that a K = 25 problem is one 32-wide tile,
 not 25 mostly-empty ones.
 
-NOTE: products accumulate in float32 (tl.dot); float32 inputs multiply in IEEE float32 or TF32
-as conv_precision() says, float16 / bfloat16 on their tensor cores; results are rounded once.
+NOTE: products accumulate in float32 (tl.dot); float32 inputs multiply in TF32 or, for float32
+accuracy (conv_precision() "highest"), as 3xTF32, float16 / bfloat16 on their tensor cores;
+results are rounded once.
 On the im2col path the weight gradient's per-image products come out of the matmul in the
 input dtype before their float32 sum over the batch (one more rounding for half types).
 """
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 
 import torch
 import triton
@@ -66,6 +68,8 @@ CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K chan
 PACK_WEIGHTS = True      # channel-inner implicit GEMM: weights copied K-major first (vector loads)
 CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied to NHWC first
 _ALGOS = ("auto", "im2col", "implicit")
+# conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
+CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
 
 
 # ============================================================================ kernels
@@ -486,10 +490,13 @@ def _check_float(op, *arrays, allow_f64=False):
 
 
 def _precision(dtype):
-    """tl.dot input precision: TF32 unless conv_precision() is "highest" (IEEE float32); half
-    types use their tensor cores whatever it says (the flag only concerns float32)."""
+    """tl.dot input precision: TF32 unless conv_precision() is "highest" (float32 accuracy); half
+    types use their tensor cores whatever it says (the flag only concerns float32). Float32
+    accuracy runs as 3xTF32 ("tf32x3": each operand split into a TF32 head and tail, three
+    tensor-core products, tail x tail dropped), as the matmul does: relative error at float32's
+    level, on tensor cores rather than the CUDA cores' FMA (TRITONAD_CONV_IEEE=1: the FMA path)."""
     if dtype == torch.float32 and conv_precision() == "highest":
-        return "ieee"
+        return "ieee" if CONV_IEEE else "tf32x3"
     return "tf32"
 
 
@@ -507,11 +514,13 @@ def _dot_fp32(dtype):
 GEMM_MENU = {
     "ieee": [(128, 16, 4, 2), (64, 16, 4, 2), (128, 32, 8, 2)],   # CUDA-core FMA
     "tf32": [(64, 32, 4, 3), (64, 32, 4, 4), (128, 32, 4, 3)],    # wgmma, cp.async pipelined
+    "tf32x3": [(64, 32, 4, 3), (64, 32, 4, 2), (128, 32, 8, 3)],  # three products per step
     "half": [(128, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 3)],
 }
 WGRAD_MENU = {
     "ieee": [(16, 4, 1), (16, 4, 2), (32, 4, 2)],
     "tf32": [(32, 4, 4), (32, 4, 3), (64, 8, 3)],
+    "tf32x3": [(16, 2, 2), (16, 4, 2), (32, 4, 2)],  # (H100 sweep, 2026-11-24: 0.35-0.53 ms)
     "half": [(64, 4, 3), (64, 8, 3), (128, 8, 3)],
 }
 
