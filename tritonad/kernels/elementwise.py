@@ -373,14 +373,14 @@ _empty_like = torch.empty_like
 
 def _key(x):
     """What a plan depends on for one array operand (see _operand)."""
-    return x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0
+    return x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0
 
 
 def _operand(x):
     """(what a plan depends on, the kernel's scalar payload) for one operand: an array's dtype,
     shape, strides, device and pointer alignment; a number's kind (its value is the payload)."""
     if isinstance(x, _Tensor):
-        return (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16 == 0), 0
+        return (x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0), 0
     if x is None:
         return None, 0
     return _scalar_arg(x)

@@ -825,7 +825,7 @@ def _signature(values, arrays):
         t = type(v)
         if t is _Tensor or isinstance(v, _Tensor):
             arrays.append(v)
-            key.append((v.dtype, v.shape, v.stride(), v.device, v.data_ptr() % 16 == 0))
+            key.append((v.dtype, v.shape, v.stride(), v.get_device(), v.data_ptr() % 16 == 0))
         elif t is tuple or t is list:
             if t is tuple and (not v or type(v[0]) is int) and _known_int_tuple(v):
                 key.append(v)
