@@ -236,6 +236,35 @@ class Function:
         return outputs[0] if single else tuple(outputs)
 
 
+    # The commonest eager calls, one or two Tensors and nothing to record, without apply's
+    # general pass over the arguments (about 1 us of Python on a GPU host); anything else, and
+    # every case these do not take (a gradient to record, two devices, no primitive), is apply's.
+    @classmethod
+    def apply1(cls, x):
+        """apply(x) for one argument."""
+        state = _state
+        if cls.primitive is not None and isinstance(x, Tensor) and \
+                not (x._requires_grad and state.enabled):
+            raw = x._data
+            be = state.cuda if raw.is_cuda else state.cpu
+            if be is not None:
+                return Tensor._wrap(getattr(be, cls.primitive)(raw), False, None, 0, None)
+        return cls.apply(x)
+
+    @classmethod
+    def apply2(cls, a, b):
+        """apply(a, b) for two Tensors."""
+        state = _state
+        if cls.primitive is not None and \
+                not ((a._requires_grad or b._requires_grad) and state.enabled):
+            ra, rb = a._data, b._data
+            if ra.get_device() == rb.get_device():  # (else apply names both devices)
+                be = state.cuda if ra.is_cuda else state.cpu
+                if be is not None:
+                    return Tensor._wrap(getattr(be, cls.primitive)(ra, rb), False, None, 0, None)
+        return cls.apply(a, b)
+
+
 def _raise_devices(cls, args):
     found = [(tuple(a.shape), str(a.device)) for a in args if isinstance(a, Tensor)]
     names = sorted({d for _, d in found})

@@ -67,7 +67,7 @@ def _binary(fn, a, b):
         sa, sb = a._data.shape, b._data.shape
         if sa != sb and (sa, sb) not in _BROADCASTS:  # (a pair met before needs no check)
             broadcast_shapes(fn.__name__.lower(), sa, sb)
-        return fn.apply(a, b)
+        return fn.apply2(a, b)
     if not a_tensor and not b_tensor:
         raise TypeError(f"{fn.__name__.lower()}: expected at least one tensor")
     if a_tensor and not isinstance(b, numbers.Number):
@@ -495,15 +495,15 @@ class Clamp(Function):
         return where(inside, dy, 0.0), None, None
 
 
-def neg(x): return Neg.apply(x)
-def exp(x): return Exp.apply(x)
-def log(x): return Log.apply(x)
-def sqrt(x): return Sqrt.apply(x)
-def abs(x): return Abs.apply(x)
-def sign(x): return Sign.apply(x)
-def relu(x): return Relu.apply(x)
-def sigmoid(x): return Sigmoid.apply(x)
-def tanh(x): return Tanh.apply(x)
+def neg(x): return Neg.apply1(x)
+def exp(x): return Exp.apply1(x)
+def log(x): return Log.apply1(x)
+def sqrt(x): return Sqrt.apply1(x)
+def abs(x): return Abs.apply1(x)
+def sign(x): return Sign.apply1(x)
+def relu(x): return Relu.apply1(x)
+def sigmoid(x): return Sigmoid.apply1(x)
+def tanh(x): return Tanh.apply1(x)
 
 
 def clamp(x, min=None, max=None):
