@@ -683,12 +683,12 @@ def tanh(x, out=None): return _unary("tanh", x, out, float_result=True)
 def _binary(op, a, b, out, result=None, float_result=False):
     """r = op(a, b) with numpy broadcasting; the result type is dtypes.result_type(a, b)
     (float32 for integers when float_result), or `result` (comparisons: bool)."""
-    if type(a) is _Tensor:
-        ka, pa = _key(a), 0
+    if type(a) is _Tensor:  # (_key inline: this runs on every eager call)
+        ka, pa = (a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() % 16 == 0), 0
     else:
         ka, pa = _operand(a)
     if type(b) is _Tensor:
-        kb, pb = _key(b), 0
+        kb, pb = (b.dtype, b.shape, b.stride(), b.get_device(), b.data_ptr() % 16 == 0), 0
     else:
         kb, pb = _operand(b)
     key = (op, ka, kb, None if out is None else _key(out))
