@@ -11,7 +11,7 @@ from helpers import assert_close, check_op, check_primitive, random_array
 import tritonad as td
 import tritonad.nn.functional as F
 from tritonad.kernels import pool
-from tritonad.reference import NumpyBackend
+from tritonad.reference import NumpyBackend, to_numpy
 
 # ----------------------------------------------------------------------------- references
 # The numpy reference backend is the oracle; torch's CPU pooling (an independent
@@ -216,6 +216,46 @@ def test_reference_max_pool_keeps_the_first_maximum_bits():
     y, idx = NumpyBackend().max_pool2d(x, (1, 2), (1, 2))
     assert idx.tolist() == [[[[0, 2]]]]
     assert torch.signbit(y).tolist() == [[[[True, False]]]]
+
+
+def _same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+        a.view({4: torch.int32, 8: torch.int64}[a.element_size()]),
+        b.view({4: torch.int32, 8: torch.int64}[b.element_size()]))
+
+
+@pytest.mark.parametrize("kernel", [(1, 1), (2, 2), (3, 3), (2, 3), (4, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reference_tiled_max_pool_is_the_general_path(kernel, dtype, monkeypatch):
+    """Windows that tile the input (stride = kernel, no padding, dilation or overhang) take a
+    faster path in the reference (NumpyBackend._max_pool_tiled; the backward as one scatter):
+    maxima, indices and gradients bit for bit those of the general path, on ties, infinities,
+    all -inf windows, a NaN, -0.0, sizes the windows do not divide, strided inputs and dy,
+    and indices outside their windows."""
+    rng = np.random.default_rng(6)
+    base = rng.integers(-2, 3, (2, 3, 11, 14)).astype(np.float64)
+    base[0, 0, :4, :4] = -np.inf
+    base[1, 2, 5, 6] = np.inf
+    nan, zero = base.copy(), base.copy()
+    nan[1, 1, 4, 4] = np.nan
+    zero[0, 2, 2, 1] = -0.0
+    contiguous = torch.from_numpy(base).to(dtype)
+    strided = torch.from_numpy(np.ascontiguousarray(base.transpose(0, 1, 3, 2))).to(dtype)
+    strided = strided.transpose(2, 3)[:, :, 1:, :]  # (not contiguous, an offset)
+    ref = NumpyBackend()
+    general = NumpyBackend()
+    monkeypatch.setattr(general, "_tiled", lambda *args: False)
+    for x in (contiguous, strided, torch.from_numpy(nan).to(dtype),
+              torch.from_numpy(zero).to(dtype)):
+        fast, slow = (b.max_pool2d(x, kernel, kernel) for b in (ref, general))
+        assert _same_bits(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+        assert _same_bits(ref.max_pool2d(x, kernel, kernel, with_indices=False)[0], slow[0])
+        dy = torch.from_numpy(rng.standard_normal(tuple(fast[0].shape) + (2,))).to(dtype)[..., 0]
+        for index in (fast[1], torch.where(fast[1] % 3 == 0, fast[1], 0)):  # some not theirs
+            dx = ref.max_pool2d_backward(dy, index, x.shape, kernel, kernel)
+            assert _same_bits(dx, general.max_pool2d_backward(dy, index, x.shape, kernel, kernel))
+    # the fast path ran where it could (no NaN, no -0.0)
+    assert ref._max_pool_tiled(to_numpy(contiguous), kernel, fast[0].shape[2:], True) is not None
 
 
 def _deterministic_case(shape, device, seed):

@@ -864,6 +864,51 @@ class NumpyBackend(Backend):
                           for i in range(kernel[0]) for j in range(kernel[1])], np.int64)
         return rows * w + cols, shift
 
+    @staticmethod
+    def _tiled(kernel, stride, padding, dilation, extra):
+        """Whether the windows tile the input: side by side (stride = kernel), no padding, no
+        dilation, no ceil_mode overhang. Max pooling then has the faster paths below."""
+        return tuple(kernel) == tuple(stride) and not any(padding) and \
+            tuple(dilation) == (1, 1) and not any(extra) and kernel[0] * kernel[1] < 127
+
+    def _max_pool_tiled(self, v, kernel, out_hw, with_indices):
+        """(y, index or None) of max_pool2d over tiled windows (_tiled), or None where the
+        general path must decide (a NaN, a -0.0).
+
+        The windows are copied once into [kh kw, n, C, Ho, Wo], offset by offset, so that every
+        later pass runs over contiguous arrays (numpy's loops over the strided views run Wo
+        numbers at a time: 14 on the MNIST cnn). y is the np.maximum of the offsets, and the
+        index that of the first offset equal to it: the first maximum wins, as torch. That is
+        the general path's result bit for bit except where it cannot be: np.maximum may keep
+        either zero of a tie of -0.0 and 0.0, and a NaN is the maximum only there."""
+        (kh, kw), (ho, wo) = kernel, out_hw
+        n, c, h, w = v.shape
+        tiles = _workspace("pool_tiles", (kh, kw, n, c, ho, wo), v.dtype)
+        np.copyto(tiles, v[:, :, :ho * kh, :wo * kw].reshape(n, c, ho, kh, wo, kw)
+                  .transpose(3, 5, 0, 1, 2, 4))
+        tiles = tiles.reshape(kh * kw, n, c, ho, wo)
+        y = tiles[0].copy() if len(tiles) == 1 else np.maximum(tiles[0], tiles[1])
+        for tile in tiles[2:]:
+            np.maximum(y, tile, out=y)
+        bits = np.dtype(f"u{v.itemsize}")
+        negative_zero = np.array(-0.0, v.dtype).view(bits)
+        if np.isnan(y).any() or (tiles.view(bits) == negative_zero).any():
+            return None
+        if not with_indices:
+            return y, None
+        # tap: how many offsets come before the first one holding the maximum
+        later = tiles[0] != y
+        tap = later.view(np.int8).copy()
+        differs = np.empty_like(later)
+        for tile in tiles[1:-1]:
+            np.not_equal(tile, y, out=differs)
+            later &= differs
+            tap += later.view(np.int8)
+        corner, shift = self._window_corners(v.shape, kernel, kernel, (0, 0), (1, 1), out_hw)
+        index = np.take(shift, tap)
+        index += corner
+        return y, index
+
     def _check_max_pool_backward(self, dy, indices, input_shape, out_hw):
         n, c = input_shape[:2]
         if tuple(dy.shape) != (n, c) + tuple(out_hw) or tuple(indices.shape) != tuple(dy.shape):
@@ -878,6 +923,13 @@ class NumpyBackend(Backend):
         n, c, h, w = v.shape
         out_hw, extra = self._pool_geometry(v.shape, kernel_size, stride, padding, dilation,
                                             ceil_mode)
+        if v.size and min(out_hw) > 0 and \
+                self._tiled(kernel_size, stride, padding, dilation, extra):
+            tiled = self._max_pool_tiled(v, kernel_size, out_hw, with_indices)
+            if tiled is not None:
+                y, index = tiled
+                return self._fresh(y, dtype), \
+                    None if index is None else self._fresh(index, dtypes.int64)
         positions = self._tap_positions(v.shape, kernel_size, stride, padding, dilation, out_hw)
         # a window whose real elements are all -inf points at its first real element, never at
         # padding (as torch); one lying wholly in the padding (dilated) gets -1
@@ -925,6 +977,21 @@ class NumpyBackend(Backend):
                                             ceil_mode)
         self._check_max_pool_backward(dy, indices, input_shape, out_hw)
         g = self._float_in(dy, dtype)
+        if g.size and self._tiled(kernel_size, stride, padding, dilation, extra):
+            # tiled windows: each index that lies in its own window (all of them, from our
+            # forward) is a distinct position, so the gather is one assignment dx[index] = dy
+            corner, shift = self._window_corners(input_shape, kernel_size, stride, padding,
+                                                 dilation, out_hw)
+            index = to_numpy(indices)
+            at = index - corner
+            inside = at == shift[0]
+            for offset in shift[1:]:
+                inside |= at == offset
+            if inside.all():
+                dx = np.zeros((n, c, h, w), g.dtype)
+                planes = np.arange(n * c, dtype=np.int64).reshape(n, c, 1, 1) * (h * w)
+                dx.reshape(-1)[(index + planes).reshape(-1)] = g.reshape(-1)
+                return self._fresh(dx, dtype)
         target = np.zeros((n, c, h + 2 * padding[0] + extra[0], w + 2 * padding[1] + extra[1]),
                           g.dtype)
         if g.size:
