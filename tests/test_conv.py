@@ -135,6 +135,7 @@ def test_reference_conv_against_torch(geometry, chunk_bytes, dtype, monkeypatch)
     """The reference's own float32 path (not only the float64 one the kernel tests use), with
     the batch split into chunks, against torch's float64 convolution and autograd."""
     monkeypatch.setattr(td.reference, "CONV_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(td.reference, "CONV_GRAD_ROWS_BYTES", chunk_bytes)  # 1: row by row
     xs, ws, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(2)
     x, w, b = rng.standard_normal(xs), rng.standard_normal(ws), rng.standard_normal(ws[0])

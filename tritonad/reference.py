@@ -392,6 +392,9 @@ def _kept_columns():
 # in chunks of samples whose columns take about this many bytes (all at once for a training
 # batch of the MNIST cnn, ~60 MB; a 1000-image evaluation batch in ten chunks).
 CONV_CHUNK_BYTES = 64 << 20
+# ... and the input gradient's column gradients go in pieces of whole output rows of about this
+# many bytes (one row, 4.5 MB, for the MNIST cnn's second layer), to be added up in the cache
+CONV_GRAD_ROWS_BYTES = 4 << 20
 
 
 def _batch_chunks(n, bytes_per_sample):
@@ -790,40 +793,73 @@ class NumpyBackend(Backend):
         weights = k.reshape(groups, co // groups, depth)
         dx = np.empty((n, c, h, wd), g.dtype) if input_grad else None
         dw = np.zeros((groups, co // groups, depth), g.dtype) if weight_grad else None
+        db = None
         chunks = _batch_chunks(n, c * kh * kw * size * v.itemsize)
-        if input_grad or weight_grad:
-            for lo, hi in chunks:
-                m = hi - lo
-                # dy of the chunk as [G, Co/G, L m], in the columns' order
+        for lo, hi in chunks if input_grad or weight_grad else ():
+            m = hi - lo
+            gm = g[lo:hi].reshape(m, co, size)
+            dyt = None
+            if last or input_grad:  # dy of the chunk as [G, Co/G, L m], in the columns' order
                 dyt = _workspace("conv_dy", (co, size * m), g.dtype)
                 if last:  # [m, Co, L] -> [Co, L, m]
-                    np.copyto(dyt.reshape(co * size, m), g[lo:hi].reshape(m, co * size).T)
+                    np.copyto(dyt.reshape(co * size, m), gm.reshape(m, co * size).T)
                 else:  # [m, Co, L] -> [Co, m, L]
-                    np.copyto(dyt.reshape(co, m, size), g[lo:hi].reshape(m, co, size)
-                              .transpose(1, 0, 2))
+                    np.copyto(dyt.reshape(co, m, size), gm.transpose(1, 0, 2))
+                if bias_grad:  # (contiguous rows: faster than a sum over dy's axes 0, 2, 3)
+                    db = dyt.sum(axis=1) if db is None else db + dyt.sum(axis=1)
                 dyt = dyt.reshape(groups, co // groups, size * m)
-                if weight_grad:
-                    kept = _kept_columns().take(((kh, kw), stride, padding, dilation, last), v) \
-                        if len(chunks) == 1 else None
-                    if kept is None:
-                        cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw),
-                                             stride, dilation, out_hw, last)
-                    else:
-                        cols = kept[:depth * groups * size * m * g.itemsize].view(g.dtype)
-                    cols = cols.reshape(groups, depth, size * m)
-                    # dW^T = cols @ dy^T: OpenBLAS runs this orientation ~15% faster than
-                    # dy @ cols^T at the MNIST cnn's shapes (a long K = L m)
-                    dw += np.matmul(cols, dyt.transpose(0, 2, 1)).transpose(0, 2, 1)
-                if input_grad:
-                    dcols = np.matmul(weights.transpose(0, 2, 1), dyt,
-                                      out=_workspace("column_grads", (groups, depth, size * m),
-                                                     g.dtype))
-                    planes = _zero_planes(m, c, (h, wd), padding, last, g.dtype)
-                    _add_columns(planes, dcols, (kh, kw), stride, dilation, out_hw, last)
-                    dx[lo:hi] = _interior(planes, padding, (h, wd), last)
+            if weight_grad and last:
+                kept = _kept_columns().take(((kh, kw), stride, padding, dilation, last), v) \
+                    if len(chunks) == 1 else None
+                if kept is None:
+                    cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw),
+                                         stride, dilation, out_hw, last)
+                else:
+                    cols = kept[:depth * groups * size * m * g.itemsize].view(g.dtype)
+                cols = cols.reshape(groups, depth, size * m)
+                # dW^T = cols @ dy^T: OpenBLAS runs this orientation ~15% faster than
+                # dy @ cols^T at the MNIST cnn's shapes (a long K = L m)
+                dw += np.matmul(cols, dyt.transpose(0, 2, 1)).transpose(0, 2, 1)
+            elif weight_grad:
+                # columns (sample, p, q): one product per sample straight from dy, summed,
+                # instead of dy transposed to the columns' order first (2x faster for the
+                # MNIST cnn's first layer: K = 25, L = 784)
+                cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
+                                     dilation, out_hw, last)
+                per_sample = np.matmul(
+                    cols.reshape(groups, depth, m, size).transpose(0, 2, 1, 3),
+                    gm.reshape(m, groups, co // groups, size).transpose(1, 0, 3, 2))
+                dw += per_sample.sum(axis=1).transpose(0, 2, 1)
+            if input_grad:
+                self._conv_input_grad(dx[lo:hi], dyt, weights, (kh, kw), stride, padding,
+                                      dilation, out_hw, last)
+        if bias_grad and db is None:
+            db = g.reshape(n, co, size).sum(axis=2).sum(axis=0)
         return (None if dx is None else self._fresh(dx, dtype),
                 None if dw is None else self._fresh(dw.reshape(co, cg, kh, kw), dtype),
-                self._new(g.sum(axis=(0, 2, 3)), dtype) if bias_grad else None)
+                self._new(db, dtype) if bias_grad else None)
+
+    @staticmethod
+    def _conv_input_grad(dx, dyt, weights, kernel, stride, padding, dilation, out_hw, last):
+        """dx [m, C, H, W] = col2im(W^T @ dy) for dy as dyt [G, Co/G, L m] (columns' order).
+        Samples last, the product and its col2im go a few output rows at a time, so that the
+        column gradients are added while they are still in the cache (their full [C kh kw, L m]
+        array is 63 MB for the MNIST cnn's second layer)."""
+        m, c, h, wd = dx.shape
+        groups, depth = weights.shape[0], weights.shape[2]
+        row = out_hw[1] * m if last else out_hw[0] * out_hw[1] * m  # columns per output row
+        rows = max(1, CONV_GRAD_ROWS_BYTES // (groups * depth * row * dyt.itemsize)) \
+            if last else out_hw[0]
+        planes = _zero_planes(m, c, (h, wd), padding, last, dyt.dtype)
+        for p0 in range(0, out_hw[0], rows):
+            p1 = min(out_hw[0], p0 + rows)
+            span = (p1 - p0) * row if last else dyt.shape[2]
+            dcols = np.matmul(weights.transpose(0, 2, 1), dyt[:, :, p0 * row:p0 * row + span],
+                              out=_workspace("column_grads", (groups, depth, span), dyt.dtype))
+            # (output rows p0..p1 read the planes from row p0 * sh on)
+            _add_columns(planes[:, p0 * stride[0]:] if last else planes, dcols, kernel, stride,
+                         dilation, (p1 - p0, out_hw[1]), last)
+        dx[...] = _interior(planes, padding, (h, wd), last)
 
     # pooling ------------------------------------------------------------------------------------
     # One pass per kernel offset over strided views of the padded input (_taps), as the
