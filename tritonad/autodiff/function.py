@@ -240,16 +240,17 @@ class Function:
     # general pass over the arguments (about 1 us of Python on a GPU host); anything else, and
     # every case these do not take (a gradient to record, two devices, no primitive), is apply's.
     @classmethod
-    def apply1(cls, x):
-        """apply(x) for one argument."""
+    def apply1(cls, x, *rest):
+        """apply(x, *rest) for one Tensor followed by arguments that are not Tensors (dims,
+        flags, dtypes: the caller's promise)."""
         state = _state
         if cls.primitive is not None and isinstance(x, Tensor) and \
                 not (x._requires_grad and state.enabled):
             raw = x._data
             be = state.cuda if raw.is_cuda else state.cpu
             if be is not None:
-                return Tensor._wrap(getattr(be, cls.primitive)(raw), False, None, 0, None)
-        return cls.apply(x)
+                return Tensor._wrap(getattr(be, cls.primitive)(raw, *rest), False, None, 0, None)
+        return cls.apply(x, *rest)
 
     @classmethod
     def apply2(cls, a, b):

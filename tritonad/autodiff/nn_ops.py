@@ -225,7 +225,7 @@ def softmax(x, dim):
     _same_float("softmax", x)
     if x.ndim == 0:
         return reshape(Softmax.apply(reshape(x, (1,)), 0), ())
-    return Softmax.apply(x, _dim("softmax", x, dim))
+    return Softmax.apply1(x, _dim("softmax", x, dim))
 
 
 def log_softmax(x, dim):
@@ -233,7 +233,7 @@ def log_softmax(x, dim):
     _same_float("log_softmax", x)
     if x.ndim == 0:
         return reshape(LogSoftmax.apply(reshape(x, (1,)), 0), ())
-    return LogSoftmax.apply(x, _dim("log_softmax", x, dim))
+    return LogSoftmax.apply1(x, _dim("log_softmax", x, dim))
 
 
 # ---------------------------------------------------------------------------------- losses

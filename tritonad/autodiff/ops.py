@@ -641,12 +641,12 @@ def sum_to(x, shape):
 
 def sum(x, dim=None, keepdim=False, dtype=None):
     dims = normalize_dims("sum", dim, x.ndim)
-    return Sum.apply(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
+    return Sum.apply1(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
 
 
 def mean(x, dim=None, keepdim=False):
     _require_float("mean", x)
-    return Mean.apply(x, normalize_dims("mean", dim, x.ndim), keepdim)
+    return Mean.apply1(x, normalize_dims("mean", dim, x.ndim), keepdim)
 
 
 def var(x, dim=None, correction=1, keepdim=False):
