@@ -198,16 +198,18 @@ def _padded(v, padding, fill, extra=(0, 0)):
 
 
 def _select(take, a, b=None):
-    """np.where(take, a, b) (b None: 0) for floats or ints of one size, exact to the bit, with
-    bit masks: np.where branches on every element, several times slower on an unpredictable
-    mask such as which element of a pooling window is the largest."""
-    bits = np.dtype(f"i{a.dtype.itemsize}")
-    mask = -take.astype(bits)  # every bit set where take
+    """np.where(take, a, b) (b None: 0) for floats or ints of one size, exact to the bit, in
+    unsigned integer arithmetic on the bit patterns: a * take, or b + take * (a - b) modulo
+    2**bits. np.where branches on every element, several times slower on an unpredictable mask
+    such as which element of a pooling window is the largest (or relu's)."""
+    bits = np.dtype(f"u{a.dtype.itemsize}")
     a_bits = np.asarray(a).view(bits)
     if b is None:
-        return (a_bits & mask).view(a.dtype)
+        return np.multiply(take, a_bits).view(a.dtype)
     b_bits = np.asarray(b).view(bits)
-    return (b_bits ^ ((a_bits ^ b_bits) & mask)).view(a.dtype)
+    picked = np.subtract(a_bits, b_bits)
+    np.multiply(picked, take, out=picked)
+    return np.add(picked, b_bits, out=picked).view(a.dtype)
 
 
 def _conv_out_hw(h, w, kernel, stride, padding, dilation):
@@ -1230,11 +1232,20 @@ class NumpyBackend(Backend):
                   weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
         p, g = self._decayed_grad(param, grad, weight_decay, maximize)
         lr, momentum = np.float32(self._number(lr)), np.float32(self._number(momentum))
+        # in place, each product and sum rounded once as written (a flat buffer of a whole
+        # model: temporaries of its size cost as much as the arithmetic)
         if momentum:
             buf = to_numpy(momentum_buf)
-            buf[...] = g if first_step else momentum * buf + np.float32(1 - dampening) * g
+            if first_step:
+                buf[...] = g
+            else:
+                np.multiply(buf, momentum, out=buf)
+                damped = g if dampening == 0 else g * np.float32(1 - dampening)  # (1 * g = g)
+                np.add(buf, damped, out=buf)
             g = g + momentum * buf if nesterov else buf
-        p -= lr * g
+        step = _workspace("sgd_step", g.shape, np.result_type(lr, g))
+        np.multiply(g, lr, out=step)
+        np.subtract(p, step, out=p)
         return param
 
     def adam_step_(self, param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999,
