@@ -129,13 +129,15 @@ def _torch_reference_grads(x, w, b, dy, stride, padding, dilation, groups):
     ((2, 4, 7, 7), (6, 2, 2, 3), (2, 3), (2, 1), (2, 1), 2),
     ((3, 2, 9, 8), (5, 2, 5, 5), (1, 1), (2, 2), (1, 1), 1),   # the MNIST layers' k5 p2
     ((2, 6, 5, 4), (6, 1, 3, 3), (1, 2), (1, 1), (1, 1), 6),   # depthwise
+    ((3, 1, 9, 8), (12, 1, 3, 3), (2, 1), (1, 2), (1, 1), 1),  # few input channels, as conv1:
+    ((2, 4, 6, 5), (8, 2, 1, 2), (1, 1), (0, 1), (1, 1), 2),   # columns in sample order
 ])
 @pytest.mark.parametrize("dtype", [td.float32, td.float64])
 def test_reference_conv_against_torch(geometry, chunk_bytes, dtype, monkeypatch):
     """The reference's own float32 path (not only the float64 one the kernel tests use), with
     the batch split into chunks, against torch's float64 convolution and autograd."""
     monkeypatch.setattr(td.reference, "CONV_CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(td.reference, "CONV_GRAD_ROWS_BYTES", chunk_bytes)  # 1: row by row
+    monkeypatch.setattr(td.reference, "CONV_ROWS_BYTES", chunk_bytes)  # 1: row by row
     xs, ws, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(2)
     x, w, b = rng.standard_normal(xs), rng.standard_normal(ws), rng.standard_normal(ws[0])
@@ -177,16 +179,17 @@ def _fresh_backward(ref, dy, x, w, *geometry):
 
 @pytest.mark.parametrize("dtype", [td.float32, td.float64])
 def test_reference_conv_backward_reuses_only_columns_of_the_same_input(dtype):
-    """The forward keeps its columns for the backward (td.reference._KeptColumns): the weight
-    gradient is bit for bit the one of columns built again, and a backward whose input changed
-    in place since the forward, or whose input is another array, never reads columns of other
-    values."""
+    """A forward with few input channels keeps its columns for the backward
+    (td.reference._KeptColumns): the weight gradient is bit for bit the one of columns built
+    again, and a backward whose input changed in place since the forward, or whose input is
+    another array, never reads columns of other values."""
     rng = np.random.default_rng(4)
     ref = NumpyBackend()
-    geometry = ((1, 1), (2, 2), (1, 1), 1)
-    x1, x2 = (raw_from_numpy(rng.standard_normal((3, 4, 6, 5)), dtype) for _ in range(2))
-    w = raw_from_numpy(rng.standard_normal((5, 4, 5, 5)), dtype)  # 4 * 25 > 5: samples last
-    dy = raw_from_numpy(rng.standard_normal((3, 5, 6, 5)), dtype)
+    geometry = ((1, 1), (1, 1), (1, 1), 1)
+    # (2 * 9 <= 20 output channels: columns in sample order, kept; as the MNIST cnn's conv1)
+    x1, x2 = (raw_from_numpy(rng.standard_normal((3, 2, 6, 5)), dtype) for _ in range(2))
+    w = raw_from_numpy(rng.standard_normal((20, 2, 3, 3)), dtype)
+    dy = raw_from_numpy(rng.standard_normal((3, 20, 6, 5)), dtype)
     want1, want2 = (_fresh_backward(ref, dy, x, w, *geometry) for x in (x1, x2))
     # two forwards, then their backwards in reverse order, as autodiff runs them
     ref.conv2d(x1, w, None, *geometry)
@@ -198,15 +201,15 @@ def test_reference_conv_backward_reuses_only_columns_of_the_same_input(dtype):
     # the input changed in place (through numpy, which no version counter sees) after the
     # forward: the backward sees the new values
     ref.conv2d(x1, w, None, *geometry)
-    to_numpy(x1)[1, 2, 3, 4] += 1
+    to_numpy(x1)[1, 1, 3, 4] += 1
     x1_now = raw_from_numpy(to_numpy(x1).copy(), dtype)
     got = ref.conv2d_backward(dy, x1, w, *geometry)
     want = _fresh_backward(ref, dy, x1_now, w, *geometry)
     assert torch.equal(got[1], want[1])
     # another geometry on the same input builds its own columns
     ref.conv2d(x2, w, None, *geometry)
-    other = ((1, 1), (2, 1), (1, 1), 1)
-    dy_other = raw_from_numpy(rng.standard_normal((3, 5, 6, 3)), dtype)
+    other = ((1, 1), (2, 0), (1, 1), 1)
+    dy_other = raw_from_numpy(rng.standard_normal((3, 20, 8, 3)), dtype)
     got = ref.conv2d_backward(dy_other, x2, w, *other)
     want = _fresh_backward(ref, dy_other, x2, w, *other)
     assert torch.equal(got[1], want[1])
@@ -216,9 +219,9 @@ def test_reference_conv_keeps_a_bounded_number_of_columns():
     rng = np.random.default_rng(5)
     ref = NumpyBackend()
     geometry = ((1, 1), (1, 1), (1, 1), 1)
-    w = raw_from_numpy(rng.standard_normal((2, 3, 3, 3)), td.float32)
-    xs = [raw_from_numpy(rng.standard_normal((2, 3, 5, 5)), td.float32) for _ in range(6)]
-    dy = raw_from_numpy(rng.standard_normal((2, 2, 5, 5)), td.float32)
+    w = raw_from_numpy(rng.standard_normal((9, 1, 3, 3)), td.float32)
+    xs = [raw_from_numpy(rng.standard_normal((2, 1, 5, 5)), td.float32) for _ in range(6)]
+    dy = raw_from_numpy(rng.standard_normal((2, 9, 5, 5)), td.float32)
     wants = [_fresh_backward(ref, dy, x, w, *geometry) for x in xs]
     for x in xs:
         ref.conv2d(x, w, None, *geometry)

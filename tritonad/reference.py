@@ -330,8 +330,9 @@ def _transpose_into(dst, src):
 
 
 class _KeptColumns:
-    """The columns of recent convolution forwards (a batch of one chunk), for their backwards'
-    weight gradient: building them again costs as much as a third of the forward's product.
+    """The columns of recent convolution forwards in sample order (few input channels, as the
+    MNIST cnn's first layer; a batch of one chunk), for their backwards' weight gradient: 8 MB
+    there, whose building again costs about 1 ms.
 
     An entry is found only by the geometry and the exact bits of the input, compared with a copy
     taken in the forward, so a lookup can never return columns of other values, whatever
@@ -351,7 +352,8 @@ class _KeptColumns:
         free = [s for s in self.slots if s[2] is None]
         if free:
             fits = [s for s in free if s[0].size >= nbytes]
-            slot = min(fits, key=lambda s: s[0].size) if fits else max(free, key=lambda s: s[0].size)
+            size = lambda slot: slot[0].size  # noqa: E731
+            slot = min(fits, key=size) if fits else max(free, key=size)
         elif len(self.slots) < self.SLOTS:
             slot = [np.empty(0, np.uint8), None, None, 0]
             self.slots.append(slot)
@@ -394,14 +396,27 @@ def _kept_columns():
 # in chunks of samples whose columns take about this many bytes (all at once for a training
 # batch of the MNIST cnn, ~60 MB; a 1000-image evaluation batch in ten chunks).
 CONV_CHUNK_BYTES = 64 << 20
-# ... and the input gradient's column gradients go in pieces of whole output rows of about this
-# many bytes (one row, 4.5 MB, for the MNIST cnn's second layer), to be added up in the cache
-CONV_GRAD_ROWS_BYTES = 4 << 20
+# Samples last, a chunk goes in pieces of whole output rows whose columns take about this many
+# bytes (one row, 4.5 MB, for the MNIST cnn's second layer): each piece's columns are built in
+# a reused buffer and multiplied while they are in the cache, and its column gradients are
+# added up there too. The 63 MB of a whole batch's columns took ~4.5 ms to write through to
+# memory, pieces ~1.9 ms (so the backward builds them again rather than keeping them), and
+# the products run 10-20% faster on operands in the cache; pieces much larger than 4 MB fall
+# out of the shared cache again.
+CONV_ROWS_BYTES = 4 << 20
 
 
 def _batch_chunks(n, bytes_per_sample):
     step = max(1, CONV_CHUNK_BYTES // max(1, bytes_per_sample))
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def _row_pieces(out_rows, bytes_per_row, samples_last):
+    """(p0, p1) pieces of output rows for the columns (all rows at once unless samples_last)."""
+    if not samples_last:
+        return [(0, out_rows)]
+    step = max(1, CONV_ROWS_BYTES // max(1, bytes_per_row))
+    return [(p0, min(out_rows, p0 + step)) for p0 in range(0, out_rows, step)]
 
 
 # ------------------------------------------------------------------------ the backend
@@ -722,9 +737,13 @@ class NumpyBackend(Backend):
     # is float64). With K = C/G * kh * kw, L = Ho * Wo and the columns cols_g [K, n L] of group
     # g (_gemm_columns):
     #   forward  y_g [Co/G, L n] = W_g [Co/G, K] @ cols_g
-    #   weight   dW_g = dy_g [Co/G, L n] @ cols_g^T
+    #   weight   dW_g^T = cols_g @ dy_g^T
     #   input    dcols_g = W_g^T @ dy_g, then col2im: each kernel offset's rows of dcols added
     #            to the strided slice of the padded input it was read from
+    # Samples last (_samples_last), every direction runs over pieces of output rows
+    # (CONV_ROWS_BYTES) with their columns in the cache. Otherwise (few channels, as the MNIST
+    # cnn's first layer) the columns of a whole batch are small: the forward keeps them for the
+    # backward (_KeptColumns), and the weight gradient is one product per sample.
     def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
         dtype = dtypes.get_dtype(x.dtype)
         v = to_numpy(x)
@@ -765,22 +784,26 @@ class NumpyBackend(Backend):
         chunks = _batch_chunks(n, c * kh * kw * size * v.itemsize)
         for lo, hi in chunks:
             m = hi - lo
-            # a batch in one chunk keeps its columns for the backward's weight gradient
-            into = _kept_columns().buffer(c * kh * kw * size * m * v.itemsize) \
-                if len(chunks) == 1 else None
-            cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
-                                 dilation, out_hw, last, into)
-            prod = np.matmul(weights, cols.reshape(groups, depth, size * m),
-                             out=_workspace("conv_product", (groups, co // groups, size * m),
-                                            v.dtype)).reshape(co, size * m)
+            planes = _conv_planes(v[lo:hi], padding, last)
+            prod = _workspace("conv_product", (groups, co // groups, size * m), v.dtype)
+            row = out_hw[1] * m  # columns per output row (samples last; else one piece)
+            # a batch in one chunk keeps whole-batch columns for the backward
+            keep = not last and len(chunks) == 1
+            into = _kept_columns().buffer(c * kh * kw * size * m * v.itemsize) if keep else None
+            for p0, p1 in _row_pieces(out_hw[0], c * kh * kw * row * v.itemsize, last):
+                cols = _gemm_columns(planes[:, p0 * stride[0]:], (kh, kw), stride, dilation,
+                                     (p1 - p0, out_hw[1]), last, into)
+                np.matmul(weights, cols.reshape(groups, depth, (p1 - p0) * row),
+                          out=prod[:, :, p0 * row:p1 * row])
+            prod = prod.reshape(co, size * m)
             if b is not None:
                 np.add(prod, b, out=prod)  # (rows of L m numbers: before the transposition)
             if last:  # [Co, L, m] -> [m, Co, L]
                 _transpose_into(y[lo:hi].reshape(m, co * size), prod.reshape(co * size, m))
             else:  # [Co, m, L] -> [m, Co, L]
                 np.copyto(y[lo:hi], prod.reshape(co, m, size).transpose(1, 0, 2))
-            if into is not None:
-                _kept_columns().keep(into, ((kh, kw), stride, padding, dilation, last), v)
+            if keep:
+                _kept_columns().keep(into, ((kh, kw), stride, padding, dilation, out_hw), v)
         return self._fresh(y.reshape(n, co, *out_hw), dtype)
 
     def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
@@ -797,9 +820,11 @@ class NumpyBackend(Backend):
         dw = np.zeros((groups, co // groups, depth), g.dtype) if weight_grad else None
         db = None
         chunks = _batch_chunks(n, c * kh * kw * size * v.itemsize)
+        key = ((kh, kw), stride, padding, dilation, out_hw)
         for lo, hi in chunks if input_grad or weight_grad else ():
             m = hi - lo
             gm = g[lo:hi].reshape(m, co, size)
+            row = out_hw[1] * m  # columns per output row (samples last; else one piece)
             dyt = None
             if last or input_grad:  # dy of the chunk as [G, Co/G, L m], in the columns' order
                 dyt = _workspace("conv_dy", (co, size * m), g.dtype)
@@ -810,58 +835,45 @@ class NumpyBackend(Backend):
                 if bias_grad:  # (contiguous rows: faster than a sum over dy's axes 0, 2, 3)
                     db = dyt.sum(axis=1) if db is None else db + dyt.sum(axis=1)
                 dyt = dyt.reshape(groups, co // groups, size * m)
-            if weight_grad and last:
-                kept = _kept_columns().take(((kh, kw), stride, padding, dilation, last), v) \
-                    if len(chunks) == 1 else None
-                if kept is None:
-                    cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw),
-                                         stride, dilation, out_hw, last)
-                else:
-                    cols = kept[:depth * groups * size * m * g.itemsize].view(g.dtype)
-                cols = cols.reshape(groups, depth, size * m)
-                # dW^T = cols @ dy^T: OpenBLAS runs this orientation ~15% faster than
-                # dy @ cols^T at the MNIST cnn's shapes (a long K = L m)
-                dw += np.matmul(cols, dyt.transpose(0, 2, 1)).transpose(0, 2, 1)
-            elif weight_grad:
-                # columns (sample, p, q): one product per sample straight from dy, summed,
-                # instead of dy transposed to the columns' order first (2x faster for the
-                # MNIST cnn's first layer: K = 25, L = 784)
-                cols = _gemm_columns(_conv_planes(v[lo:hi], padding, last), (kh, kw), stride,
-                                     dilation, out_hw, last)
-                per_sample = np.matmul(
-                    cols.reshape(groups, depth, m, size).transpose(0, 2, 1, 3),
-                    gm.reshape(m, groups, co // groups, size).transpose(1, 0, 3, 2))
-                dw += per_sample.sum(axis=1).transpose(0, 2, 1)
+            kept = _kept_columns().take(key, v) if weight_grad and not last and \
+                len(chunks) == 1 else None
+            planes = _conv_planes(v[lo:hi], padding, last) if weight_grad and kept is None \
+                else None
+            grad_planes = _zero_planes(m, c, (h, wd), padding, last, g.dtype) if input_grad \
+                else None
+            for p0, p1 in _row_pieces(out_hw[0], c * kh * kw * row * g.itemsize, last):
+                piece_hw, span = (p1 - p0, out_hw[1]), slice(p0 * row, p1 * row)
+                if weight_grad and last:
+                    cols = _gemm_columns(planes[:, p0 * stride[0]:], (kh, kw), stride,
+                                         dilation, piece_hw, last)
+                    # dW^T = cols @ dy^T: OpenBLAS runs this orientation ~15% faster than
+                    # dy @ cols^T at the MNIST cnn's shapes (a long K = L m)
+                    dw += np.matmul(cols.reshape(groups, depth, -1),
+                                    dyt[:, :, span].transpose(0, 2, 1)).transpose(0, 2, 1)
+                elif weight_grad:
+                    # columns (sample, p, q): one product per sample straight from dy, summed,
+                    # instead of dy transposed to the columns' order first (2x faster for the
+                    # MNIST cnn's first layer: K = 25, L = 784)
+                    cols = kept[:c * kh * kw * size * m * g.itemsize].view(g.dtype) \
+                        if kept is not None else _gemm_columns(planes, (kh, kw), stride,
+                                                               dilation, out_hw, last)
+                    per_sample = np.matmul(
+                        cols.reshape(groups, depth, m, size).transpose(0, 2, 1, 3),
+                        gm.reshape(m, groups, co // groups, size).transpose(1, 0, 3, 2))
+                    dw += per_sample.sum(axis=1).transpose(0, 2, 1)
+                if input_grad:
+                    dcols = np.matmul(weights.transpose(0, 2, 1), dyt[:, :, span],
+                                      out=_workspace("column_grads",
+                                                     (groups, depth, (p1 - p0) * row), g.dtype))
+                    _add_columns(grad_planes[:, p0 * stride[0]:] if last else grad_planes,
+                                 dcols, (kh, kw), stride, dilation, piece_hw, last)
             if input_grad:
-                self._conv_input_grad(dx[lo:hi], dyt, weights, (kh, kw), stride, padding,
-                                      dilation, out_hw, last)
+                dx[lo:hi] = _interior(grad_planes, padding, (h, wd), last)
         if bias_grad and db is None:
             db = g.reshape(n, co, size).sum(axis=2).sum(axis=0)
         return (None if dx is None else self._fresh(dx, dtype),
                 None if dw is None else self._fresh(dw.reshape(co, cg, kh, kw), dtype),
                 self._new(db, dtype) if bias_grad else None)
-
-    @staticmethod
-    def _conv_input_grad(dx, dyt, weights, kernel, stride, padding, dilation, out_hw, last):
-        """dx [m, C, H, W] = col2im(W^T @ dy) for dy as dyt [G, Co/G, L m] (columns' order).
-        Samples last, the product and its col2im go a few output rows at a time, so that the
-        column gradients are added while they are still in the cache (their full [C kh kw, L m]
-        array is 63 MB for the MNIST cnn's second layer)."""
-        m, c, h, wd = dx.shape
-        groups, depth = weights.shape[0], weights.shape[2]
-        row = out_hw[1] * m if last else out_hw[0] * out_hw[1] * m  # columns per output row
-        rows = max(1, CONV_GRAD_ROWS_BYTES // (groups * depth * row * dyt.itemsize)) \
-            if last else out_hw[0]
-        planes = _zero_planes(m, c, (h, wd), padding, last, dyt.dtype)
-        for p0 in range(0, out_hw[0], rows):
-            p1 = min(out_hw[0], p0 + rows)
-            span = (p1 - p0) * row if last else dyt.shape[2]
-            dcols = np.matmul(weights.transpose(0, 2, 1), dyt[:, :, p0 * row:p0 * row + span],
-                              out=_workspace("column_grads", (groups, depth, span), dyt.dtype))
-            # (output rows p0..p1 read the planes from row p0 * sh on)
-            _add_columns(planes[:, p0 * stride[0]:] if last else planes, dcols, kernel, stride,
-                         dilation, (p1 - p0, out_hw[1]), last)
-        dx[...] = _interior(planes, padding, (h, wd), last)
 
     # pooling ------------------------------------------------------------------------------------
     # One pass per kernel offset over strided views of the padded input (_taps), as the
