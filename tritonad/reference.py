@@ -282,19 +282,34 @@ def _conv_planes(v, padding, samples_last):
     return planes
 
 
+def _windows(planes, kernel, stride, dilation, out_hw, samples_last):
+    """A read-only view of the planes (_conv_planes) as the columns' [C, kh, kw] + order:
+    element (c, i, j, p, q, sample) is the planes' (c, p sh + i dh, q sw + j dw, sample). The
+    windows overlap, so it is as_strided's, not a reshape (numpy's sliding_window_view takes no
+    stride or dilation)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    if samples_last:  # [C, Hp, Wp, n]
+        s_c, s_h, s_w, s_n = planes.strides
+        shape = (planes.shape[0], kh, kw) + tuple(out_hw) + (planes.shape[3],)
+        strides = (s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw, s_n)
+    else:  # [C, n, Hp, Wp]
+        s_c, s_n, s_h, s_w = planes.strides
+        shape = (planes.shape[0], kh, kw, planes.shape[1]) + tuple(out_hw)
+        strides = (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw)
+    return np.lib.stride_tricks.as_strided(planes, shape, strides, writeable=False)
+
+
 def _gemm_columns(planes, kernel, stride, dilation, out_hw, samples_last, into=None):
     """im2col laid out for one GEMM over a whole batch: planes (_conv_planes) -> [C * kh * kw,
     Ho * Wo * n] with columns (p, q, sample) if samples_last, else [C * kh * kw, n * Ho * Wo];
-    rows (c, i, j) as a weight's. One strided copy per kernel offset, into `into` (a flat
-    buffer, _KeptColumns) or the workspace "columns"."""
-    c, n = planes.shape[0], planes.shape[3 if samples_last else 1]
-    order = tuple(out_hw) + (n,) if samples_last else (n,) + tuple(out_hw)
-    shape = (c, kernel[0], kernel[1]) + order
-    cols = _workspace("columns", shape, planes.dtype) if into is None else \
-        into[:math.prod(shape) * planes.itemsize].view(planes.dtype).reshape(shape)
-    for i, j, rows, columns in _taps(kernel, stride, dilation, out_hw):
-        cols[:, i, j] = planes[_plane_window(rows, columns, samples_last)]
-    return cols.reshape(c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1])
+    rows (c, i, j) as a weight's. One copy of the overlapping windows (_windows; numpy's calls
+    per kernel offset cost as much as the copying itself for a piece of one output row), into
+    `into` (a flat buffer, _KeptColumns) or the workspace "columns"."""
+    windows = _windows(planes, kernel, stride, dilation, out_hw, samples_last)
+    cols = _workspace("columns", windows.shape, planes.dtype) if into is None else \
+        into[:windows.size * planes.itemsize].view(planes.dtype).reshape(windows.shape)
+    np.copyto(cols, windows)
+    return cols.reshape(math.prod(windows.shape[:3]), math.prod(windows.shape[3:]))
 
 
 def _add_columns(planes, cols, kernel, stride, dilation, out_hw, samples_last):
