@@ -641,20 +641,33 @@ class NumpyBackend(Backend):
             if tuple(a_gate.shape) != av.shape:
                 raise ValueError(f"matmul: a_gate must have a's shape {av.shape}, got "
                                  f"{tuple(a_gate.shape)}")
-            av = np.where(to_numpy(a_gate) > 0, av, np.zeros((), ct))
+            av = _select(to_numpy(a_gate) > 0, av)
         if a_row_sums is not None:
             if tuple(a_row_sums.shape) != av.shape[:1]:
                 raise ValueError(f"matmul: a_row_sums must have shape {av.shape[:1]}, got "
                                  f"{tuple(a_row_sums.shape)}")
             write(a_row_sums, av.sum(axis=1))
-        y = np.matmul(av, to_numpy(b).astype(ct, copy=False))
-        if bias is not None:
-            y = y + to_numpy(bias).astype(ct, copy=False)
-        if activation == "relu":
-            y = np.maximum(y, 0)
-        elif activation is not None:
+        if activation not in (None, "relu"):
             raise ValueError(f"matmul: unknown activation {activation!r}")
-        return self._out(y, dtype, out)
+        bv = to_numpy(b).astype(ct, copy=False)
+        # the product straight into out where it can be (a weight gradient into the optimizer's
+        # flat buffer: one copy of the weight's size less), else into a new array; the bias
+        # and relu in place on it
+        target = None
+        if out is not None and out.dtype != torch.bfloat16 and av.ndim == 2 and bv.ndim == 2:
+            target = out.numpy()
+            if target.dtype != ct or target.shape != (av.shape[0], bv.shape[1]):
+                target = None
+        y = np.asarray(np.matmul(av, bv, out=target))  # (1-d @ 1-d: a 0-d array, not a scalar)
+        if bias is not None:
+            bias_v = to_numpy(bias).astype(ct, copy=False)
+            y = np.add(y, bias_v, out=y if np.broadcast_shapes(y.shape, bias_v.shape) == y.shape
+                       else None)
+        if activation == "relu":
+            np.maximum(y, np.zeros((), ct), out=y)
+        if target is not None:
+            return out
+        return self._fresh(y, dtype) if out is None else write(out, y)
 
     # softmax and cross-entropy ------------------------------------------------------------------
     def _softmax_parts(self, x, dim):
