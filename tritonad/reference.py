@@ -969,8 +969,11 @@ class NumpyBackend(Backend):
         for tile in tiles[2:]:
             np.maximum(y, tile, out=y)
         bits = np.dtype(f"u{v.itemsize}")
-        negative_zero = np.array(-0.0, v.dtype).view(bits)
-        if np.isnan(y).any() or (tiles.view(bits) == negative_zero).any():
+        infinity, negative_zero = np.array([np.inf, -0.0], v.dtype).view(bits)
+        # no NaN and no -0.0 for sure when no bit pattern lies above +inf's (no negative
+        # number, no NaN: a relu's output), else look for them (one reduction, no temporary)
+        if tiles.view(bits).max() > infinity and (
+                np.isnan(y).any() or (tiles.view(bits) == negative_zero).any()):
             return None
         if not with_indices:
             return y, None
