@@ -1257,8 +1257,9 @@ class NumpyBackend(Backend):
 
     @staticmethod
     def _decayed_grad(param, grad, weight_decay, maximize):
-        """(p, g): the parameters (a view) and g = (-grad if maximize else grad) + wd * p."""
-        p, g = to_numpy(param), to_numpy(grad).astype(np.float32)
+        """(p, g): the parameters (a view) and g = (-grad if maximize else grad) + wd * p, the
+        gradient itself (a view: the updates only read it) when that is all."""
+        p, g = to_numpy(param), to_numpy(grad).astype(np.float32, copy=False)
         if maximize:
             g = -g
         if weight_decay:
