@@ -2,10 +2,13 @@
 
 It is the CPU path (`td.set_backend("numpy")`) and the oracle every Triton kernel is tested
 against. Clarity wins over speed here, except in the primitives that dominate a CPU training
-step and evaluation: convolution (im2col into a reused workspace and one BLAS product per
-direction), pooling (one pass per kernel offset, bit-mask selects) and relu, written to keep up
-with PyTorch's CPU build (benchmarks/bench_mnist.py --cpu) and checked in the tests against
-PyTorch, the loop definitions and float64 finite differences.
+step and evaluation: convolution (im2col as one strided copy and one BLAS product per direction,
+by pieces of output rows whose columns stay in the cache), max pooling (windows that tile the
+input copied once, offset by offset), relu and the optimizer updates (in place, bit-pattern
+selects), written to keep up with PyTorch's CPU build (benchmarks/bench_mnist.py --cpu,
+notes/PERF.md) and checked in the tests against PyTorch, the loop definitions, the general
+paths and float64 finite differences. Every fast path gives the general one's values (to the
+bit, or to float32 rounding where a product or sum is split differently), NaN, inf and ties.
 
 Raw arrays are torch CPU tensors; we compute on numpy views of them. numpy has no bfloat16, so
 bfloat16 arrays are widened to float32 on the way in and rounded (to nearest even) on the way out.
