@@ -806,7 +806,7 @@ _Tensor = torch.Tensor
 # element-by-element type check (~10x faster). Equal tuples compare equal whatever their element
 # types, so only tuples that start with an int are looked up (a float pair takes the slow path);
 # a mixed tuple such as (2, 2.0) would be keyed like (2, 2), which launches the same kernels.
-_INT_TUPLES: set = set()
+_INT_TUPLES: dict = {}  # (a dict used as a set)
 
 
 def _known_int_tuple(v):
@@ -831,7 +831,7 @@ def _signature(values, arrays):
                 key.append(v)
             elif t is tuple and all(type(e) is int for e in v):  # sizes, strides, pairs
                 if len(_INT_TUPLES) < 4096:
-                    _INT_TUPLES.add(v)
+                    _INT_TUPLES[v] = True
                 key.append(v)
             else:
                 key.append((t, _signature(v, arrays)))
