@@ -252,7 +252,7 @@ def _flat_launch(total):
     return (cdiv(total, block),), block, total + block >= 2 ** 31, 4
 
 
-@planned()
+@planned(arrays=1)
 def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
                with_indices=True):
     """(y, indices): y [N, C, Ho, Wo] window maxima; indices int64, the flat index h * W + w in
@@ -274,7 +274,7 @@ def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
     return y, indices
 
 
-@planned()
+@planned(arrays=2)
 def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
                         dilation=(1, 1), ceil_mode=False):
     """dx [N, C, H, W] of max_pool2d with this geometry: each input position gathers dy
@@ -308,7 +308,7 @@ def _avg_args(op, shape, kernel_size, stride, padding, ceil_mode, divisor_overri
     return geo, int(divisor_override or 0)
 
 
-@planned()
+@planned(arrays=1)
 def avg_pool2d(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """Window means [N, C, Ho, Wo] with torch's padding and divisor rules."""
@@ -326,7 +326,7 @@ def avg_pool2d(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_in
     return y
 
 
-@planned()
+@planned(arrays=1)
 def avg_pool2d_backward(dy, input_shape, kernel_size, stride, padding=(0, 0), ceil_mode=False,
                         count_include_pad=True, divisor_override=None):
     """dx [N, C, H, W] of avg_pool2d for dy [N, C, Ho, Wo]."""

@@ -349,7 +349,7 @@ def _value_acc(dtype):
     return tl.int64 if dtype is dtypes.int64 else tl.int32
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def sum(x, dims=None, keepdim=False, dtype=None, out=None):
     """Sum over dims. x: [any shape], any strides. Bool and integer inputs sum to int64 unless
     dtype is given; floats keep their dtype, accumulating in float32 at least. `out`: an
@@ -371,7 +371,7 @@ def sum(x, dims=None, keepdim=False, dtype=None, out=None):
     return out
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def mean(x, dims=None, keepdim=False):
     """Mean over dims (sum / count, NaN for an empty reduction). x: [any shape]."""
     dtype = dtype_of(x)
@@ -382,7 +382,7 @@ def mean(x, dims=None, keepdim=False):
     return out
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def var(x, dims=None, correction=1, keepdim=False):
     """Variance over dims: sum((x - mean)^2) / max(n - correction, 0), two passes."""
     dtype = dtype_of(x)
@@ -408,13 +408,13 @@ def _extreme(op, x, dims, keepdim):
     return out
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def max(x, dims=None, keepdim=False):
     """Largest value over dims (NaN propagates). Empty x raises RuntimeError."""
     return _extreme("max", x, dims, keepdim)
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def min(x, dims=None, keepdim=False):
     """Smallest value over dims (NaN propagates). Empty x raises RuntimeError."""
     return _extreme("min", x, dims, keepdim)
@@ -435,14 +435,14 @@ def _arg(op, x, dim, keepdim):
     return out
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def argmax(x, dim=None, keepdim=False):
     """int64 index of the first largest value along dim (over the flattened x if None); the
     first NaN counts as largest, as numpy."""
     return _arg("argmax", x, dim, keepdim)
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=1)
 def argmin(x, dim=None, keepdim=False):
     """int64 index of the first smallest value along dim (the first NaN, if any)."""
     return _arg("argmin", x, dim, keepdim)

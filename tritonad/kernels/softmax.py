@@ -513,26 +513,26 @@ def _softmax_backward(op, dy, y, dim, log):
     return dx
 
 
-@planned()
+@planned(arrays=1)
 def softmax(x, dim):
     """y = exp(x - max) / sum(exp(x - max)) along dim. x: [any shape], any strides; y contiguous.
     A row of -inf gives NaN (0 / 0), as the reference."""
     return _softmax_forward("softmax", x, dim, log=False)
 
 
-@planned()
+@planned(arrays=1)
 def log_softmax(x, dim):
     """y = x - logsumexp(x) along dim. x: [any shape], any strides; y contiguous."""
     return _softmax_forward("log_softmax", x, dim, log=True)
 
 
-@planned()
+@planned(arrays=2)
 def softmax_backward(dy, y, dim):
     """dx = y * (dy - sum(dy * y, dim)) with y = softmax(x). dy, y: [same shape], any strides."""
     return _softmax_backward("softmax_backward", dy, y, dim, log=False)
 
 
-@planned()
+@planned(arrays=2)
 def log_softmax_backward(dy, y, dim):
     """dx = dy - exp(y) * sum(dy, dim) with y = log_softmax(x). dy, y: [same shape]."""
     return _softmax_backward("log_softmax_backward", dy, y, dim, log=True)
