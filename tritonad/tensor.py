@@ -222,7 +222,9 @@ class Tensor:
                 raise RuntimeError(f"backward: a gradient can be created implicitly only for a "
                                    f"scalar output, but this tensor has shape {self.shape}; pass "
                                    "gradient=<tensor of that shape>")
-            gradient = full(self.shape, 1.0, dtype=self.dtype, device=self.device)
+            raw = self._data  # (the seed straight from the backend: no checks to repeat)
+            gradient = Tensor._wrap(backend_of(raw).full(raw.shape, 1.0,
+                                                         dtypes.get_dtype(raw.dtype), raw.device))
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:

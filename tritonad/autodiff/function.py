@@ -210,6 +210,18 @@ class Function:
         if not isinstance(result, tuple):
             if not record:
                 return wrap(result, False, None, 0, box) if result is not None else None
+            if result is not None and not hasattr(ctx, "_non_differentiable"):
+                # one output (the most): the bookkeeping below without its loops
+                if result.dtype.is_floating_point:
+                    out = wrap(result, True, ctx, 0, box)
+                    ctx._output_meta = ((result.shape, result.dtype, result.device),)
+                else:
+                    out = wrap(result, False, None, 0, box)
+                    ctx._output_meta = (None,)
+                ctx._outputs = ((result, out._version_box),)
+                if ctx._saved_raw:
+                    ctx._resolve_saved(args, raw_args, (out,))
+                return out
             result = (result,)
             single = True
         else:
@@ -397,32 +409,51 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
         while ready:
             ctx = ready.popleft()
             grads_in = buffers.pop(ctx, {})
-            for index, t in ctx._retained.items():
-                if index in grads_in:
-                    t.grad = grads_in[index] if create_graph else grads_in[index].detach()
-            for index in range(len(ctx._output_meta)):
-                for pos in captures.get((ctx, index), ()):
-                    results[pos] = grads_in.get(index)
+            if ctx._retained:
+                for index, t in ctx._retained.items():
+                    if index in grads_in:
+                        t.grad = grads_in[index] if create_graph else grads_in[index].detach()
+            if captures:
+                for index in range(len(ctx._output_meta)):
+                    for pos in captures.get((ctx, index), ()):
+                        results[pos] = grads_in.get(index)
+            edges = ctx.edges
             if direct:
-                ctx._destinations = {
-                    i: edge[0]._grad_buffer for i, edge in enumerate(ctx.edges)
-                    if edge is not None and not isinstance(edge[0], Context)
-                    and edge[0]._grad_buffer is not None and edge[0].grad is None
-                    and leaf_uses.get(id(edge[0])) == 1 and id(edge[0]) not in leaf_grads}
+                destinations = None
+                for i, edge in enumerate(edges):
+                    if edge is not None and type(edge[0]) is not Context:
+                        leaf = edge[0]
+                        if leaf._grad_buffer is not None and leaf.grad is None and \
+                                leaf_uses.get(id(leaf)) == 1 and id(leaf) not in leaf_grads:
+                            if destinations is None:
+                                destinations = {}
+                            destinations[i] = leaf._grad_buffer
+                if destinations is not None:
+                    ctx._destinations = destinations
+                elif ctx._destinations:  # (a retained graph's earlier backward set some)
+                    ctx._destinations = {}
             grads = _call_backward(ctx, grads_in, create_graph)
             if not retain_graph:
                 ctx.freed = True
                 ctx._saved_spec = []
-            for position, (edge, grad) in enumerate(zip(ctx.edges, grads)):
+            meta = ctx.input_meta
+            for position, edge in enumerate(edges):
                 if edge is None:
                     continue
+                target = edge[0]
+                grad = grads[position]
                 if grad is not None:
-                    grad = _fit_gradient(grad, ctx.input_meta[position], ctx.name, position)
-                    deliver(edge[0], edge[1], grad)
-                if isinstance(edge[0], Context):
-                    dependencies[edge[0]] -= 1
-                    if dependencies[edge[0]] == 0:
-                        ready.append(edge[0])
+                    # (_fit_gradient inline for the common case: the input's shape and dtype)
+                    raw = grad._data
+                    shape, dtype = meta[position]
+                    if raw.shape != shape or raw.dtype != dtype:
+                        grad = _fit_gradient(grad, meta[position], ctx.name, position)
+                    deliver(target, edge[1], grad)
+                if type(target) is Context:
+                    left = dependencies[target] - 1
+                    dependencies[target] = left
+                    if left == 0:
+                        ready.append(target)
 
     handed_out = {_storage_key(g) for g in grad_tensors}
     for leaf, grad in leaf_grads.values():
@@ -435,16 +466,11 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
 
 
 def _call_backward(ctx, grads_in, create_graph):
-    ops = _ops()
-    grads_out = []
-    for index, meta in enumerate(ctx._output_meta):
-        if index in grads_in:
-            grads_out.append(grads_in[index])
-        elif meta is None:
-            grads_out.append(None)
-        else:
-            grads_out.append(ops.zeros(tuple(meta[0]), dtype=dtypes.get_dtype(meta[1]),
-                                       device=meta[2]))
+    output_meta = ctx._output_meta
+    if len(output_meta) == 1 and 0 in grads_in:  # (one output, its gradient given: the most)
+        grads_out = [grads_in[0]]
+    else:
+        grads_out = _output_grads(output_meta, grads_in)
     once = ctx.function.once_differentiable
     state = _state
     enabled = state.enabled
@@ -453,21 +479,39 @@ def _call_backward(ctx, grads_in, create_graph):
         grads = ctx.function.backward(ctx, *grads_out)
     finally:
         state.enabled = enabled
+    n = len(ctx.edges)
     if not isinstance(grads, tuple):
         grads = (grads,)
-    if len(grads) < len(ctx.edges):
-        grads = grads + (None,) * (len(ctx.edges) - len(grads))
-    if len(grads) != len(ctx.edges):
-        raise RuntimeError(f"{ctx.name} returned {len(grads)} gradients for {len(ctx.edges)} inputs")
+    if len(grads) != n:
+        if len(grads) < n:
+            grads = grads + (None,) * (n - len(grads))
+        else:
+            raise RuntimeError(f"{ctx.name} returned {len(grads)} gradients for {n} inputs")
     if once and create_graph:
         grads = tuple(_guard_once_differentiable(ctx.function.__name__, g) if g is not None else None
                       for g in grads)
     return grads
 
 
+def _output_grads(output_meta, grads_in):
+    """The gradient of each output of a Context: the one delivered, None for an output that
+    takes none, or zeros for one whose gradient did not arrive."""
+    ops = _ops()
+    grads_out = []
+    for index, meta in enumerate(output_meta):
+        if index in grads_in:
+            grads_out.append(grads_in[index])
+        elif meta is None:
+            grads_out.append(None)
+        else:
+            grads_out.append(ops.zeros(tuple(meta[0]), dtype=dtypes.get_dtype(meta[1]),
+                                       device=meta[2]))
+    return grads_out
+
+
 def _storage_key(t):
     raw = t._data
-    return raw.untyped_storage().data_ptr(), str(raw.device)
+    return raw.untyped_storage().data_ptr(), raw.get_device()
 
 
 def _accumulate_leaf(leaf, grad, create_graph, handed_out):

@@ -12,7 +12,7 @@ import math
 import numbers
 
 from .. import dtypes
-from ..backend import get_backend
+from ..backend import _state, get_backend
 from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F401  (re-exported)
 from .function import Function
 from .grad_mode import is_grad_enabled
@@ -103,7 +103,12 @@ def _kept_shape(shape, dims):
 
 def _expand_back(dy, shape, dims):
     """A reduction's output gradient viewed at keepdim shape and broadcast to the input shape."""
-    return dy.reshape(_kept_shape(shape, dims)).expand(shape)
+    if dy._requires_grad and _state.enabled:  # create_graph: recorded views
+        return dy.reshape(_kept_shape(shape, dims)).expand(shape)
+    # (nothing to record: the two views of the memory at once; inserting size-1 dims is always a
+    # view, and expand of the kept shape to the input's is valid by construction)
+    raw = dy._data.view(_kept_shape(shape, dims)).expand(shape)
+    return Tensor._wrap(raw, False, None, 0, dy._version_box)
 
 
 def _require_float(op, x):
