@@ -175,6 +175,39 @@ def main():
         print(f"{times[True]:8.2f} {times[False]:8.2f}  {name}", flush=True)
     launch.FAST_LAUNCH = True
 
+    # the backward line of bench host, piece by piece, then where its host time goes
+    x, w = torch.randn(128, 256, device="cuda"), torch.randn(100, 256, device="cuda")
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    txg, twg = td.from_torch(x).requires_grad_(), td.from_torch(w).requires_grad_()
+    ty = (txg @ twg.T).relu().sum()
+    pieces = [
+        ("line: (x @ w.T).relu().sum().backward()",
+         lambda: (txg @ twg.T).relu().sum().backward(),
+         lambda: (xg @ wg.T).relu().sum().backward()),
+        ("line: forward (x @ w.T).relu().sum()", lambda: (txg @ twg.T).relu().sum(),
+         lambda: (xg @ wg.T).relu().sum()),
+        ("line: w.T (recorded)", lambda: twg.T, lambda: wg.T),
+        ("line: x @ w.T (recorded)", lambda: txg @ twg.T, lambda: xg @ wg.T),
+        ("line: backward seed (ones of a 0-d)", lambda: td.ones((), device="cuda"),
+         lambda: torch.ones((), device="cuda")),
+    ]
+    print("tritonad / torch host us per call:")
+    for name, ours, theirs in pieces:
+        print(f"{per_call_us(ours, args.calls // 2, args.rounds):8.2f} "
+              f"{per_call_us(theirs, args.calls // 2, args.rounds):8.2f}  {name}", flush=True)
+    del ty
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(500):
+        (txg @ twg.T).relu().sum().backward()
+    profile.disable()
+    torch.cuda.synchronize()
+    print("cProfile of 500 backward lines, by own time:")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+
 
 if __name__ == "__main__":
     main()
