@@ -207,7 +207,8 @@ class Tensor:
     def retain_grad(self) -> None:
         """Keep .grad of this non-leaf tensor after backward."""
         if self.grad_fn is not None:
-            self.grad_fn._retained[self._output_index] = self
+            ctx = self.grad_fn
+            ctx._retained = {**ctx._retained, self._output_index: self}  # (never in place)
 
     def backward(self, gradient=None, retain_graph=False, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into each leaf's .grad.

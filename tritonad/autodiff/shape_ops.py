@@ -48,7 +48,8 @@ class Permute(Function):
 
     @staticmethod
     def forward(ctx, x, dims):
-        ctx.inverse = tuple(sorted(range(len(dims)), key=dims.__getitem__))
+        ctx.inverse = dims if dims == (1, 0) else tuple(sorted(range(len(dims)),
+                                                               key=dims.__getitem__))
         return x.permute(dims)
 
     @staticmethod
