@@ -16,8 +16,10 @@ from tritonad.kernels import launch, reduce as rd, softmax as sm
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@pytest.fixture(autouse=True)
-def _triton_backend():
+@pytest.fixture(autouse=True,
+                params=["interpreted", pytest.param("compiled", marks=pytest.mark.gpu)])
+def _triton_backend(request):
+    """Each test in both tiers: on a GPU the replays pass raw pointers (launch.RAW_POINTERS)."""
     with td.use_backend("triton"):
         yield
 
