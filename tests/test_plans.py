@@ -146,3 +146,20 @@ def test_backward_seeds_with_ones_of_the_output_dtype():
     y.backward()
     assert x.grad.dtype == td.float32
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_an_optional_leading_array_keys_apart_from_none():
+    """conv2d(x, w, bias, ...) keys bias None and a bias array apart: each replay is right."""
+    from tritonad.kernels import conv
+
+    x, w, b = _array(2, 3, 5, 5, seed=9), _array(4, 3, 3, 3, seed=10), _array(4, seed=11)
+    conv.conv2d.lean.clear()
+    ref = torch.nn.functional.conv2d  # (the oracle only: torch on the CPU, float64)
+    xs, ws, bs = (t.cpu().double() for t in (x, w, b))
+    for _ in range(2):
+        for bias in (None, b):
+            got = conv.conv2d(x, w, bias, (1, 1), (1, 1), (1, 1), 1)
+            want = ref(xs, ws, None if bias is None else bs, padding=1)
+            np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+    if launch.PLANS_ENABLED:
+        assert len(conv.conv2d.lean) == 2

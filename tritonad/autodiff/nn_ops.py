@@ -414,8 +414,7 @@ class Conv2d(Function):
         x, w = ctx.saved
         needs = ctx.needs_input_grad
         dx, dw, db = _b().conv2d_backward(dy._data, x._data, w._data, *ctx.args,
-                                          input_grad=needs[0], weight_grad=needs[1],
-                                          bias_grad=needs[2])
+                                          needs[0], needs[1], needs[2])  # (by position: lean)
         wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
         return wrap(dx), wrap(dw), wrap(db), None, None, None, None
 

@@ -820,7 +820,7 @@ def _settings():
         PACK_WEIGHTS, CHANNELS_LAST
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=3)
 def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """y = conv(x, w) + bias, cross-correlation as torch.
     x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co] or None -> y: [N, Co, Ho, Wo]."""
@@ -845,7 +845,7 @@ def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), grou
     return y
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=3)
 def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
                     input_grad=True, weight_grad=True, bias_grad=True):
     """(dx [N, C, H, W], dw [Co, C // groups, kh, kw], db [Co]) of conv2d for dy [N, Co, Ho, Wo];

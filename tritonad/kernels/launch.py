@@ -863,11 +863,12 @@ def _signature(values, arrays):
 def planned(settings=None, arrays=0):
     """Decorate a launcher (a backend primitive) so that it runs from a recorded plan per
     signature. `settings`: a function returning the global settings the launcher reads (they
-    join the key). `arrays`: how many leading positional arguments are always arrays, the rest
-    of the positional ones never being arrays (the callers' promise). Calls of that form with
-    no keywords then take a lean path: a key of the arrays' attributes and the other arguments
-    as they are, one dict lookup, the plan's replay of those arrays (~2 us less Python a call
-    than the general signature). Any other call, and a first call, take the general path."""
+    join the key). `arrays`: how many leading positional arguments are arrays (or None, for
+    an optional one such as a bias). Calls with no keywords and no arrays after those then take
+    a lean path: a key of the arrays' attributes and the other arguments as they are, one dict
+    lookup, the plan's replay of those arrays (~2 us less Python a call than the general
+    signature). Any other call, and a first call, take the general path. (Equal numbers key
+    alike there: a replay for 2.0 where 2 was recorded launches what 2 launched.)"""
     def decorate(fn):
         plans = PlanCache()
         lean = PlanCache()  # (its lookups miss while a plan is recorded, as plans' do)
@@ -892,7 +893,8 @@ def planned(settings=None, arrays=0):
                     return fn(*args, **kwargs)
                 return plan(found, args)
             result = _record(plans, key, found, fn, args, kwargs)
-            if arrays and not kwargs and len(found) == arrays and len(args) >= arrays:
+            if arrays and not kwargs and len(args) >= arrays and \
+                    len(found) == sum(type(a) is _Tensor for a in args[:arrays]):
                 plan = plans.get(key)
                 if isinstance(plan, _Plan):  # the arrays were the leading arguments: lean too
                     try:
@@ -927,7 +929,7 @@ def planned(settings=None, arrays=0):
                     except (TypeError, AttributeError):  # unhashable, or not an array
                         plan = None
                     if plan is not None:
-                        return plan.replay(list(args[:arrays]), args)
+                        return plan.replay([a for a in args[:arrays] if a is not None], args)
                 return general(*args, **kwargs)
 
         launcher.plans = plans
@@ -941,6 +943,9 @@ def _lean_key(args, arrays, settings):
     then the other arguments as they are, then the settings."""
     key = []
     for x in args[:arrays]:
+        if x is None:
+            key.append(None)
+            continue
         if type(x) is not _Tensor:
             raise TypeError("not an array")
         key.append((x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0))
