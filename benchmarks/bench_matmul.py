@@ -1,14 +1,16 @@
 """The kernel autotuning benchmark: tritonad's matmul against torch.matmul (cuBLAS), same run.
 
     python benchmarks/bench_matmul.py --out DIR [--quick] [--precisions fp32,tf32,bf16,fp16]
-                                      [--sections squares,mnist]
+                                      [--sections squares,mnist] [--sizes 4096,8192]
 
 Throughput: TFLOP/s = 2 * M * N * K / t (t the median time of one call); ratio = t_torch /
 t_tritonad (above 1: tritonad is faster).
 
 Sections, each in fp32 (exact IEEE), tf32, bf16 and fp16 (torch gets the same setting through
 torch.backends.cuda.matmul.allow_tf32):
-- squares: M = N = K from 256 to 8192 (--quick: 1024 and 4096).
+- squares: M = N = K from 256 to 8192 (--quick: 1024 and 4096; --sizes picks others), a @ b
+  with both row-major. Times are kernel times (CUDA events around one call, as do_bench); the
+  plan column names the path that ran ("tma, persistent, warp-specialized": the TMA kernel).
 - mnist: the products of one training step of the MLP 784-256-100-10 at batch 128 and of the
   CNN's classifier 3136-512-10 at batch 100: the fused linear forward act(x @ W^T + b) against
   torch.addmm followed by torch.relu, and the backward products dX = dY @ W and dW = dY^T @ X
@@ -160,6 +162,8 @@ def main(argv=None):
                             help="comma-separated subset of fp32,tf32,bf16,fp16")
         parser.add_argument("--sections", default="squares,mnist",
                             help="comma-separated subset of squares,mnist")
+        parser.add_argument("--sizes", default="",
+                            help="comma-separated square sizes (default: all, or --quick's)")
 
     args = common.parse_args(__doc__.splitlines()[0], argv, extra)
     common.require_gpu("bench_matmul")
@@ -177,7 +181,9 @@ def main(argv=None):
     try:
         for precision in precisions:
             if "squares" in sections:
-                squares(precision, QUICK_SQUARES if args.quick else SQUARES, rows)
+                sizes = [int(v) for v in args.sizes.split(",") if v] or \
+                    (QUICK_SQUARES if args.quick else SQUARES)
+                squares(precision, sizes, rows)
             if "mnist" in sections:
                 mnist(precision, rows)
     finally:

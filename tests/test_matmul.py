@@ -424,7 +424,7 @@ def test_candidate_plans(kind, shape):
     assert plans and len(plans) <= 24  # each is compiled and timed once per GPU
     assert len({tuple(sorted(p.items())) for p in plans}) == len(plans), "duplicate plans"
     for p in plans:
-        assert set(p) == set(mm.INTERPRET_PLAN)
+        assert set(p) == set(mm.INTERPRET_PLAN)  # (TMA plans only with tma=True)
         assert p["BM"] >= 16 and p["BN"] >= 16 and p["split"] >= 1
         assert p["BK"] >= (16 if kind != "fp64" else 8)
     if kind == "tf32":
@@ -491,6 +491,141 @@ def test_every_candidate_plan(dtype, precision, monkeypatch):
                   kind="tf32" if precision == "high" else dtype.name)
     finally:
         td.set_matmul_precision("highest")
+
+
+# ---------------------------------------------------------------------------- TMA plans
+# _matmul_tma_kernel reads operands through tensor descriptors; Triton's interpreter runs them,
+# so the kernel is checked here on small shapes too (forced), and its legality rules (which
+# problems it may take; the classic kernel runs the others) without a GPU.
+
+
+def _tma_layout(a, b, out=None, kind="half", **fused):
+    out = out if out is not None else torch.empty(
+        tuple(a.shape[:-2]) + (a.shape[-2], b.shape[-1]), dtype=a.dtype)
+    a, b = mm._check(a, b, None, None)
+    groups = mm._batch_groups(a, b, out)
+    assert len(groups) == 1
+    return mm._tma_operands(*groups[0], kind, **fused)
+
+
+def test_tma_legality():
+    """TMA reads a matrix with one axis of stride 1, the other's a multiple of 16 bytes, from
+    16-byte aligned memory; 2-d problems or batches merged onto one shared b."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    a, b = torch.empty(64, 32, dtype=f32), torch.empty(32, 48, dtype=f32)
+    assert _tma_layout(a, b, kind="tf32") == (64, True, 32, False, 48, 48)
+    w = torch.empty(48, 32, dtype=f32)  # x @ w.t(): b K-major
+    assert _tma_layout(a, w.t(), kind="tf32") == (64, True, 32, True, 32, 48)
+    at = torch.empty(32, 64, dtype=f32).t()  # a stored [K, M]
+    assert _tma_layout(at, b, kind="tf32") == (64, False, 64, False, 48, 48)
+    assert _tma_layout(a, b, kind="ieee") is not None  # (the menu offers none for it)
+    # rows not a multiple of 16 bytes: N = 46 fp32 (b and out), K = 30 fp32 (a)
+    assert _tma_layout(a, torch.empty(32, 46, dtype=f32), kind="tf32") is None
+    assert _tma_layout(torch.empty(64, 30, dtype=f32), torch.empty(30, 48, dtype=f32),
+                       kind="tf32") is None
+    assert _tma_layout(torch.empty(64, 40, dtype=bf16), torch.empty(40, 48, dtype=bf16)) \
+        is not None  # 80-byte rows
+    # memory not 16-byte aligned, general strides, fp64, the fused backward options
+    assert _tma_layout(torch.empty(64 * 32 + 1, dtype=f32)[1:].view(64, 32), b,
+                       kind="tf32") is None
+    assert _tma_layout(torch.empty(64, 64, dtype=f32)[:, ::2], b, kind="tf32") is None
+    assert _tma_layout(a.double(), b.double(), kind="fp64") is None
+    assert _tma_layout(a, b, kind="tf32", gate=a) is None
+    assert _tma_layout(a, b, kind="tf32", rows=torch.empty(64)) is None
+    # batches: merged into one tall product where b is shared and a's matrices follow each
+    # other; a batch of different b's is not a TMA problem (for now)
+    x = torch.empty(3, 5, 64, 32, dtype=f32)
+    assert _tma_layout(x, b, kind="tf32") == (3 * 5 * 64, True, 32, False, 48, 48)
+    assert _tma_layout(x, w.t(), kind="tf32") == (3 * 5 * 64, True, 32, True, 32, 48)
+    assert _tma_layout(x, torch.empty(3, 5, 32, 48, dtype=f32), kind="tf32") is None
+    assert _tma_layout(x.transpose(0, 1), b, kind="tf32") is None
+
+
+def test_tma_menu():
+    """TMA plans join the menu of large fp16/bf16/TF32 problems TMA can read, first where the
+    sweep measured them to win (tma_first); the MNIST products and exact fp32 keep today's
+    menu."""
+    for kind in ("half", "tf32"):
+        for n in (4096, 8192):
+            for b_kmajor in (False, True):
+                plans = mm.candidate_plans(1, n, n, n, kind, True, b_kmajor, 132, tma=True)
+                tma = [p for p in plans if p.get("tma")]
+                assert tma and len(plans) <= 24
+                assert len({tuple(sorted(p.items())) for p in plans}) == len(plans)
+                # measured: x @ w.t() at 4096 (TF32, fp16, bf16), a @ b at 8192 (fp16, bf16)
+                assert bool(plans[0].get("tma")) == (b_kmajor or (kind == "half" and n == 8192))
+                assert plans[0].get("ws", False) == (kind == "half" and n == 8192)
+                assert [p for p in plans if not p.get("tma")] == \
+                    mm.candidate_plans(1, n, n, n, kind, True, b_kmajor, 132)
+                for p in tma:
+                    assert set(p) == set(mm.INTERPRET_PLAN) | {"tma", "persistent", "ws"}
+                    assert p["split"] == 1 and not p["stage_a"]
+                    # TF32: wgmma reads K-major operands only, so an N-major b is staged
+                    assert p["stage_b"] == (kind == "tf32" and not b_kmajor)
+    for kind in ("half", "tf32", "ieee", "fp64"):
+        for m, n, k in list(MNIST.values()) + [(4096, 4096, 64), (2048, 2048, 2048)]:
+            assert mm.candidate_plans(1, m, n, k, kind, True, False, 132, tma=True) == \
+                mm.candidate_plans(1, m, n, k, kind, True, False, 132)
+    assert not mm.tma_problem(1, 4096, 4096, 4096, "ieee", 132)
+    assert mm.tma_problem(256, 512, 512, 512, "half", 132)  # 256 x 16 tiles, 2^35 MACs
+    assert mm.describe(mm._tma_plan(128, 256, 64, 8, 3, True)) == \
+        "128x256x64 w8 s3, tma, persistent"
+    assert mm.describe(mm._tma_plan(128, 256, 32, 8, 3, False, stage_b=True, ws=True)) == \
+        "128x256x32 w8 s3, stage b, tma, warp-specialized"
+
+
+TMA_SHAPES = [(64, 48, 32), (70, 72, 40), (33, 200, 96)]  # rows of 16-byte multiples
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.float16, td.bfloat16])
+@pytest.mark.parametrize("persistent", [False, True], ids=["tile", "persistent"])
+def test_tma_kernel(dtype, persistent, monkeypatch):
+    """The TMA kernel (forced, small tiles) in every operand layout TMA reads, with the fused
+    bias + relu epilogue, edges that cut tiles, and a persistent loop over several tiles."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", mm._tma_plan(32, 32, 16, 4, 2, persistent))
+    for i, (m, n, k) in enumerate(TMA_SHAPES):
+        for la, lb in [("contiguous", "contiguous"), ("contiguous", "transposed"),
+                       ("transposed", "contiguous"), ("transposed", "transposed")]:
+            if la == "transposed" and (m * dtype.itemsize) % 16:
+                continue
+            a, b = operand((m, k), dtype, la, seed=i), operand((k, n), dtype, lb, seed=i + 9)
+            bias = random_array((n,), dtype, seed=3)
+            assert _tma_layout(a, b, kind=mm._kind(dtype.torch)) is not None
+            check(run(a, b, bias, "relu"), a, b, bias, "relu")
+            check(run(a, b), a, b)
+
+
+def test_tma_batched_and_fallbacks(monkeypatch):
+    """A batch of activations times one weight runs as one merged TMA product; problems TMA
+    cannot read (odd row strides, a strided operand, the fused backward options) run the
+    classic kernel with the TMA plan's tiles, and all give the reference's results."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", mm._tma_plan(32, 32, 16, 4, 2, True))
+    x, w = random_array((3, 2, 20, 24), seed=1), random_array((40, 24), seed=2)
+    bias = random_array((40,), seed=3)
+    assert _tma_layout(x, w.t(), kind="ieee")[0] == 120
+    check(run(x, w.t(), bias, "relu"), x, w.t(), bias, "relu")
+    for a, b in [(random_array((33, 30), seed=4), random_array((30, 41), seed=5)),
+                 (operand((40, 48), td.float32, "strided"), random_array((48, 32), seed=6)),
+                 (random_array((2, 16, 32), seed=7), random_array((2, 32, 16), seed=8))]:
+        assert _tma_layout(a, b, kind="ieee") is None
+        check(run(a, b), a, b)
+    dz, x2 = random_array((16, 32), seed=9), random_array((16, 24), seed=10)
+    gate, rows = random_array((16, 32), seed=11).t(), torch.empty(32)
+    got = td.get_backend().matmul(dz.t(), x2, a_gate=gate, a_row_sums=rows)
+    gated = torch.where(gate > 0, dz.t(), torch.zeros(()))
+    check(got, gated, x2)
+
+
+def test_tma_plan_replays_with_new_memory(monkeypatch):
+    """A recorded plan (launch.planned) of a TMA call launches with each call's own pointers:
+    the descriptors are made in the kernel from them, never kept from the first call."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", mm._tma_plan(32, 32, 16, 4, 2, True))
+    results = []
+    for seed in range(3):
+        a, b = random_array((64, 32), seed=seed), random_array((32, 48), seed=seed + 10)
+        results.append((run(a, b), a, b))
+    for got, a, b in results:
+        check(got, a, b)
 
 
 # ---------------------------------------------------------------------------- autodiff level
@@ -657,3 +792,90 @@ def test_gpu_autotune_cache(tmp_path, monkeypatch):
     td.autotune(False)  # a cached choice is used whether or not tuning is on
     _gpu_check(run(a, b), a, b, kind="bfloat16")
     assert (mm.tuner.tuned, mm.tuner.hits) == (0, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, prec", KINDS[1:], ids=[k for k, _ in KINDS[1:]])
+def test_gpu_tma_plans(kind, prec, precision, monkeypatch):
+    """Every TMA plan of the large menus (forced on a mid-size problem so that the numpy
+    reference stays quick) with bias + relu, within the precision's bound; the first one also
+    in the layouts of x @ w.t() and dy.t() @ x."""
+    precision(prec)
+    mkind = "tf32" if kind == "tf32" else "half"
+    plans = [p for p in mm.candidate_plans(1, 8192, 8192, 8192, mkind, True, False, 132,
+                                           tma=True) if p.get("tma")]
+    m, n, k = 520, 1032, 264
+    for i, plan in enumerate(plans):
+        monkeypatch.setattr(mm, "FORCE_PLAN", plan)
+        for la, lb in [("contiguous", "contiguous"), ("contiguous", "transposed"),
+                       ("transposed", "contiguous")][:3 if i == 0 else 1]:
+            a, b = _gpu_inputs((m, k), (k, n), kind, lb, seed=3)
+            if la == "transposed":
+                a = operand((m, k), a.dtype, "transposed", seed=5)
+            assert _tma_layout(a, b, kind=mkind) is not None
+            bias = random_array((n,), a.dtype, seed=7)
+            check(run(a, b, bias, "relu"), a, b, bias, "relu", kind=kind)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, prec", KINDS[1:], ids=[k for k, _ in KINDS[1:]])
+@pytest.mark.parametrize("n", [4096, 8192])
+def test_gpu_tma_default_large(kind, prec, n, precision):
+    """a @ b at 4096^3 and 8192^3 in TF32 / bf16 / fp16 runs the tuner's best guess and is
+    right: a TMA plan for fp16/bf16 at 8192 (the key says so), the classic plans otherwise
+    (TF32 staged K-major)."""
+    precision(prec)
+    a, b = _gpu_inputs((n, n), (n, n), kind, seed=11)
+    _gpu_check(run(a, b), a, b, kind=kind)
+    key, plan = mm.tuner.last
+    tma = kind != "tf32" and n == 8192
+    assert key.endswith(":tma") == tma
+    if mm.tuner.sources[key] == "heuristic":
+        assert bool(plan.get("tma")) == tma
+        assert plan["stage_b"] == (kind == "tf32")
+
+
+@pytest.mark.gpu
+def test_gpu_tma_replay_graph_and_threads(monkeypatch):
+    """A TMA call replays from its recorded plan with new memory, replays from a CUDA graph,
+    and runs (first call and replay) from a thread where Triton's allocator was never set."""
+    import threading
+
+    monkeypatch.setattr(mm, "FORCE_PLAN", mm._tma_plan(128, 256, 64, 8, 3, True, ws=True))
+    shapes = (512, 256), (256, 384)
+    calls = []
+    for seed in range(3):
+        a = random_array(shapes[0], td.bfloat16, seed=seed)
+        b = random_array(shapes[1], td.bfloat16, seed=seed + 9)
+        calls.append((run(a, b), a, b))
+    for got, a, b in calls:
+        _gpu_check(got, a, b, kind="bfloat16")
+    a, b = calls[0][1], calls[0][2]
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mm.matmul(a, b)
+    for seed in (20, 21):
+        a.copy_(random_array(shapes[0], td.bfloat16, seed=seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        _gpu_check(out, a, b, kind="bfloat16")
+    results, errors = [], []
+
+    def worker():
+        try:
+            # a new problem, then a replay of the plan recorded above
+            for x in (random_array((96, 64), td.bfloat16, seed=1),
+                      random_array(shapes[0], td.bfloat16, seed=2)):
+                y = random_array((x.shape[1], shapes[1][1]), x.dtype, seed=3)
+                results.append((mm.matmul(x, y), x, y))
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    for got, x, y in results:
+        _gpu_check(got, x, y, kind="bfloat16")

@@ -203,6 +203,7 @@ class KernelLaunch:
             self.compiled = None
             return
         self.args, self.dynamic = list(args), tuple(dynamic)
+        ensure_allocator()
         self.compiled = kernel[grid](*args, **meta)
         if not INTERPRET:
             self._bind()
@@ -317,11 +318,13 @@ class KernelLaunch:
             self._launch(self._g0, self._g1, self._g2, stream, self._function, self._coop,
                          self._pdl, self._packed, None, None, None, None, None,
                          self._annotations, self._signature, tuple(args))
-        else:
+        else:  # (Triton's launcher: a kernel with scratch among others, see ensure_allocator)
+            ensure_allocator()
             self._run(self._g0, self._g1, self._g2, stream, self._function, self._packed, None,
                       None, None, *args)
 
     def _through_triton(self, values):
+        ensure_allocator()
         args = list(self.args)
         for i, v in zip(self.dynamic, values):
             args[i] = v
@@ -581,7 +584,34 @@ def run(kernel, grid, *args, **meta):
         return KernelLaunch(kernel, grid, args, meta)
     if _NOTE_KERNELS:
         _note_kernel(kernel, args, meta)
+    ensure_allocator()
     return kernel[grid](*args, **meta)
+
+
+# Kernels that build tensor descriptors on the device (the TMA matmul) need global scratch,
+# which Triton's launcher takes at each launch from the allocator of triton.set_allocator. Triton
+# keeps it per thread (a ContextVar, unset in a new thread), so each launching thread gets ours
+# before its first such launch, unless the program set its own: Triton's launches (run, a
+# first KernelLaunch) and the replays that go through Triton's launcher (the kernels with
+# scratch; the lean launcher takes none).
+try:
+    from triton.runtime import _allocation
+
+    _ALLOCATOR = _allocation._allocator
+    _NO_ALLOCATOR = __import__("contextvars").Context().run(_ALLOCATOR.get)  # (its default)
+except (ImportError, AttributeError):  # a Triton without allocators: nothing to set
+    _ALLOCATOR = None
+
+
+def _scratch(size, alignment, stream):
+    """Triton's global scratch for one launch, on the current device (torch's caching allocator
+    orders its reuse on the stream)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_allocator():
+    if _ALLOCATOR is not None and _ALLOCATOR.get() is _NO_ALLOCATOR:
+        triton.set_allocator(_scratch)
 
 
 # TRITONAD_NOTE_KERNELS=FILE appends every kernel specialization launched (the kernel, its

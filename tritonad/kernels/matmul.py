@@ -183,6 +183,74 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, gate_ptr, rows_ptr,
 
 
 @triton.jit
+def _matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_a, stride_b, stride_c,
+                       stride_bias, programs,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       GROUP_M: tl.constexpr, A_KMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr,
+                       UPCAST: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                       GDC: tl.constexpr):
+    if GDC:  # programmatic dependent launch: wait before any memory access, the descriptors'
+        tl.extra.cuda.gdc_wait()  # scratch included (it may be memory the kernel before used)
+        tl.extra.cuda.gdc_launch_dependents()
+    # program p: output tiles p, p + programs, p + 2 * programs, ... (one tile when the grid
+    # has a program per tile; persistent when programs = the SM count). Operands are read by
+    # the TMA engine through descriptors built here from raw pointers (the scratch of one
+    # tensormap each comes from triton.set_allocator: launch.ensure_allocator); a [M, K] is
+    # K-major (A_KMAJOR) or stored as [K, M]; b [K, N] is K-major (stored as [N, K]) or N-major.
+    # Loads past an edge read zeros and stores past an edge are dropped by the hardware.
+    if A_KMAJOR:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1],
+                                           block_shape=[BLOCK_K, BLOCK_M])
+    if B_KMAJOR:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N])
+    grid_m = (M + BLOCK_M - 1) // BLOCK_M
+    grid_n = (N + BLOCK_N - 1) // BLOCK_N
+    k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+    group_width = GROUP_M * grid_n
+    for tile in tl.range(tl.program_id(0), grid_m * grid_n, programs, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        # grouped ordering, as _matmul_kernel: GROUP_M row-tiles sweep the columns together
+        first_m = (tile // group_width) * GROUP_M
+        group_m = tl.minimum(grid_m - first_m, GROUP_M)
+        off_m = (first_m + (tile % group_width) % group_m) * BLOCK_M
+        off_n = ((tile % group_width) // group_m) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            off_k = k * BLOCK_K
+            if A_KMAJOR:
+                a = a_desc.load([off_m, off_k])
+            else:
+                a = a_desc.load([off_k, off_m]).T
+            if B_KMAJOR:
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            if UPCAST:  # the interpreter computes half types wrongly: widen them first
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            # NOTE: as _matmul_kernel: "tf32" (10-bit mantissas) or "tf32x3" for fp32 inputs;
+            # fp16/bf16 products are exact; all accumulate in fp32
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if HAS_BIAS:
+            offs_n = off_n + tl.arange(0, BLOCK_N)
+            bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
+            acc += bias.to(tl.float32)[None, :]
+        if RELU:
+            acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
+        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
 def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, rows_ws_ptr, rows_ptr, n_elements, N, M,
                           split, stride_bias, output_programs,
                           HAS_BIAS: tl.constexpr, RELU: tl.constexpr, ROW_SUMS: tl.constexpr,
@@ -281,6 +349,29 @@ _SMALL_TILES = [(16, 32), (32, 64), (64, 32), (16, 64), (32, 32), (64, 64), (64,
 # small ones; the tuner tries it on the first tiles of the menu.
 _SMALL_X3_TILES = 4
 
+# TMA plans (_matmul_tma_kernel): (BM, BN, BK, warps, stages, persistent), best first, for
+# large problems whose operands TMA can read (_tma_operands). From benchmarks/sweep_tma.py on an
+# H100 (Triton 3.6, 2026-11-24; ratio = cuBLAS time / ours, kernel time):
+# - fp16/bf16: 128x256x64 w8 s3 persistent. 4096^3 a @ b 0.95-0.96 (the classic kernel the
+#   same, 0.96-0.97), x @ w.t() 0.98-1.02 (classic 0.82-0.86); 8192^3 a @ b with automatic
+#   warp specialization 0.94-1.02 (without 0.89-0.94, classic 0.87-0.94; with it at 4096: 0.89-
+#   0.91). 4 stages of 128x256 tiles do not fit in shared memory; 128x128 tiles reach 0.86-0.89.
+# - TF32: 128x128x32 w8 s4 persistent: x @ w.t() at 4096^3 0.95 (classic 0.89). 128x256 fp32
+#   tiles do not fit (the epilogue's tile takes 128 kB). wgmma reads TF32 K-major only: an
+#   N-major b (a @ b) made Triton copy each tile through registers (0.17-0.2x), and staged
+#   K-major first (one copy pass) 0.69 / 0.78 at 4096 / 8192 against the classic staged plan's
+#   0.75 / 0.87, which stays first there.
+_TMA_TILES = {
+    "half": [(128, 256, 64, 8, 3, True), (128, 256, 64, 8, 3, False), (256, 128, 64, 8, 3, True)],
+    "tf32": [(128, 128, 32, 8, 4, True), (128, 128, 32, 4, 4, True), (64, 256, 32, 4, 4, True),
+             (128, 128, 32, 8, 4, False)],
+}
+# A TMA plan's problem must have at least this many multiply-adds (smaller ones keep the
+# classic menu: the MNIST products, and anything the sweep did not measure); from TMA_WS_MACS
+# on (8192^3 measured, 4096^3 not), fp16/bf16 put the warp-specialized plan first.
+TMA_MIN_MACS = 2 ** 35  # 4096 x 4096 x 2048
+TMA_WS_MACS = 2 ** 38
+
 
 def _kind(dtype, precision=None) -> str:
     """The compute path of a dtype: half (fp16/bf16), tf32, ieee (exact fp32) or fp64."""
@@ -294,6 +385,14 @@ def _plan(BM, BN, BK, warps, stages, split=1, stage_a=False, stage_b=False, x3=F
                 stage_a=stage_a, stage_b=stage_b, x3=x3)
 
 
+def _tma_plan(BM, BN, BK, warps, stages, persistent, stage_a=False, stage_b=False, ws=False):
+    """A plan of _matmul_tma_kernel (ws: automatic warp specialization of the tile loop).
+    NOTE: only TMA plans carry the "tma", "persistent" and "ws" fields, so that the classic
+    plans compare equal to those of tuning caches and shipped tables made before TMA plans."""
+    return {**_plan(BM, BN, BK, warps, stages, stage_a=stage_a, stage_b=stage_b), "tma": True,
+            "persistent": persistent, "ws": ws}
+
+
 def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
     """How many K slices to give each output tile: enough programs to fill `sms` SMs once,
     each slice at least two BLOCK_K steps long, at most 16 slices (the reduction reads them
@@ -305,13 +404,15 @@ def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
     return max(1, min(sms // tiles, k_tiles // 2, 16))
 
 
-def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
+def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False):
     """The plans the tuner times for one problem, best guess first.
 
     Large problems (the 128x128 tiles fill the SMs) try the large-tile menu of their kind.
     Smaller ones try the small tiles (_SMALL_TILES) that fit the matrix, each with the split
     of split_k_heuristic and without. TF32 adds K-major staged variants of the first plans
-    when an operand's K stride is not 1.
+    when an operand's K stride is not 1. `tma`: TMA can read the operands (_tma_operands); large
+    fp16/bf16/TF32 problems then also try TMA plans, first where tma_first() says so; TF32 ones
+    staged K-major where an operand is not.
     """
     if kind == "fp64":
         return [_plan(*t) for t in _LARGE_TILES["fp64"]]
@@ -341,8 +442,37 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
                 for s in dict.fromkeys((split, 1)):
                     plans.append({**base, "split": s})
     if kind == "tf32" and not (a_kmajor and b_kmajor):
-        plans += [{**p, **staged} for p in plans[:3]]
+        staged_plans = [{**p, **staged} for p in plans[:3]]
+        # large: staged first (benchmarks/sweep_tma.py, H100, a @ b: 0.75 / 0.87 of cuBLAS at
+        # 4096 / 8192 against 0.22 / 0.24 with wgmma reading an N-major TF32 b)
+        plans = staged_plans + plans if large else plans + staged_plans
+    if tma and tma_problem(batch, M, N, K, kind, sms):
+        tiles = _TMA_TILES[kind]
+        if kind == "tf32":  # wgmma reads TF32 K-major only
+            tma_plans = [_tma_plan(*t, **staged) for t in tiles]
+            if not (a_kmajor and b_kmajor):  # staged: best without the persistent loop
+                tma_plans = tma_plans[-1:] + tma_plans[:-1]
+        else:
+            tma_plans = [_tma_plan(*t) for t in tiles]
+            if batch * M * N * K >= TMA_WS_MACS:
+                tma_plans.insert(0, _tma_plan(*tiles[0], ws=True))
+        first = tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor)
+        plans = tma_plans + plans if first else plans + tma_plans
     return plans
+
+
+def tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor):
+    """Whether a TMA problem's best guess is a TMA plan (where the sweep measured it to win,
+    see _TMA_TILES): a K-major a and either a K-major b (x @ w.t()) or, for fp16/bf16,
+    TMA_WS_MACS multiply-adds (with warp specialization)."""
+    return a_kmajor and (b_kmajor or (kind == "half" and batch * M * N * K >= TMA_WS_MACS))
+
+
+def tma_problem(batch, M, N, K, kind, sms):
+    """Whether a problem is one for TMA plans: fp16/bf16 or TF32, large enough to fill the GPU
+    with 128x128 tiles and to have TMA_MIN_MACS multiply-adds."""
+    return kind in _TMA_TILES and batch * cdiv(M, 128) * cdiv(N, 128) >= sms and \
+        batch * M * N * K >= TMA_MIN_MACS
 
 
 # ============================================================================== tuning
@@ -351,13 +481,17 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms):
 
 
 def describe(plan) -> str:
-    """A plan in a few words: '128x256x64 w8 s3', then 'split 4', 'stage a', 'stage b'."""
+    """A plan in a few words: '128x256x64 w8 s3', then 'split 4', 'stage a', 'stage b',
+    '3xtf32', 'tma', 'persistent'."""
     words = [f"{plan['BM']}x{plan['BN']}x{plan['BK']} w{plan['warps']} s{plan['stages']}"]
     if plan["split"] > 1:
         words.append(f"split {plan['split']}")
     words += [f"stage {x}" for x in "ab" if plan[f"stage_{x}"]]
     if plan.get("x3"):
         words.append("3xtf32")
+    if plan.get("tma"):
+        words.append("tma" + ", persistent" * bool(plan.get("persistent"))
+                     + ", warp-specialized" * bool(plan.get("ws")))
     return ", ".join(words)
 
 
@@ -467,6 +601,79 @@ def _input_precision(plan, kind):
     return "tf32"
 
 
+# TMA operands. The kernel builds its descriptors on the device (tl.make_tensor_descriptor) from
+# raw pointers, shapes and strides, rather than taking host-side TensorDescriptor arguments:
+# - a recorded plan (launch.planned) replays a launch with each call's own pointers, found
+#   among the call's arrays by identity; a host descriptor made from one call's array would be
+#   replayed pointing at that first call's memory (silently wrong results);
+# - a host descriptor is a parameter type the lean launcher (fastlaunch.c) cannot pack.
+# Device-side descriptors need 128 bytes of global scratch per descriptor and program, which
+# Triton's launcher allocates at every launch through the allocator of triton.set_allocator
+# (launch.ensure_allocator sets one in each launching thread): memory of that one launch, never
+# an argument, so a replay gets its own as the first call did (and a CUDA graph capture takes
+# it from the graph's pool). Kernels with scratch skip the lean launcher
+# (launch.KernelLaunch._direct): ~2 us more per call, noise next to the milliseconds of the
+# problems that get TMA plans.
+
+
+def _tma_matrix(x: _Operand, rows):
+    """(row-major?, leading stride) of a matrix [rows, x.cols] that TMA can address: one axis of
+    stride 1, the other's stride a positive multiple of 16 bytes, the data 16-byte aligned;
+    None otherwise."""
+    unit = 16 // x.t.element_size()
+    if x.t.data_ptr() % 16 or max(rows, x.cols) > _INT32_LIMIT:
+        return None
+    if x.sc == 1 and x.sr > 0 and x.sr % unit == 0:
+        return True, x.sr
+    if x.sr == 1 and x.sc > 0 and x.sc % unit == 0:
+        return False, x.sc
+    return None
+
+
+def _tma_operands(B0, B1, a, b, out, kind, gate=None, rows=None):
+    """How _matmul_tma_kernel reads one batch group, or None where it cannot: (M, a K-major?,
+    a's leading stride, b K-major?, b's leading stride, out's row stride). fp16, bf16 or fp32
+    (any precision but fp64); no fused backward options (a_gate, a_row_sums); 2-d problems,
+    or batches of a K-major a whose matrices follow each other row after row (so are out's)
+    times one shared b, merged into one [B0 * B1 * M, K] @ [K, N] product."""
+    if kind == "fp64" or gate is not None or rows is not None:
+        return None
+    M = a.rows
+    if B0 * B1 > 1:
+        def rows_follow(x):
+            return (B1 == 1 or x.s1 == x.rows * x.sr) and \
+                (B0 == 1 or x.s0 == B1 * x.rows * x.sr)
+
+        if b.s0 or b.s1 or a.sc != 1 or not (rows_follow(a) and rows_follow(out)):
+            return None
+        M = B0 * B1 * a.rows
+    sides = _tma_matrix(a, M), _tma_matrix(b.transposed(), b.cols), _tma_matrix(out, M)
+    if None in sides or not sides[2][0]:
+        return None
+    (a_kmajor, stride_a), (b_kmajor, stride_b), (_, stride_c) = sides
+    return M, a_kmajor, stride_a, b_kmajor, stride_b, stride_c
+
+
+def _launch_tma(plan, M, N, K, a, b, out, layout, bias, relu, kind):
+    """Run TMA plan `plan` on a [M, K] @ b [K, N] -> out (layout: _tma_operands' answer)."""
+    _, a_kmajor, stride_a, b_kmajor, stride_b, stride_c = layout
+    BM, BN = plan["BM"], plan["BN"]
+    tiles = cdiv(M, BM) * cdiv(N, BN)
+    persistent = bool(plan.get("persistent"))
+    if persistent:  # (the interpreter: 3 programs, so that each loops over several tiles)
+        programs = min(tiles, 3 if INTERPRET else _sm_count(out.t.device))
+    else:
+        programs = tiles
+    run(_matmul_tma_kernel, (programs,), a.t, b.t, out.t,
+        bias if bias is not None else out.t, M, N, K, stride_a, stride_b, stride_c,
+        bias.stride(0) if bias is not None else 0, programs,
+        BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=plan["BK"], GROUP_M=plan["GM"], A_KMAJOR=a_kmajor,
+        B_KMAJOR=b_kmajor, HAS_BIAS=bias is not None, RELU=relu,
+        PRECISION=_input_precision(plan, kind), UPCAST=INTERPRET and kind == "half",
+        FLATTEN=persistent, WARP_SPECIALIZE=bool(plan.get("ws")),
+        num_warps=plan["warps"], num_stages=plan["stages"], **PDL)
+
+
 def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
     """Run `plan` on one batch group: a [B0, B1, M, K] @ b [B0, B1, K, N] -> out; a gated by
     `gate` and its row sums into `rows` (2-d problems only: B0 = B1 = 1)."""
@@ -475,6 +682,11 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
         a = _stage(a, B0, B1)
     if plan["stage_b"] and b.sr != 1 and K > 1:
         b = _stage(b.transposed(), B0, B1).transposed()
+    if plan.get("tma") and K > 0:
+        # a TMA plan where TMA can read the operands (else the classic kernel, same tiles)
+        layout = _tma_operands(B0, B1, a, b, out, kind, gate, rows)
+        if layout is not None:
+            return _launch_tma(plan, layout[0], N, K, a, b, out, layout, bias, relu, kind)
     BM, BN, BK = plan["BM"], plan["BN"], plan["BK"]
     k_tiles = cdiv(K, BK)
     split = max(1, min(plan["split"], k_tiles))
@@ -591,7 +803,7 @@ def _settings():
         tuple(sorted(FORCE_PLAN.items())) if FORCE_PLAN else None
 
 
-@planned(settings=_settings)
+@planned(settings=_settings, arrays=2)
 def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=None,
            a_row_sums=None):
     """act(a @ b + bias) in one kernel (two with split-K).
@@ -638,8 +850,15 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
         a_layout, b_layout = _layout(a, -1), _layout(b, -2)
         key = f"{batch}x{M}x{N}x{K}:{dtype_of(a).name}:{kind}:{a_layout}{b_layout}"
         key += ":gate" * (a_gate is not None) + ":rows" * (a_row_sums is not None)
+        sms = _sm_count(a.device)
+        tma = tma_problem(batch, M, N, K, kind, sms) and all(
+            _tma_operands(*g, kind, a_gate, a_row_sums) is not None for g in groups)
+        # ":tma": a TMA plan is this problem's best guess, so a plan cached or shipped for the
+        # key before TMA plans existed is stale (where the classic plans stay first, it stands)
+        key += ":tma" * (tma and tma_first(batch, M, N, K, kind, a_layout == "k",
+                                           b_layout == "k"))
         plan = tuner.choose(key, lambda: candidate_plans(
-            batch, M, N, K, kind, a_layout == "k", b_layout == "k", _sm_count(a.device)),
+            batch, M, N, K, kind, a_layout == "k", b_layout == "k", sms, tma),
             run_plan, a.device)
     if FORCE_PLAN:
         plan = {**plan, **FORCE_PLAN}
