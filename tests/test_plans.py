@@ -156,10 +156,16 @@ def test_an_optional_leading_array_keys_apart_from_none():
     conv.conv2d.lean.clear()
     ref = torch.nn.functional.conv2d  # (the oracle only: torch on the CPU, float64)
     xs, ws, bs = (t.cpu().double() for t in (x, w, b))
-    for _ in range(2):
-        for bias in (None, b):
-            got = conv.conv2d(x, w, bias, (1, 1), (1, 1), (1, 1), 1)
-            want = ref(xs, ws, None if bias is None else bs, padding=1)
-            np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+    previous = td.conv_precision()
+    td.set_conv_precision("highest")  # (float32 accuracy on a GPU too: TF32 would need 1e-2)
+    try:
+        for _ in range(2):
+            for bias in (None, b):
+                got = conv.conv2d(x, w, bias, (1, 1), (1, 1), (1, 1), 1)
+                want = ref(xs, ws, None if bias is None else bs, padding=1)
+                np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-4,
+                                           atol=1e-4)
+    finally:
+        td.set_conv_precision(previous)
     if launch.PLANS_ENABLED:
         assert len(conv.conv2d.lean) == 2

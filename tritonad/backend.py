@@ -617,7 +617,8 @@ def sync_checks() -> bool:
 def set_conv_precision(precision: str) -> None:
     """Float32 convolutions, set apart from matmul as PyTorch does: "high" (default) runs them
     on TF32 tensor cores, like PyTorch's cuDNN default (torch.backends.cudnn.allow_tf32 = True);
-    "highest" computes them in exact IEEE float32 (several times slower on the GPU)."""
+    "highest" keeps float32 accuracy, as three TF32 tensor-core products per step (3xTF32;
+    TRITONAD_CONV_IEEE=1 computes in IEEE float32 FMA instead, several times slower)."""
     if precision not in _MATMUL_PRECISIONS:
         raise ValueError(f"conv precision must be one of {_MATMUL_PRECISIONS}, got {precision!r}")
     _settings["conv_precision"] = precision
