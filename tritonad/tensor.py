@@ -330,6 +330,8 @@ class Tensor:
     __hash__ = object.__hash__
 
     # ------------------------------------------------------------------ operators
+    # (__add__, __sub__, __mul__ and __truediv__ are tritonad.autodiff.ops' add, sub, mul and
+    # div themselves, set there: one Python frame less on every eager `x + b`)
     def __add__(self, o): return _OPS.add(self, o)
     def __radd__(self, o): return _OPS.add(o, self)
     def __sub__(self, o): return _OPS.sub(self, o)
