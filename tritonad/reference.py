@@ -412,11 +412,17 @@ class _KeptColumns:
         return None
 
 
+def _per_thread(name, make):
+    """This thread's object `name` (made by make() on first use): kept buffers are per thread."""
+    value = getattr(_WORK, name, None)
+    if value is None:
+        value = make()
+        setattr(_WORK, name, value)
+    return value
+
+
 def _kept_columns():
-    kept = getattr(_WORK, "kept_columns", None)
-    if kept is None:
-        kept = _WORK.kept_columns = _KeptColumns()
-    return kept
+    return _per_thread("kept_columns", _KeptColumns)
 
 
 # The columns of a convolution are kh * kw times the size of its input: a batch is convolved
@@ -718,10 +724,7 @@ class _KeptKernelSpectra:
 
 
 def _kept_kernel_spectra():
-    kept = getattr(_WORK, "kernel_spectra", None)
-    if kept is None:
-        kept = _WORK.kernel_spectra = _KeptKernelSpectra()
-    return kept
+    return _per_thread("kernel_spectra", _KeptKernelSpectra)
 
 
 # ------------------------------------------------------------------------ the backend
