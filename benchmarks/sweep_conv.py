@@ -18,6 +18,12 @@ config menus (conv.GEMM_MENU / conv.WGRAD_MENU) and the layout defaults; not par
 `tritonad bench`.
 
     python benchmarks/sweep_conv.py --out DIR [--budget 330] [--quick] [--precisions fp32]
+
+--wgrad sweeps the weight gradient alone, at the MNIST and the ResNet-style layers: for each
+layer, precision, operand handling at fp32 (presplit: heads and tails split in a memory pass,
+conv.DW_PRESPLIT; x3dot: tl.dot's "tf32x3"), split-K count (the heuristic's, half, double)
+and config of wgrad_space(), the launcher (split pass, kernel, split sum) beside cuDNN's
+weight + bias gradient; every kernel is compiled first, in parallel (compile_ahead).
 """
 from __future__ import annotations
 
@@ -33,7 +39,8 @@ import common  # noqa: E402
 
 # name: (input shape, C_out, kernel, padding)
 LAYERS = {"conv1": ((100, 1, 28, 28), 32, 5, 2), "conv2": ((100, 32, 14, 14), 64, 5, 2),
-          "56x56-k3": ((256, 64, 56, 56), 64, 3, 1)}
+          "56x56-k3": ((256, 64, 56, 56), 64, 3, 1), "28x28-k3": ((256, 128, 28, 28), 128, 3, 1),
+          "14x14-k3": ((256, 256, 14, 14), 256, 3, 1)}
 VARIANTS = {"nchw": (False, False), "packed": (True, False), "nhwc": (True, True)}
 
 
@@ -55,6 +62,135 @@ def wgrad_space():
                      (128, 4, 2)],
             "tf32x3": [(32, 4, 3), (32, 4, 2), (16, 4, 2), (32, 8, 2), (64, 8, 3), (64, 8, 2),
                        (16, 2, 2), (64, 4, 2)]}
+
+
+def wgrad_grid():
+    """(BLOCK_K pixels, warps, stages) per kind for --wgrad (the pre-split 3xTF32 kernel streams
+    four tiles per step: its stages cost twice the shared memory of a TF32 one)."""
+    return {"tf32": [(32, 4, 3), (32, 4, 4), (64, 4, 3), (32, 8, 3), (64, 8, 3), (32, 8, 4),
+                     (16, 4, 3), (16, 8, 4)],
+            "tf32x3": [(32, 8, 3), (16, 4, 3), (32, 4, 3), (16, 8, 3), (32, 8, 2), (16, 8, 4),
+                       (64, 8, 2)]}
+
+
+def wgrad_main(args):
+    """The --wgrad sweep (module docstring); prints one line per item, the best per layer."""
+    from tritonad.kernels import conv
+    from tritonad.kernels.launch import clear_plans, compile_ahead
+    from tritonad.kernels.tuning import Tuner
+
+    import tritonad as td
+    td.autotune(False)
+    start_all = time.perf_counter()
+    layers = args.layers.split(",") if args.layers else list(LAYERS)
+    items = []  # (layer, precision, presplit, split factor, config)
+    for layer in layers:
+        for precision in args.precisions.split(","):
+            for presplit in ((True, False) if precision == "fp32" else (False,)):
+                grid = wgrad_grid()["tf32x3" if precision == "fp32" else "tf32"]
+                if precision == "fp32" and not presplit:
+                    grid = [conv.WGRAD_MENU["tf32x3"][0], (32, 4, 2)]
+                for factor in (1.0, 0.5, 2.0):
+                    items += [(layer, precision, presplit, factor, cfg) for cfg in grid]
+
+    def setup(layer, precision, presplit, factor, cfg):
+        _set_precision(precision)
+        conv.PACK_WEIGHTS, conv.CHANNELS_LAST, conv.CONV_ALGO = True, False, "implicit"
+        conv.DW_PRESPLIT = presplit
+        kind = conv._menu_kind(conv._precision(torch.float32), torch.float32)
+        conv.WGRAD_MENU = dict(conv.WGRAD_MENU, **{kind: [cfg]})
+        (n, c, h, w), co, k, pad = LAYERS[layer]
+        taps = k * k
+        block_m = conv._block(co)
+        ci = c >= conv.CHANNEL_INNER_MIN
+        block_n = conv._block(c) if ci else conv._block(c * taps)
+        tiles = -(-co // block_m) * (taps * -(-c // block_n) if ci else -(-c * taps // block_n))
+        conv.DW_SPLIT = None
+        base = conv._wgrad_splits(tiles, n * h * w, torch.device("cuda"))
+        conv.DW_SPLIT = max(1, round(base * factor))
+        conv.tuner = Tuner("conv-sweep")
+        conv.tuner.path = lambda: "/dev/null/none"
+        clear_plans()
+        return conv.DW_SPLIT
+
+    problems = {layer: _problem(*LAYERS[layer]) for layer in layers}
+    with compile_ahead():  # every kernel of every item, in parallel
+        for item in items:
+            setup(*item)
+            x, w, b, dy = problems[item[0]]
+            _cases(conv, x, w, b, dy, LAYERS[item[0]][3])["dw"][0]()
+    torch.cuda.synchronize()
+    print(f"compiled {len(items)} items in {time.perf_counter() - start_all:.0f} s", flush=True)
+    rows, cudnn = [], {}
+    for item in items:
+        if time.perf_counter() - start_all > args.budget:
+            print(f"budget spent: skipped from {item}")
+            break
+        layer, precision = item[0], item[1]
+        splits = setup(*item)
+        x, w, b, dy = problems[layer]
+        ours, theirs = _cases(conv, x, w, b, dy, LAYERS[layer][3])["dw"]
+        try:
+            t_ours = common.bench(ours, warmup=10, rep=40)
+        except Exception as err:  # noqa: BLE001 (out of shared memory, ...)
+            print(f"{item}: {type(err).__name__}: {str(err)[:80]}")
+            continue
+        if (layer, precision) not in cudnn:
+            cudnn[layer, precision] = common.bench(theirs)
+        t_cudnn = cudnn[layer, precision]
+        rows.append({"layer": layer, "precision": precision, "presplit": item[2],
+                     "splits": splits, "config": item[4], "ours_ms": t_ours, "cudnn_ms": t_cudnn})
+        how = "presplit" if item[2] else "x3dot" if precision == "fp32" else "tf32"
+        print(f"{layer:9s} {precision} {how:8s} split {splits:4d} {item[4]}  ours {t_ours:.4f}  "
+              f"cudnn {t_cudnn:.4f}  x{t_cudnn / t_ours:.2f}", flush=True)
+    print("\nbest per layer and precision (x = cuDNN ms / ours ms)")
+    for (layer, precision), t_cudnn in cudnn.items():
+        for presplit in (True, False):
+            sel = [r for r in rows if r["layer"] == layer and r["precision"] == precision
+                   and r["presplit"] == presplit]
+            if sel:
+                r = min(sel, key=lambda r: r["ours_ms"])
+                print(f"{layer:9s} {precision} presplit={presplit!s:5s} split {r['splits']:4d} "
+                      f"{r['config']}  ours {r['ours_ms']:.4f} cudnn {t_cudnn:.4f} "
+                      f"x{t_cudnn / r['ours_ms']:.2f}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "sweep_wgrad.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"\ntotal {time.perf_counter() - start_all:.0f} s")
+
+
+def table_main(args):
+    """--table: every direction of every layer at both precisions with the library's own plans
+    (menus as shipped, no tuning), beside cuDNN in the same run."""
+    from tritonad.kernels import conv
+    from tritonad.kernels.launch import clear_plans, compile_ahead
+    from tritonad.kernels.tuning import Tuner
+
+    import tritonad as td
+    td.autotune(False)
+    layers = args.layers.split(",") if args.layers else list(LAYERS)
+    items = [(layer, precision, direction) for layer in layers
+             for precision in args.precisions.split(",") for direction in ("fwd", "dx", "dw")]
+    conv.tuner = Tuner("conv-table")
+    conv.tuner.path = lambda: "/dev/null/none"
+    problems = {layer: _problem(*LAYERS[layer]) for layer in layers}
+    clear_plans()
+    with compile_ahead():
+        for layer, precision, direction in items:
+            _set_precision(precision)
+            _cases(conv, *problems[layer], LAYERS[layer][3])[direction][0]()
+    rows = []
+    for layer, precision, direction in items:
+        _set_precision(precision)
+        ours, theirs = _cases(conv, *problems[layer], LAYERS[layer][3])[direction]
+        t_ours, t_cudnn = common.bench(ours), common.bench(theirs)
+        rows.append({"layer": layer, "precision": precision, "direction": direction,
+                     "ours_ms": t_ours, "cudnn_ms": t_cudnn})
+        print(f"table {layer:9s} {precision} {direction:3s} ours {t_ours:.4f} ms  cudnn "
+              f"{t_cudnn:.4f} ms  x{t_cudnn / t_ours:.2f}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "conv_table.json"), "w") as f:
+        json.dump(rows, f, indent=1)
 
 
 def _set_precision(name):
@@ -118,8 +254,26 @@ def main(argv=None):
                             help="seconds after which remaining items are skipped")
         parser.add_argument("--precisions", default="tf32,fp32",
                             help="comma-separated among tf32, fp32 (default: both)")
+        parser.add_argument("--wgrad", action="store_true",
+                            help="the weight-gradient sweep (module docstring)")
+        parser.add_argument("--table", action="store_true",
+                            help="every direction with the library's plans (table_main)")
+        parser.add_argument("--layers", default="",
+                            help="--wgrad / --table: comma-separated LAYERS keys")
     args = common.parse_args(__doc__.splitlines()[0], argv, extra)
     common.require_gpu("sweep_conv")
+    if args.wgrad or args.table:
+        from tritonad.kernels import conv
+        knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
+                 "CHANNELS_LAST")
+        defaults = {name: getattr(conv, name) for name in knobs}
+        if args.wgrad:
+            wgrad_main(args)
+        for name, value in defaults.items():  # the table runs the library as shipped
+            setattr(conv, name, value)
+        if args.table:
+            table_main(args)
+        return None
     from tritonad.kernels import conv
 
     import tritonad as td

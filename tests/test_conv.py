@@ -551,6 +551,42 @@ def test_conv_precision_selects_the_dot_input_precision(monkeypatch):
         td.set_conv_precision("high")
 
 
+def test_split_tf32_heads_and_tails():
+    """The 3xTF32 weight gradient's pre-split: head = x rounded to TF32 (low 13 bits zero, to
+    the nearest), head + tail = x exactly, from a strided source."""
+    x = random_array((3, 4, 5, 6), low=-1e3, high=1e3, seed=3).permute(0, 2, 1, 3)
+    head = conv._split_tf32(x)
+    tail = head.flatten().as_strided(head.shape, head.stride(), head.numel())
+    assert head.is_contiguous() and tail.is_contiguous()
+    bits = to_numpy(head).view(np.uint32)
+    assert not (bits & 0x1FFF).any()
+    xs = np.ascontiguousarray(to_numpy(x))
+    assert np.array_equal(to_numpy(head) + to_numpy(tail), xs)
+    assert (np.abs(to_numpy(tail)) <= np.abs(xs) * 2.0 ** -11).all()
+
+
+@pytest.mark.parametrize("presplit", [True, False])
+def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
+    """3xTF32 weight gradient, operands pre-split or split by tl.dot: strided dy and x,
+    groups, split-K, the fused bias gradient."""
+    monkeypatch.setattr(conv, "DW_PRESPLIT", presplit)
+    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    x = random_array((2, 6, 5, 32), low=-1, high=1, seed=8).permute(0, 3, 1, 2)  # [2, 32, 6, 5]
+    w = random_array((20, 16, 3, 3), low=-1, high=1, seed=9)
+    dy = random_array((2, 3, 20, 3), low=-1, high=1, seed=10).permute(0, 2, 1, 3)  # [2, 20, 3, 3]
+    args = ((2, 2), (1, 1), (1, 1), 2)
+    try:
+        td.set_conv_precision("highest")
+        _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+    finally:
+        td.set_conv_precision("high")
+    xs, ws = (torch.from_numpy(to_numpy(t)).double().requires_grad_() for t in (x, w))
+    bs = torch.zeros(20, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(torch.from_numpy(to_numpy(dy)).double())
+    assert_close(to_numpy(dw), ws.grad.numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(to_numpy(db), bs.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_auto_picks_per_direction(monkeypatch):
     monkeypatch.setattr(conv, "CONV_ALGO", "auto")
     first = conv._Geometry("t", (4, 1, 28, 28), (32, 1, 5, 5), 1, 2, 1, 1)

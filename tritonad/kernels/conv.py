@@ -67,6 +67,7 @@ DW_SPLIT = None          # split-K count of the implicit weight gradient; None: 
 CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K channel-inner
 PACK_WEIGHTS = True      # channel-inner implicit GEMM: weights copied K-major first (vector loads)
 CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied to NHWC first
+DW_PRESPLIT = True       # 3xTF32 weight gradient: operands split into TF32 head + tail first
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -188,9 +189,9 @@ def _conv_wgrad_kernel(
         stride_dn, stride_dc, stride_dh, stride_dv,
         stride_xn, stride_xc, stride_xh, stride_xw,
         stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
-        stride_bs, stride_bo,
+        stride_bs, stride_bo, lo_dy, lo_x,
         SH, SW, PH, PW, DH, DW,
-        HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr,
+        HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr, PRESPLIT: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         BLOCK_Q: tl.constexpr):
@@ -200,6 +201,11 @@ def _conv_wgrad_kernel(
     # of split s. The pixels (the GEMM's K) come in blocks of BLOCK_K // BLOCK_Q whole output
     # rows x BLOCK_Q columns of one image, so a pixel's (p, q) is a shift and a mask of its
     # place in the block: no division per element. Split s takes an even share of the blocks.
+    # PRESPLIT (3xTF32 from memory): dy and x are the TF32 heads of pre-split operands whose
+    # tails lie lo_dy / lo_x elements further on (_split_tf32_kernel): dw = dy_lo @ x +
+    # dy @ x_lo + dy @ x as three plain TF32 products whose tiles all stream straight from
+    # memory into shared memory (tl.dot's "tf32x3" splits them in registers instead and writes
+    # the parts back to shared memory: 4x a TF32 product's time, not 3x).
     pid = tl.program_id(0)
     split = tl.program_id(1)
     taps = KH * KW
@@ -267,12 +273,25 @@ def _conv_wgrad_kernel(
             b_ptrs = x_cols[None, :] + x_img + y * stride_xh + x * stride_xw
             b_mask = p_ok[:, None] & col_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-        if HAS_BIAS_GRAD:
-            db_acc += a.to(tl.float32)
-        if DOT_FP32:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc=acc, input_precision=INPUT_PRECISION)
+        if PRESPLIT:
+            a_lo = tl.load(a_ptrs + lo_dy, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
+            b_lo = tl.load(b_ptrs + lo_x, mask=b_mask, other=0.0)
+            if HAS_BIAS_GRAD:
+                db_acc += a + a_lo  # head + tail = dy exactly
+            # NOTE: a step's three products start from zero and join acc by a float32 add:
+            # chained onto acc, the tensor cores' accumulation (which truncates at every
+            # instruction, relative to |acc|) cost ~1e-5 at conv2 and 5e-4 at 256x128x28x28
+            step = tl.dot(a, b, input_precision="tf32")
+            step = tl.dot(a_lo, b, acc=step, input_precision="tf32")
+            step = tl.dot(a, b_lo, acc=step, input_precision="tf32")
+            acc += step
+        else:
+            if HAS_BIAS_GRAD:
+                db_acc += a.to(tl.float32)
+            if DOT_FP32:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc=acc, input_precision=INPUT_PRECISION)
 
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         dw_cols[None, :]
@@ -298,6 +317,32 @@ def _channels_last_kernel(src_ptr, out_ptr, C, HW, W,
     v = tl.load(src_ptr + n * stride_sn + (h * stride_sh + (pix - h * W) * stride_sw)[:, None] +
                 (ch * stride_sc)[None, :], mask=ok)
     tl.store(out_ptr + n * HW * C + (pix * C)[:, None] + ch[None, :], v, mask=ok)
+
+
+@triton.jit
+def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
+                       stride_sn, stride_sc, stride_sh, stride_sw,
+                       INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
+    # out[0] = head, out[1] = tail of src [N, C, H, W] (any strides), both contiguous: the head
+    # is src rounded to TF32 (10 mantissa bits, to nearest by adding half of the dropped 13 bits
+    # to the magnitude), tail = src - head, exact in float32. A TF32 product of a head reads it
+    # exactly; a tail's own TF32 rounding costs ~2**-22 relative: 3xTF32's accuracy.
+    # One program: BLOCK elements of the contiguous output.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    w = offs % W
+    t = offs // W
+    h = t % H
+    t = t // H
+    c = t % C
+    n = t // C
+    v = tl.load(src_ptr + n * stride_sn + c * stride_sc + h * stride_sh + w * stride_sw, mask=ok,
+                other=0.0)
+    head = ((v.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    tl.store(out_ptr + offs, head, mask=ok)
+    tl.store(out_ptr + TOTAL + offs, v - head, mask=ok)
 
 
 @triton.jit
@@ -517,10 +562,14 @@ GEMM_MENU = {
     "tf32x3": [(64, 32, 4, 3), (64, 32, 4, 2), (128, 32, 8, 3)],  # three products per step
     "half": [(128, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 3)],
 }
+# Weight gradient: H100 sweep of 2026-11-24 (sweep_conv.py --wgrad); tiles of 128x128 and up
+# take the first entry with 8 warps (_wgrad_configs: 4 warps spill there, 5-10x slower).
+# "tf32x3" is the pre-split kernel's menu (DW_PRESPLIT; tl.dot's own tf32x3 was best at
+# (16, 2, 2), 0.34 ms at conv2).
 WGRAD_MENU = {
     "ieee": [(16, 4, 1), (16, 4, 2), (32, 4, 2)],
-    "tf32": [(32, 4, 4), (32, 4, 3), (64, 8, 3)],
-    "tf32x3": [(16, 2, 2), (16, 4, 2), (32, 4, 2)],  # (H100 sweep, 2026-11-24: 0.35-0.53 ms)
+    "tf32": [(32, 4, 3), (64, 8, 3), (16, 4, 3), (32, 4, 4)],
+    "tf32x3": [(16, 4, 3), (32, 8, 3), (32, 4, 3), (16, 8, 3)],
     "half": [(64, 4, 3), (64, 8, 3), (128, 8, 3)],
 }
 
@@ -553,8 +602,11 @@ def _wgrad_configs(block_m, block_n, block_q, kind):
     if INTERPRET:
         return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 64,
                                "BLOCK_Q": min(block_q, 64)}, num_warps=4, num_stages=1)]
+    menu = WGRAD_MENU[kind]
+    if block_m * block_n >= 128 * 128:  # big tiles: the 8-warp entries first
+        menu = sorted(menu, key=lambda entry: entry[1] < 8)
     configs = {}
-    for bk, warps, stages in WGRAD_MENU[kind]:
+    for bk, warps, stages in menu:
         bk = max(bk, 16)
         configs[bk, warps, stages] = triton.Config(
             {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk, "BLOCK_Q": min(block_q, bk)},
@@ -677,16 +729,22 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
         dpart = work[:, co * k_total:] if db is not None else None
     precision = _precision(x.dtype)
     kind = _menu_kind(precision, x.dtype)
+    presplit = precision == "tf32x3" and DW_PRESPLIT
+    lo_dy = lo_x = 0
+    if presplit:  # heads and tails: one memory-bound pass over each operand
+        dy, lo_dy = _split_tf32(dy), dy.numel()
+        x, lo_x = _split_tf32(x), x.numel()
     key = (f"wgrad:{g.n}x{co}x{c}:{g.h}x{g.w}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:s{g.sh}:"
-           f"{precision}:{kind}:{str(x.dtype)[6:]}:split{splits}")
+           f"{precision}{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}")
     _run_tuned(_conv_wgrad_kernel, _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind),
                key, lambda meta: (tiles, splits), (
         dy, x, part, dpart if dpart is not None else part,
         g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
         *dy.stride(), *x.stride(), *part.stride(),
-        *(dpart.stride() if dpart is not None else (0, 0)), *g.args),
-        dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner,
-             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(x.dtype)), x.device)
+        *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x, *g.args),
+        dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
+             INPUT_PRECISION="tf32" if presplit else precision, DOT_FP32=_dot_fp32(x.dtype)),
+        x.device)
     if splits == 1:
         return
     if db is None or both is not None:
@@ -694,6 +752,19 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     else:
         _sum_splits(part.view(splits, co, k_total), dw.view(co, k_total))
         _sum_splits(dpart.view(splits, 1, co), db.view(1, co))
+
+
+def _split_tf32(t):
+    """t [N, C, H, W] (float32, any strides) -> the [N, C, H, W] TF32 heads, contiguous, whose
+    tails follow them in the same buffer (t.numel() elements further on)."""
+    out = empty((2,) + tuple(t.shape), torch.float32, t.device)
+    total = t.numel()
+    if total == 0:
+        return out[0]
+    block = 1024 if not INTERPRET else 4096
+    run(_split_tf32_kernel, (cdiv(total, block),), t, out, total, *t.shape[1:], *t.stride(),
+        INDEX_64=2 * total + block >= 2 ** 31, BLOCK=block, num_warps=4)
+    return out[0]
 
 
 def _sum_splits(part, out):
@@ -817,7 +888,7 @@ def _flat_pixels(t):
 
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
-        PACK_WEIGHTS, CHANNELS_LAST
+        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT
 
 
 @planned(settings=_settings, arrays=3)
