@@ -430,6 +430,8 @@ def test_candidate_plans(kind, shape):
     if kind == "tf32":
         assert any(p["stage_b"] for p in plans), "TF32 with an N-major b should try staging"
     assert any(p["x3"] for p in plans) == (kind == "ieee"), "3xTF32: tried for exact fp32 only"
+    if kind == "ieee" and shape == (4096, 4096, 4096):  # tensor cores first where tiles fill
+        assert plans[0]["x3"] and plans[0]["stage_b"]    # the GPU (b N-major: staged)
     if shape == MNIST["cnn1"] and kind != "fp64":
         assert any(p["split"] > 1 for p in plans), "skinny long-K products should try split-K"
 
