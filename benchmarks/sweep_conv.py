@@ -159,6 +159,105 @@ def wgrad_main(args):
     print(f"\ntotal {time.perf_counter() - start_all:.0f} s")
 
 
+def shift_space():
+    """_shift_wgrad_kernel's configs per kind, (BLOCK_K pixels, warps, stages): wider than
+    conv.SHIFT_WGRAD_MENU."""
+    return {"tf32": [(32, 4, 3), (64, 4, 3), (32, 8, 4), (64, 8, 3), (16, 4, 4)],
+            "tf32x3": [(32, 4, 3), (16, 4, 3), (32, 8, 3), (64, 8, 2), (16, 8, 4)],
+            "half": [(64, 4, 3), (32, 4, 4), (128, 8, 3), (64, 8, 3), (128, 4, 3)]}
+
+
+def shift_main(args):
+    """--shift: the flat-shift weight gradient (conv.FLAT_SHIFT) config by config against the
+    implicit-GEMM weight gradient (its first plan: "previous"), the flat-shift kernel without
+    TMA ("ptr") and with the split count rounded up as before ("ceil"), and cuDNN, with each
+    result's error against cuDNN's."""
+    from tritonad.kernels import conv
+    from tritonad.kernels.launch import clear_plans, compile_ahead
+    from tritonad.kernels.tuning import Tuner
+
+    import tritonad as td
+    td.autotune(False)
+    start_all = time.perf_counter()
+    layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
+    kinds = {"tf32": "tf32", "fp32": "tf32x3", "bf16": "half", "fp16": "half"}
+    default_menu = dict(conv.SHIFT_WGRAD_MENU)
+    items = []  # (layer, precision, config or "previous" / "ptr" / "ceil")
+    for layer in layers:
+        for precision in args.precisions.split(","):
+            items += [(layer, precision, v) for v in ("previous", "ptr", "ceil")]
+            items += [(layer, precision, cfg) for cfg in shift_space()[kinds[precision]]]
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    problems = {}
+    for layer in layers:
+        base = _problem(*LAYERS[layer])
+        problems[layer] = {p: tuple(t.to(dtypes.get(p, torch.float32)) for t in base)
+                           for p in args.precisions.split(",")}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def setup(layer, precision, cfg):
+        _set_precision("tf32" if precision in ("bf16", "fp16") else precision)
+        conv.FLAT_SHIFT = cfg != "previous"
+        conv.SHIFT_TMA = cfg != "ptr"
+        conv.SHIFT_WGRAD_MENU = default_menu
+        conv.DW_SPLIT = None
+        if isinstance(cfg, tuple):
+            conv.SHIFT_WGRAD_MENU = dict(default_menu, **{kinds[precision]: [cfg]})
+        if cfg == "ceil":
+            (n, c, h, w), co, k, _ = LAYERS[layer]
+            tiles = -(-co // conv._block(co)) * k * k * -(-c // conv._block(c))
+            conv.DW_SPLIT = max(1, min(-(-2 * sms // tiles), n * h * w // 256))
+        conv.tuner = Tuner("conv-shift")
+        conv.tuner.path = lambda: "/dev/null/none"
+        clear_plans()
+        return _cases(conv, *problems[layer][precision], LAYERS[layer][3])["dw"]
+
+    with compile_ahead():
+        for item in items:
+            setup(*item)[0]()
+    torch.cuda.synchronize()
+    print(f"compiled {len(items)} items in {time.perf_counter() - start_all:.0f} s", flush=True)
+    rows, cudnn = [], {}
+    for item in items:
+        if time.perf_counter() - start_all > args.budget:
+            print(f"budget spent: skipped from {item}")
+            break
+        layer, precision, cfg = item
+        ours, theirs = setup(*item)
+        try:
+            got = ours()
+            t_ours = common.bench(ours, warmup=10, rep=40)
+        except Exception as err:  # noqa: BLE001 (out of shared memory, ...)
+            print(f"{item}: {type(err).__name__}: {str(err)[:100]}", flush=True)
+            continue
+        if (layer, precision) not in cudnn:
+            cudnn[layer, precision] = (common.bench(theirs), theirs())
+        t_cudnn, want = cudnn[layer, precision]
+        got = [g for g in got if g is not None]
+        want = [g for g in want if g is not None]
+        err = max(((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                  for a, b in zip(got, want))
+        rows.append({"layer": layer, "precision": precision, "config": cfg, "ours_ms": t_ours,
+                     "cudnn_ms": t_cudnn, "err": err})
+        print(f"{layer:9s} {precision} {str(cfg):12s} ours {t_ours:.4f} cudnn {t_cudnn:.4f} "
+              f"x{t_cudnn / t_ours:.2f} err {err:.1e}", flush=True)
+    print("\nbest per layer and precision (x = cuDNN ms / ours ms)")
+    for (layer, precision), (t_cudnn, _) in cudnn.items():
+        sel = {str(r["config"]): r for r in rows if (r["layer"], r["precision"]) ==
+               (layer, precision)}
+        tuned = [r for r in sel.values() if isinstance(r["config"], tuple)]
+        if tuned:
+            r = min(tuned, key=lambda r: r["ours_ms"])
+            others = ", ".join(f"{k} x{t_cudnn / sel[k]['ours_ms']:.2f}"
+                               for k in ("previous", "ptr", "ceil") if k in sel)
+            print(f"best {layer:9s} {precision} {r['config']}  ours {r['ours_ms']:.4f} cudnn "
+                  f"{t_cudnn:.4f} x{t_cudnn / r['ours_ms']:.2f} ({others}) err {r['err']:.1e}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "sweep_shift.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"\ntotal {time.perf_counter() - start_all:.0f} s")
+
+
 def table_main(args):
     """--table: every direction of every layer at both precisions with the library's own plans
     (menus as shipped, no tuning), beside cuDNN in the same run."""
@@ -256,19 +355,23 @@ def main(argv=None):
                             help="comma-separated among tf32, fp32 (default: both)")
         parser.add_argument("--wgrad", action="store_true",
                             help="the weight-gradient sweep (module docstring)")
+        parser.add_argument("--shift", action="store_true",
+                            help="the flat-shift weight gradient config by config (shift_main)")
         parser.add_argument("--table", action="store_true",
                             help="every direction with the library's plans (table_main)")
         parser.add_argument("--layers", default="",
                             help="--wgrad / --table: comma-separated LAYERS keys")
     args = common.parse_args(__doc__.splitlines()[0], argv, extra)
     common.require_gpu("sweep_conv")
-    if args.wgrad or args.table:
+    if args.wgrad or args.table or args.shift:
         from tritonad.kernels import conv
         knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
-                 "CHANNELS_LAST")
+                 "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_WGRAD_MENU")
         defaults = {name: getattr(conv, name) for name in knobs}
         if args.wgrad:
             wgrad_main(args)
+        if args.shift:
+            shift_main(args)
         for name, value in defaults.items():  # the table runs the library as shipped
             setattr(conv, name, value)
         if args.table:

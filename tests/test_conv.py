@@ -587,6 +587,90 @@ def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
     assert_close(to_numpy(db), bs.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def _launched(monkeypatch):
+    """The kernels conv launches from now on, with their constexpr USE_TMA where given."""
+    seen = []
+    real = conv.run
+
+    def spy(kernel, grid, *args, **meta):
+        seen.append((getattr(kernel, "__name__", getattr(getattr(kernel, "fn", None),
+                                                          "__name__", "?")),
+                     meta.get("USE_TMA")))
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(conv, "run", spy)
+    return seen
+
+
+# (N, C, H, W, Co, k, splits): odd planes, channel counts that are not a tile multiple (the
+# tile's rows past C read the next image's channels), several channel tiles, a plane smaller
+# than one pixel step, 1x1 / 3x3 / 5x5 kernels, split-K
+_SHIFT_GEOMETRIES = [(2, 16, 5, 7, 24, 3, None), (3, 20, 6, 6, 40, 5, 3),
+                     (2, 16, 4, 9, 136, 1, 2), (1, 16, 3, 3, 8, 3, None)]
+
+
+@pytest.mark.parametrize("geometry", _SHIFT_GEOMETRIES)
+@pytest.mark.parametrize("dtype, precision", [(td.float32, "highest"), (td.float32, "high"),
+                                              (td.bfloat16, "high")])
+def test_flat_shift_weight_grad(geometry, dtype, precision, monkeypatch):
+    """The flat-shift weight gradient (and its fused bias gradient) against float64 torch and
+    against the implicit-GEMM kernel it replaces at stride-1 "same" convolutions; at float32
+    accuracy through its pre-split 3xTF32 form."""
+    n, c, h, w_, co, k, splits = geometry
+    monkeypatch.setattr(conv, "DW_SPLIT", splits)
+    x = random_array((n, c, h, w_), dtype, low=-1, high=1, seed=1)
+    w = random_array((co, c, k, k), dtype, low=-1, high=1, seed=2)
+    dy = random_array((n, co, h, w_), dtype, low=-1, high=1, seed=3)
+    args = ((1, 1), (k // 2, k // 2), (1, 1))
+    td.set_conv_precision(precision)
+    try:
+        seen = _launched(monkeypatch)
+        _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+        assert ("_shift_wgrad_kernel", False) in seen  # the interpreter: pointer loads
+        monkeypatch.setattr(conv, "FLAT_SHIFT", False)  # (a setting: no plan of the first call)
+        first = len(seen)
+        _, dw_gemm, db_gemm = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+        assert {name for name, _ in seen[first:]} & {"_shift_wgrad_kernel",
+                                                     "_conv_wgrad_kernel"} == \
+            {"_conv_wgrad_kernel"}
+    finally:
+        td.set_conv_precision("high")
+    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
+                   for t in (x, w, dy))
+    bs = torch.zeros(co, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
+    tol = 1e-5 if dtype == td.float32 else 2e-2
+    scale = float(ws.grad.abs().max())
+    for got in (dw, dw_gemm):
+        assert_close(to_numpy(got).astype(np.float64), ws.grad.numpy(), rtol=tol, atol=tol * scale)
+    for got in (db, db_gemm):
+        assert_close(to_numpy(got).astype(np.float64), bs.grad.numpy(), rtol=tol,
+                     atol=tol * float(bs.grad.abs().max()))
+
+
+def test_flat_shift_only_where_a_tap_is_a_flat_shift():
+    """_flat_shift takes stride-1, undilated, same-size, single-group convolutions of at least
+    CHANNEL_INNER_MIN input channels over contiguous arrays; everything else keeps the
+    implicit-GEMM weight gradient."""
+    def takes(xs, ws, stride=1, padding=1, dilation=1, groups=1, dy_view=False):
+        g = conv._Geometry("t", xs, ws, stride, padding, dilation, groups)
+        x = random_array(xs)
+        dy = random_array((g.n, g.co, g.oh, g.ow))
+        if dy_view:
+            dy = random_array((g.n, g.co, g.oh, 2 * g.ow))[..., ::2]
+        return conv._flat_shift(g, dy, x)[0]
+
+    assert takes((2, 16, 6, 6), (8, 16, 3, 3))
+    assert takes((2, 32, 6, 5), (8, 32, 5, 5), padding=2)
+    assert takes((2, 16, 6, 6), (8, 16, 1, 1), padding=0)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), stride=2)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dilation=2, padding=2)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), padding=0)       # "valid": the plane shrinks
+    assert not takes((2, 16, 6, 6), (8, 8, 3, 3), groups=2)
+    assert not takes((2, 8, 6, 6), (8, 8, 3, 3))                    # few channels: flat (c, i, j)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dy_view=True)    # not contiguous
+
+
 def test_auto_picks_per_direction(monkeypatch):
     monkeypatch.setattr(conv, "CONV_ALGO", "auto")
     first = conv._Geometry("t", (4, 1, 28, 28), (32, 1, 5, 5), 1, 2, 1, 1)
@@ -747,6 +831,43 @@ def test_gpu_conv_half_precision(algo, dtype):
     for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
         assert g.dtype == dtype
         assert _relative_error(g, e) < 1e-2, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [
+    ((8, 48, 16, 16), (80, 48, 3, 3)),      # channel counts that are not a tile multiple
+    ((16, 128, 28, 28), (128, 128, 3, 3)),  # a 128x128 tile (8 warps), split-K
+    ((100, 32, 14, 14), (64, 32, 5, 5)),    # MNIST conv2
+])
+@pytest.mark.parametrize("dtype, precision", [(torch.float32, "highest"),
+                                              (torch.float32, "high"),
+                                              (torch.bfloat16, "high"), (torch.float16, "high")])
+def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
+    """The flat-shift weight gradient with dy through TMA where the plane's rows allow it
+    (16-byte multiples; MNIST conv2's 196 half-precision pixels do not: the implicit-GEMM
+    kernel then), against float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 for
+    TF32 and half types."""
+    (n, c, h, w_), ws = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
+    w = ((torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / c ** 0.5).to(dtype)
+    dy = (torch.rand((n, ws[0], h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
+    pad = ws[2] // 2
+    td.set_conv_precision(precision)
+    try:
+        seen = _launched(monkeypatch)
+        _, dw, db = conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1),
+                                         input_grad=False)
+    finally:
+        td.set_conv_precision("high")
+    tma = h * w_ * x.element_size() % 16 == 0
+    assert (("_shift_wgrad_kernel", True) in seen) == tma
+    assert tma or "_conv_wgrad_kernel" in {name for name, _ in seen}
+    want = _torch_conv_grads(x, w, torch.zeros(ws[0], device="cuda"), dy, (1, 1), (pad, pad))
+    limit = 1e-5 if precision == "highest" and dtype == torch.float32 else 1e-2
+    for name, g, e in (("dw", dw, want[2]), ("db", db, want[3])):
+        assert g.dtype == dtype
+        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 
 
 @pytest.mark.gpu

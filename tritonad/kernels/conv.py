@@ -68,6 +68,8 @@ CHANNEL_INNER_MIN = 16   # source channels from which gathered tiles walk K chan
 PACK_WEIGHTS = True      # channel-inner implicit GEMM: weights copied K-major first (vector loads)
 CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied to NHWC first
 DW_PRESPLIT = True       # 3xTF32 weight gradient: operands split into TF32 head + tail first
+FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight gradient
+SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -296,6 +298,139 @@ def _conv_wgrad_kernel(
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         dw_cols[None, :]
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
+    if HAS_BIAS_GRAD:
+        tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
+                 tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
+                 mask=m_ok & (offs_m * 0 + pid_n == 0))
+
+
+# The flat-shift weight gradient: stride-1, undilated, "same"-size convolutions (output plane =
+# input plane: the ResNet-style 3x3 / pad 1 layers, MNIST's 5x5 / pad 2) over contiguous NCHW
+# arrays. There a tap (i, j) moves every pixel by one constant along the flattened plane,
+#     x[n, c, p + i - PH, q + j - PW] = x_flat[n, c, pix + (i - PH) * W + (j - PW)],
+# exact wherever the column q + j - PW stays inside [0, W) (the "wrap" test: outside it the
+# flat index lands on the neighbouring row, and the term must be zero), and zero wherever the
+# flat index leaves [0, H*W) (the rows above and below: padding). So dy's tile is a plain
+# rectangle of the [N*Co, H*W] matrix, which TMA loads straight into shared memory (USE_TMA,
+# Hopper), and x's the rectangle at a shifted column, one masked load with a single bound and
+# the wrap test per pixel. (TMA cannot load x's: on an H100 with Triton 3.6 a start column
+# that is not a 16-byte multiple is an illegal instruction.) Measured against the
+# implicit-GEMM kernel above, the forward and input gradient written this way were slower
+# (notes/PERF.md), so only the weight gradient takes it.
+
+
+@triton.jit
+def _flat_tile(ptr, row, col, ROWS, COLS, BR: tl.constexpr, BC: tl.constexpr):
+    """The [BR, BC] rectangle at (row, col) of a contiguous [ROWS, COLS] matrix, zero outside:
+    what a TMA load of it returns."""
+    r = row + tl.arange(0, BR)
+    c = col + tl.arange(0, BC)
+    ok = (r < ROWS)[:, None] & ((c >= 0) & (c < COLS))[None, :]
+    return tl.load(ptr + r.to(tl.int64)[:, None] * COLS + c[None, :], mask=ok, other=0.0)
+
+
+@triton.jit
+def _shifted_tile(ptr, row, col, keep, ROWS, COLS, BR: tl.constexpr, BC: tl.constexpr):
+    """_flat_tile where keep[BC] (the wrap test of its columns) also holds: one masked load,
+    so that the tile goes straight to shared memory (no pass in registers after)."""
+    r = row + tl.arange(0, BR)
+    c = col + tl.arange(0, BC)
+    ok = (r < ROWS)[:, None] & ((c >= 0) & (c < COLS) & keep)[None, :]
+    return tl.load(ptr + r.to(tl.int64)[:, None] * COLS + c[None, :], mask=ok, other=0.0)
+
+
+_SHIFT_SIZES = ["N_IMG", "H", "W"]
+
+
+@triton.jit(do_not_specialize=_SHIFT_SIZES)
+def _shift_wgrad_kernel(
+        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        N_IMG, C_OUT, C_IN, H, W, KH, KW, PH, PW,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_bs, stride_bo, lo_dy, lo_x,
+        HAS_BIAS_GRAD: tl.constexpr, PRESPLIT: tl.constexpr, USE_TMA: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] *
+    # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested: the test zeroes dy's pixels instead, as
+    # it is the same for every channel); db[s, o] = the same pixels' sum of dy (programs of the
+    # first column tile). dy [N, Co, H*W] and x [N, C, H*W] contiguous. One program: a
+    # [BLOCK_M out channels, BLOCK_N channels of one tap (i, j)] tile of split s, the pixels
+    # (the GEMM's K) in steps of BLOCK_K within one image; split s takes an even share of the
+    # (image, step) units. Both operands are K-major. Rows of a tile past the channel count
+    # read the next image's channels: they only reach rows and columns never stored.
+    # PRESPLIT: dy and x are TF32 heads with tails lo_dy / lo_x elements on (_split_tf32), three
+    # TF32 products per step as _conv_wgrad_kernel.
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    ch_blocks = tl.cdiv(C_IN, BLOCK_N)
+    tiles_n = KH * KW * ch_blocks
+    pid_m = pid // tiles_n
+    pid_n = pid - pid_m * tiles_n
+    tap = pid_n // ch_blocks
+    i = tap // KW
+    j = tap - i * KW
+    o0 = pid_m * BLOCK_M
+    c0 = (pid_n - tap * ch_blocks) * BLOCK_N
+    HW = H * W
+    shift = (i - PH) * W + (j - PW)
+    dw_ = j - PW
+    if USE_TMA:
+        dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[N_IMG * C_OUT, HW], strides=[HW, 1],
+                                            block_shape=[BLOCK_M, BLOCK_K])
+        if PRESPLIT:
+            dy_lo_desc = tl.make_tensor_descriptor(dy_ptr + lo_dy, shape=[N_IMG * C_OUT, HW],
+                                                   strides=[HW, 1],
+                                                   block_shape=[BLOCK_M, BLOCK_K])
+    blocks = tl.cdiv(HW, BLOCK_K)
+    units = N_IMG * blocks
+    share = tl.cdiv(units, tl.num_programs(1))
+    u_lo = split * share
+    u_hi = tl.minimum(u_lo + share, units)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)  # summed over pixels at the end
+    for u in range(u_lo, u_hi):
+        n = u // blocks
+        pix0 = (u - n * blocks) * BLOCK_K
+        q = (pix0 + offs_k) % W
+        keep = (q + dw_ >= 0) & (q + dw_ < W)
+        row_a = n * C_OUT + o0
+        row_b = n * C_IN + c0
+        if USE_TMA:
+            a = dy_desc.load([row_a, pix0])
+        else:
+            a = _flat_tile(dy_ptr, row_a, pix0, N_IMG * C_OUT, HW, BLOCK_M, BLOCK_K)
+        b = _shifted_tile(x_ptr, row_b, pix0 + shift, keep, N_IMG * C_IN, HW, BLOCK_N, BLOCK_K)
+        if PRESPLIT:
+            if USE_TMA:
+                a_lo = dy_lo_desc.load([row_a, pix0])
+            else:
+                a_lo = _flat_tile(dy_ptr + lo_dy, row_a, pix0, N_IMG * C_OUT, HW, BLOCK_M,
+                                  BLOCK_K)
+            b_lo = _shifted_tile(x_ptr + lo_x, row_b, pix0 + shift, keep, N_IMG * C_IN, HW,
+                                 BLOCK_N, BLOCK_K)
+            if HAS_BIAS_GRAD:
+                db_acc += a + a_lo  # head + tail = dy exactly
+            # NOTE: as _conv_wgrad_kernel, a step's products start from zero and join acc by a
+            # float32 add (chained onto acc, the tensor cores' accumulation loses accuracy)
+            step = tl.dot(a, b.T, input_precision="tf32")
+            step = tl.dot(a_lo, b.T, acc=step, input_precision="tf32")
+            step = tl.dot(a, b_lo.T, acc=step, input_precision="tf32")
+            acc += step
+        else:
+            if HAS_BIAS_GRAD:
+                db_acc += a.to(tl.float32)
+            if DOT_FP32:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b.T, acc=acc, input_precision=INPUT_PRECISION)
+
+    offs_m = o0 + tl.arange(0, BLOCK_M)
+    ch = c0 + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < C_OUT
+    dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
+        (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
+    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & (ch < C_IN)[None, :])
     if HAS_BIAS_GRAD:
         tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
                  tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
@@ -574,6 +709,16 @@ WGRAD_MENU = {
 }  # steps: the shipped table's bf16 plans at MNIST conv2 and the 128/256-channel layers)
 
 
+# _shift_wgrad_kernel: (K step in pixels, warps, stages), best first by the H100 sweep of
+# 2026-11-24 (benchmarks/sweep_conv.py --shift; tiles of 128x128 and up run with 8 warps).
+SHIFT_WGRAD_MENU = {
+    "ieee": [(16, 4, 2), (32, 4, 2)],
+    "tf32": [(64, 4, 3), (32, 4, 3), (16, 4, 4)],
+    "tf32x3": [(32, 4, 3), (32, 8, 3), (16, 4, 3)],
+    "half": [(128, 4, 3), (64, 8, 3), (64, 4, 3)],
+}
+
+
 def _menu_kind(precision, dtype):
     return "half" if dtype in (torch.float16, torch.bfloat16) else precision
 
@@ -611,6 +756,23 @@ def _wgrad_configs(block_m, block_n, block_q, kind):
         configs[bk, warps, stages] = triton.Config(
             {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk, "BLOCK_Q": min(block_q, bk)},
             num_warps=warps, num_stages=stages)
+    return list(configs.values())
+
+
+def _shift_wgrad_configs(block_m, block_n, kind):
+    """Configs for _shift_wgrad_kernel: the tile is fixed by the channel counts; the K step in
+    pixels, warps and stages are tuned (8 warps first for tiles of 128x128 and up)."""
+    if INTERPRET:
+        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 32},
+                              num_warps=4, num_stages=1)]
+    menu = SHIFT_WGRAD_MENU[kind]
+    if block_m * block_n >= 128 * 128:
+        menu = [(bk, max(warps, 8), stages) for bk, warps, stages in menu]
+    configs = {}
+    for bk, warps, stages in menu:
+        configs[bk, warps, stages] = triton.Config(
+            {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk}, num_warps=warps,
+            num_stages=stages)
     return list(configs.values())
 
 
@@ -656,6 +818,28 @@ def _channels_last(t):
     return out.view(n, h, w, c).permute(0, 3, 1, 2)
 
 
+def _flat_shift(g, dy, x):
+    """(use _shift_wgrad_kernel?, load dy through TMA?) for the weight gradient of convolution
+    g: stride 1, no dilation, output plane = input plane, one group of at least
+    CHANNEL_INNER_MIN input channels, contiguous dy and x. On a GPU only where TMA can read dy
+    (Hopper: compute capability 9+, 16-byte aligned arrays and planes): the pointer-load form
+    is slower there than _conv_wgrad_kernel. The interpreter runs the pointer-load form."""
+    if not (FLAT_SHIFT and g.groups == 1 and (g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1) and
+            (g.oh, g.ow) == (g.h, g.w) and g.c >= CHANNEL_INNER_MIN and
+            dy.is_contiguous() and x.is_contiguous()):
+        return False, False
+    if INTERPRET:
+        return True, False
+    tma = SHIFT_TMA and _tma_capable(dy.device) and dy.data_ptr() % 16 == 0 and \
+        g.h * g.w * dy.element_size() % 16 == 0
+    return tma, tma
+
+
+@functools.lru_cache(maxsize=None)
+def _tma_capable(device):
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def _implicit_gemm(src, w, bias, out, g, transposed):
     """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y) or the input
     gradient (src = dy, out = dx). Arrays may be strided views (groups slice them)."""
@@ -693,11 +877,12 @@ def _implicit_gemm(src, w, bias, out, g, transposed):
 
 
 def _wgrad_splits(tiles, pixels, device):
-    """Split-K count for the weight gradient: about two programs per SM in all, each with at
-    least a few hundred pixels."""
+    """Split-K count for the weight gradient: at most two programs per SM in all, each with at
+    least a few hundred pixels. NOTE: at most, not about: the programs are equal, so a few over
+    a whole number of rounds cost one more round (28x28 TF32: 9 tiles x 30 splits = 270 > 264)."""
     if DW_SPLIT is not None:
         return max(1, min(int(DW_SPLIT), pixels))
-    return max(1, min(cdiv(2 * _sm_count(device), tiles), pixels // 256))
+    return max(1, min(2 * _sm_count(device) // tiles, pixels // 256))
 
 
 @functools.lru_cache(maxsize=None)
@@ -713,7 +898,8 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     the one buffer that holds dw then db. With one split the kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
     k_total = c * g.kh * g.kw
-    channel_inner = c >= CHANNEL_INNER_MIN
+    shift, use_tma = _flat_shift(g, dy, x)
+    channel_inner = shift or c >= CHANNEL_INNER_MIN
     block_m = _block(co)
     block_n = _block(c) if channel_inner else _block(k_total)
     tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if channel_inner
@@ -734,17 +920,32 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     if presplit:  # heads and tails: one memory-bound pass over each operand
         dy, lo_dy = _split_tf32(dy), dy.numel()
         x, lo_x = _split_tf32(x), x.numel()
-    key = (f"wgrad:{g.n}x{co}x{c}:{g.h}x{g.w}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:s{g.sh}:"
-           f"{precision}{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}")
-    _run_tuned(_conv_wgrad_kernel, _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind),
-               key, lambda meta: (tiles, splits), (
-        dy, x, part, dpart if dpart is not None else part,
-        g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
-        *dy.stride(), *x.stride(), *part.stride(),
-        *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x, *g.args),
-        dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
-             INPUT_PRECISION="tf32" if presplit else precision, DOT_FP32=_dot_fp32(x.dtype)),
-        x.device)
+    if shift:
+        key = (f"shiftw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
+               f"{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}:"
+               f"{'tma' if use_tma else 'ptr'}")
+        _run_tuned(_shift_wgrad_kernel, _shift_wgrad_configs(block_m, block_n, kind), key,
+                   lambda meta: (tiles, splits), (
+            dy, x, part, dpart if dpart is not None else part,
+            g.n, co, c, g.h, g.w, g.kh, g.kw, g.ph, g.pw, *part.stride(),
+            *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x),
+            dict(HAS_BIAS_GRAD=db is not None, PRESPLIT=presplit, USE_TMA=use_tma,
+                 INPUT_PRECISION="tf32" if presplit else precision,
+                 DOT_FP32=_dot_fp32(x.dtype)), x.device)
+    else:
+        key = (f"wgrad:{g.n}x{co}x{c}:{g.h}x{g.w}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:s{g.sh}:"
+               f"{precision}{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:"
+               f"split{splits}")
+        _run_tuned(_conv_wgrad_kernel,
+                   _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind), key,
+                   lambda meta: (tiles, splits), (
+            dy, x, part, dpart if dpart is not None else part,
+            g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
+            *dy.stride(), *x.stride(), *part.stride(),
+            *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x, *g.args),
+            dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
+                 INPUT_PRECISION="tf32" if presplit else precision,
+                 DOT_FP32=_dot_fp32(x.dtype)), x.device)
     if splits == 1:
         return
     if db is None or both is not None:
@@ -888,7 +1089,7 @@ def _flat_pixels(t):
 
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
-        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT
+        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA
 
 
 @planned(settings=_settings, arrays=3)
