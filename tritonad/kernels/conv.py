@@ -323,19 +323,11 @@ def _conv_wgrad_kernel(
 
 
 @triton.jit
-def _flat_tile(ptr, row, col, ROWS, COLS, BR: tl.constexpr, BC: tl.constexpr):
-    """The [BR, BC] rectangle at (row, col) of a contiguous [ROWS, COLS] matrix, zero outside:
-    what a TMA load of it returns."""
-    r = row + tl.arange(0, BR)
-    c = col + tl.arange(0, BC)
-    ok = (r < ROWS)[:, None] & ((c >= 0) & (c < COLS))[None, :]
-    return tl.load(ptr + r.to(tl.int64)[:, None] * COLS + c[None, :], mask=ok, other=0.0)
-
-
-@triton.jit
-def _shifted_tile(ptr, row, col, keep, ROWS, COLS, BR: tl.constexpr, BC: tl.constexpr):
-    """_flat_tile where keep[BC] (the wrap test of its columns) also holds: one masked load,
-    so that the tile goes straight to shared memory (no pass in registers after)."""
+def _flat_tile(ptr, row, col, keep, ROWS, COLS, BR: tl.constexpr, BC: tl.constexpr):
+    """The [BR, BC] rectangle at (row, col) of a contiguous [ROWS, COLS] matrix where keep[BC]
+    (the wrap test of its columns, or True) holds, zero elsewhere (what a TMA load of it
+    returns, with keep True): one masked load, so that the tile goes straight to shared memory
+    (no pass in registers after)."""
     r = row + tl.arange(0, BR)
     c = col + tl.arange(0, BC)
     ok = (r < ROWS)[:, None] & ((c >= 0) & (c < COLS) & keep)[None, :]
@@ -354,9 +346,8 @@ def _shift_wgrad_kernel(
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] *
-    # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested: the test zeroes dy's pixels instead, as
-    # it is the same for every channel); db[s, o] = the same pixels' sum of dy (programs of the
-    # first column tile). dy [N, Co, H*W] and x [N, C, H*W] contiguous. One program: a
+    # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested in x's load mask); db[s, o] = the same
+    # pixels' sum of dy (programs of the first column tile). dy [N, Co, H*W] and x [N, C, H*W] contiguous. One program: a
     # [BLOCK_M out channels, BLOCK_N channels of one tap (i, j)] tile of split s, the pixels
     # (the GEMM's K) in steps of BLOCK_K within one image; split s takes an even share of the
     # (image, step) units. Both operands are K-major. Rows of a tile past the channel count
@@ -402,16 +393,16 @@ def _shift_wgrad_kernel(
         if USE_TMA:
             a = dy_desc.load([row_a, pix0])
         else:
-            a = _flat_tile(dy_ptr, row_a, pix0, N_IMG * C_OUT, HW, BLOCK_M, BLOCK_K)
-        b = _shifted_tile(x_ptr, row_b, pix0 + shift, keep, N_IMG * C_IN, HW, BLOCK_N, BLOCK_K)
+            a = _flat_tile(dy_ptr, row_a, pix0, True, N_IMG * C_OUT, HW, BLOCK_M, BLOCK_K)
+        b = _flat_tile(x_ptr, row_b, pix0 + shift, keep, N_IMG * C_IN, HW, BLOCK_N, BLOCK_K)
         if PRESPLIT:
             if USE_TMA:
                 a_lo = dy_lo_desc.load([row_a, pix0])
             else:
-                a_lo = _flat_tile(dy_ptr + lo_dy, row_a, pix0, N_IMG * C_OUT, HW, BLOCK_M,
-                                  BLOCK_K)
-            b_lo = _shifted_tile(x_ptr + lo_x, row_b, pix0 + shift, keep, N_IMG * C_IN, HW,
-                                 BLOCK_N, BLOCK_K)
+                a_lo = _flat_tile(dy_ptr + lo_dy, row_a, pix0, True, N_IMG * C_OUT, HW,
+                                  BLOCK_M, BLOCK_K)
+            b_lo = _flat_tile(x_ptr + lo_x, row_b, pix0 + shift, keep, N_IMG * C_IN, HW,
+                              BLOCK_N, BLOCK_K)
             if HAS_BIAS_GRAD:
                 db_acc += a + a_lo  # head + tail = dy exactly
             # NOTE: as _conv_wgrad_kernel, a step's products start from zero and join acc by a
@@ -902,7 +893,7 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     co, c = dy.shape[1], x.shape[1]
     k_total = c * g.kh * g.kw
     shift, use_tma = _flat_shift(g, dy, x)
-    channel_inner = shift or c >= CHANNEL_INNER_MIN
+    channel_inner = c >= CHANNEL_INNER_MIN  # (always where shift)
     block_m = _block(co)
     block_n = _block(c) if channel_inner else _block(k_total)
     tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if channel_inner
