@@ -7,6 +7,7 @@ these tests check the asynchronous path itself: no raise at the op, a clear rais
 """
 import numpy as np
 import pytest
+import torch
 
 import tritonad as td
 import tritonad.nn.functional as F
@@ -104,3 +105,19 @@ def test_the_trainer_reports_a_bad_label_at_the_end_of_the_epoch(triton_backend)
         assert trainer.fused == fuse
         with pytest.raises(ValueError, match=r"target 5 .*is outside \[0, 3\)"):
             trainer.train_epoch(progress=False)
+
+
+def test_error_flags_made_inside_compile_ahead_start_at_zero(monkeypatch):
+    """The error flags made on first use inside a compile_ahead block (train's precompile, where
+    launches only compile) are zeroed for real: the allocator's leftovers would otherwise be
+    read back as errors that never happened (an IndexError from garbage, seen on an H100)."""
+    from tritonad.kernels import errors, launch
+
+    device = torch.device("cpu")
+    monkeypatch.setattr(errors, "_FLAGS", {})
+    real_empty = errors.torch.empty
+    monkeypatch.setattr(errors.torch, "empty",
+                        lambda *args, **kwargs: real_empty(*args, **kwargs).fill_(7))
+    with td.use_backend("triton"), launch.compile_ahead():
+        flags = errors._flags(device)
+    assert not flags.any()

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..backend import sync_checks
-from .launch import not_recording, persistent
+from .launch import launching, not_recording, persistent
 
 WORDS = 4
 _ROWS: dict[str, int] = {}                      # check -> its row of the flags
@@ -91,7 +91,10 @@ def _flags(device):
     if flags is None:
         from .elementwise import fill_
 
-        with not_recording():  # allocated once, outside any plan
+        # allocated once, outside any plan, and zeroed for real even when first used inside a
+        # compile_ahead block (train's precompile): there fill_ would only be compiled, and the
+        # flags would hold the allocator's leftovers, read later as errors that never happened
+        with not_recording(), launching():
             flags = torch.empty((ROWS, WORDS), dtype=torch.int64, device=device)
             fill_(flags, 0)
         _FLAGS[device] = persistent(flags)

@@ -508,6 +508,18 @@ class _Ahead:
 
 
 @contextlib.contextmanager
+def launching():
+    """Inside a compile_ahead block: launch for real (memory that must hold what a kernel
+    writes, such as the error flags' zeros, made there on first use). Outside one: nothing."""
+    global _AHEAD
+    ahead, _AHEAD = _AHEAD, None
+    try:
+        yield
+    finally:
+        _AHEAD = ahead
+
+
+@contextlib.contextmanager
 def compile_ahead(workers=None):
     """Run a block for the kernels it launches only: each launch compiles its kernel, several
     at a time on a thread pool where Triton compiles asynchronously, and nothing is computed or
