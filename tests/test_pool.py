@@ -100,6 +100,21 @@ def test_max_pool_matches_reference(geo, batch):
                     dilation, ceil_mode)
 
 
+# Windows that tile the plane (kernel = stride, no dilation) take the backward's one-window
+# path: padding, ceil_mode's partial last window, rows and columns in no window, and ties.
+@pytest.mark.parametrize("kernel, padding, size, ceil_mode", [
+    ((2, 2), (0, 0), (28, 28), False), ((2, 2), (1, 1), (7, 9), True),
+    ((3, 2), (1, 0), (8, 5), False), ((3, 3), (0, 1), (10, 11), True),
+    ((1, 1), (0, 0), (3, 4), False)])
+def test_max_pool_backward_of_tiling_windows(kernel, padding, size, ceil_mode):
+    x = random_array((2, 3) + size, low=-2, high=3, seed=6).round()
+    args = (kernel, kernel, padding, (1, 1), ceil_mode)
+    y, idx = check_primitive("max_pool2d", x, *args)
+    dx = check_primitive("max_pool2d_backward", random_array(tuple(y.shape), seed=7), idx,
+                         tuple(x.shape), *args)
+    assert int((dx != 0).sum()) == int((idx >= 0).sum())  # one position per window, no more
+
+
 def test_max_pool_nan_and_infinities():
     """A NaN is the maximum of its window (the first NaN); an all -inf window points at its
     first real element, never at padding."""

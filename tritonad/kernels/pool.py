@@ -31,12 +31,28 @@ _FLOATS = ("float32", "float16", "bfloat16", "float64")
 
 
 # ============================================================================ kernels
+# The window geometry (kernel, stride, padding, dilation) is constexpr: a network has a few
+# pooling geometries, and with them known the tap loops have constant trip counts (the compiler
+# unrolls small ones) and the divisions by the stride become shifts. Before, the integer work
+# (12 runtime divisions an element in the max backward) bounded these memory-bound kernels.
 
 
 @triton.jit
-def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+def _nchw(offs, C, H, W):
+    """(n, c, h, w) of flat offsets into a contiguous [N, C, H, W]: three divisions."""
+    plane = offs // (H * W)
+    hw = offs - plane * (H * W)
+    h = hw // W
+    n = plane // C
+    return n, plane - n * C, h, hw - h * W
+
+
+@triton.jit
+def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
                          stride_xn, stride_xc, stride_xh, stride_xw,
-                         SH, SW, PH, PW, DH, DW, ACC_FP64: tl.constexpr,
+                         KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                         PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                         ACC_FP64: tl.constexpr,
                          INDEX_64: tl.constexpr, STORE_INDEX: tl.constexpr, BLOCK: tl.constexpr):
     # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W] (and their indices,
     # if STORE_INDEX).
@@ -44,12 +60,7 @@ def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    q = offs % OUT_W
-    t = offs // OUT_W
-    p = t % OUT_H
-    t = t // OUT_H
-    c = t % C
-    n = t // C
+    n, c, p, q = _nchw(offs, C, OUT_H, OUT_W)
     base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
     h0 = p * SH - PH
     w0 = q * SW - PW
@@ -75,11 +86,13 @@ def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH
 
 
 @triton.jit
-def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
                          stride_dn, stride_dc, stride_dh, stride_dw,
                          stride_in, stride_ic, stride_ih, stride_iw,
-                         SH, SW, PH, PW, DH, DW,
-                         ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
+                         KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                         PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                         TILED: tl.constexpr, ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr,
+                         BLOCK: tl.constexpr):
     # dx[n, c, h, w] = sum over the windows (p, q) that hold (h, w) (p*SH - PH + i*DH = h for
     # some i < KH, likewise q) and whose index is h * W + w, of dy[n, c, p, q], summed in the
     # order (i, j): a gather, deterministic. One program: BLOCK elements of the contiguous dx.
@@ -87,30 +100,37 @@ def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, 
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    w = offs % W
-    t = offs // W
-    h = t % H
-    t = t // H
-    c = t % C
-    n = t // C
+    n, c, h, w = _nchw(offs, C, H, W)
     dy_base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
     idx_base = idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic
     here = h * W + w
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
         acc = acc.to(tl.float64)
-    for i in range(0, KH):
-        th = h + PH - i * DH  # = p * SH if window p holds h at tap i (NOTE: never divide < 0)
-        p = tl.maximum(th, 0) // SH
-        p_ok = ok & (th >= 0) & (p * SH == th) & (p < OUT_H)
-        for j in range(0, KW):
-            tw = w + PW - j * DW
-            q = tl.maximum(tw, 0) // SW
-            inside = p_ok & (tw >= 0) & (q * SW == tw) & (q < OUT_W)
-            at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=inside, other=-1)
-            hit = inside & (at == here)
-            g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=hit, other=0.0)
-            acc += g.to(acc.dtype)
+    if TILED:
+        # windows that tile the plane (kernel = stride, no dilation): (h, w) lies in at most
+        # one, so one index and one dy load, issued together (no dependent load)
+        th = h + PH
+        tw = w + PW
+        p = th // SH
+        q = tw // SW
+        inside = ok & (p < OUT_H) & (q < OUT_W)
+        at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=inside, other=-1)
+        g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=inside, other=0.0)
+        acc += tl.where(at == here, g.to(acc.dtype), 0.0)
+    else:
+        for i in range(0, KH):
+            th = h + PH - i * DH  # = p * SH if window p holds h at tap i (NOTE: never divide < 0)
+            p = tl.maximum(th, 0) // SH
+            p_ok = ok & (th >= 0) & (p * SH == th) & (p < OUT_H)
+            for j in range(0, KW):
+                tw = w + PW - j * DW
+                q = tl.maximum(tw, 0) // SW
+                inside = p_ok & (tw >= 0) & (q * SW == tw) & (q < OUT_W)
+                at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=inside, other=-1)
+                hit = inside & (at == here)
+                g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=hit, other=0.0)
+                acc += g.to(acc.dtype)
     tl.store(dx_ptr + offs, acc.to(dx_ptr.dtype.element_ty), mask=ok)
 
 
@@ -135,9 +155,10 @@ def _avg_divisor(p, q, H, W, KH, KW, SH, SW, PH, PW, DIVISOR, COUNT_PAD: tl.cons
 
 
 @triton.jit
-def _avg_pool_fwd_kernel(x_ptr, y_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+def _avg_pool_fwd_kernel(x_ptr, y_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
                          stride_xn, stride_xc, stride_xh, stride_xw,
-                         SH, SW, PH, PW, DIVISOR,
+                         DIVISOR, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr,
+                         SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                          COUNT_PAD: tl.constexpr, ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr,
                          BLOCK: tl.constexpr):
     # One program: BLOCK outputs of the contiguous y [N, C, OUT_H, OUT_W].
@@ -145,12 +166,7 @@ def _avg_pool_fwd_kernel(x_ptr, y_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    q = offs % OUT_W
-    t = offs // OUT_W
-    p = t % OUT_H
-    t = t // OUT_H
-    c = t % C
-    n = t // C
+    n, c, p, q = _nchw(offs, C, OUT_H, OUT_W)
     base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
@@ -168,9 +184,10 @@ def _avg_pool_fwd_kernel(x_ptr, y_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
 
 
 @triton.jit
-def _avg_pool_bwd_kernel(dy_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
+def _avg_pool_bwd_kernel(dy_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
                          stride_dn, stride_dc, stride_dh, stride_dw,
-                         SH, SW, PH, PW, DIVISOR,
+                         DIVISOR, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr,
+                         SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                          COUNT_PAD: tl.constexpr, ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr,
                          BLOCK: tl.constexpr):
     # dx[n, c, h, w] = sum over windows (p, q) with p*SH - PH + i = h (some i < KH), likewise q,
@@ -179,12 +196,7 @@ def _avg_pool_bwd_kernel(dy_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    w = offs % W
-    t = offs // W
-    h = t % H
-    t = t // H
-    c = t % C
-    n = t // C
+    n, c, h, w = _nchw(offs, C, H, W)
     base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
@@ -268,7 +280,7 @@ def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
     if y.numel():
         grid, block, index_64, warps = _flat_launch(y.numel())
         run(_max_pool_fwd_kernel, grid, x, y, y if indices is None else indices, y.numel(), c,
-            h, w, oh, ow, kh, kw, *x.stride(), sh, sw, ph, pw, dh, dw,
+            h, w, oh, ow, *x.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,
             ACC_FP64=x.dtype == torch.float64, INDEX_64=index_64,
             STORE_INDEX=indices is not None, BLOCK=block, num_warps=warps)
     return y, indices
@@ -294,10 +306,10 @@ def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(
     dx = empty(input_shape, dy.dtype, dy.device)
     if dx.numel():
         grid, block, index_64, warps = _flat_launch(dx.numel())
-        run(_max_pool_bwd_kernel, grid, dy, indices, dx, dx.numel(), c, h, w, oh, ow, kh, kw,
-            *dy.stride(), *indices.stride(), sh, sw, ph, pw, dh, dw,
-            ACC_FP64=dy.dtype == torch.float64, INDEX_64=index_64, BLOCK=block,
-            num_warps=warps)
+        run(_max_pool_bwd_kernel, grid, dy, indices, dx, dx.numel(), c, h, w, oh, ow,
+            *dy.stride(), *indices.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh,
+            DW=dw, TILED=(kh, kw, dh, dw) == (sh, sw, 1, 1), ACC_FP64=dy.dtype == torch.float64,
+            INDEX_64=index_64, BLOCK=block, num_warps=warps)
     return dx
 
 
@@ -319,10 +331,10 @@ def avg_pool2d(x, kernel_size, stride, padding=(0, 0), ceil_mode=False, count_in
     y = empty((n, c, oh, ow), x.dtype, x.device)
     if y.numel():
         grid, block, index_64, warps = _flat_launch(y.numel())
-        run(_avg_pool_fwd_kernel, grid, x, y, y.numel(), c, h, w, oh, ow, kh, kw, *x.stride(),
-                                   sh, sw, ph, pw, divisor, COUNT_PAD=bool(count_include_pad),
-                                   ACC_FP64=x.dtype == torch.float64, INDEX_64=index_64,
-                                   BLOCK=block, num_warps=warps)
+        run(_avg_pool_fwd_kernel, grid, x, y, y.numel(), c, h, w, oh, ow, *x.stride(),
+            divisor, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw,
+            COUNT_PAD=bool(count_include_pad), ACC_FP64=x.dtype == torch.float64,
+            INDEX_64=index_64, BLOCK=block, num_warps=warps)
     return y
 
 
@@ -342,8 +354,8 @@ def avg_pool2d_backward(dy, input_shape, kernel_size, stride, padding=(0, 0), ce
     dx = empty(input_shape, dy.dtype, dy.device)
     if dx.numel():
         grid, block, index_64, warps = _flat_launch(dx.numel())
-        run(_avg_pool_bwd_kernel, grid, dy, dx, dx.numel(), c, h, w, oh, ow, kh, kw, *dy.stride(),
-                                   sh, sw, ph, pw, divisor, COUNT_PAD=bool(count_include_pad),
-                                   ACC_FP64=dy.dtype == torch.float64, INDEX_64=index_64,
-                                   BLOCK=block, num_warps=warps)
+        run(_avg_pool_bwd_kernel, grid, dy, dx, dx.numel(), c, h, w, oh, ow, *dy.stride(),
+            divisor, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw,
+            COUNT_PAD=bool(count_include_pad), ACC_FP64=dy.dtype == torch.float64,
+            INDEX_64=index_64, BLOCK=block, num_warps=warps)
     return dx
