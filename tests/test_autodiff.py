@@ -92,6 +92,8 @@ CASES = {
     "mse_loss": (lambda a, b: F.mse_loss(a, b), [arr(3, 4), arr(3, 4)]),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
                [arr(2, 3, 5, 5), arr(4, 3, 3, 3), arr(4)]),
+    "conv2d_relu": (lambda x, w, b: F.conv2d(x, w, b, padding=1, activation="relu"),
+                    [arr(2, 3, 5, 4), arr(4, 3, 3, 3), arr(4)]),
     "conv2d_dilated": (lambda x, w: F.conv2d(x, w, dilation=2, padding=2),
                        [arr(1, 2, 5, 4), arr(3, 2, 2, 3)]),
     "conv2d_groups": (lambda x, w: F.conv2d(x, w, groups=2), [arr(1, 4, 4, 4), arr(2, 2, 3, 3)]),

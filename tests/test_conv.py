@@ -687,6 +687,68 @@ def test_auto_picks_per_direction(monkeypatch):
         conv._algorithm("forward", first)
 
 
+# ----------------------------------------------------------------------------- fused relu
+
+
+# (x, w, stride, padding, groups, grads, precision, strided gate, fused): relu' is applied as
+# the implicit-GEMM kernels read dy, or in one pass first where a kernel reading dy cannot
+# (flat-shift and pre-split weight gradients, the im2col input gradient, a bias gradient alone,
+# a gate laid out unlike dy)
+_GATE_CASES = [
+    ((2, 8, 7, 6), (5, 8, 3, 3), 1, 1, 1, (True, True, True), "high", False, True),
+    ((2, 16, 7, 6), (6, 16, 3, 3), 2, 1, 1, (True, True, True), "high", False, True),
+    ((2, 8, 6, 5), (4, 4, 3, 3), 1, 0, 2, (True, True, False), "high", False, True),
+    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, False, False), "high", False, True),
+    ((2, 16, 6, 5), (8, 16, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
+    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "highest", False, False),
+    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
+    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (False, False, True), "high", False, False),
+    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "high", True, False),
+]
+
+
+@pytest.mark.parametrize("case", _GATE_CASES)
+def test_conv2d_relu_and_gated_backward(case, monkeypatch):
+    """conv2d(activation="relu") and conv2d_backward(gate=y) against the float64 reference,
+    with the gate fused into the kernels' reads exactly where _gate_fuses says."""
+    xs, ws, stride, padding, groups, grads, precision, strided, fused = case
+    args = _pairs(stride, padding, 1) + (groups,)
+    x = random_array(xs, low=-1, high=1, seed=1)
+    w = random_array(ws, low=-1, high=1, seed=2)
+    b = random_array((ws[0],), low=-0.5, high=0.5, seed=3)
+    td.set_conv_precision(precision)
+    try:
+        y = check_primitive("conv2d", x, w, b, *args, "relu", rtol=1e-4, atol=1e-5)
+        assert (y == 0).any() and (y > 0).any()
+        gate = y
+        if strided:  # the same values laid out otherwise
+            gate = torch.empty(y.shape[:3] + (2 * y.shape[3],))[..., ::2]
+            gate.copy_(y)
+        dy = random_array(tuple(y.shape), low=-1, high=1, seed=4)
+        g = conv._Geometry("t", xs, ws, *args)
+        assert conv._gate_fuses(g, dy, x, gate, *grads) == fused
+        gated = []
+        real = conv.run
+        monkeypatch.setattr(conv, "run", lambda kernel, grid, *a, **meta: (
+            gated.append(meta.get("GATE")), real(kernel, grid, *a, **meta))[1])
+        check_primitive("conv2d_backward", dy, x, w, *args, *grads, gate, rtol=1e-4, atol=1e-5)
+        assert (True in gated) == fused
+    finally:
+        td.set_conv_precision("high")
+
+
+def test_conv2d_relu_keeps_nan_and_bad_gate_names_the_shapes():
+    x = random_array((1, 2, 4, 4))
+    x[0, 0, 1, 1] = float("nan")
+    w = random_array((3, 2, 3, 3))
+    y = conv.conv2d(x, w, None, (1, 1), (1, 1), (1, 1), 1, "relu")
+    assert torch.isnan(y).any() and (y[~torch.isnan(y)] >= 0).all()
+    with pytest.raises(ValueError, match="activation"):
+        conv.conv2d(x, w, None, (1, 1), (1, 1), (1, 1), 1, "gelu")
+    with pytest.raises(ValueError, match=r"gate \(1, 3, 4, 3\)"):
+        conv.conv2d_backward(y, x, w, (1, 1), (1, 1), gate=y[..., :3])
+
+
 # ----------------------------------------------------------------------------- im2col / col2im
 
 
@@ -790,6 +852,40 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
     want = _torch_conv_grads(x, w, b, dy, (1, 1), (pad, pad))
     limit = 1e-5 if precision == "highest" else 1e-2
     for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [
+    ((100, 1, 28, 28), (32, 1, 5, 5), 2),     # MNIST conv1: the gate fused into dw's reads
+    ((100, 32, 14, 14), (64, 32, 5, 5), 2),   # MNIST conv2: flat-shift dw, dz made once
+    ((32, 64, 28, 28), (128, 64, 3, 3), 1),
+])
+@pytest.mark.parametrize("dtype, precision", [(torch.float32, "high"), (torch.float32, "highest"),
+                                              (torch.bfloat16, "high")])
+def test_gpu_conv_relu_and_gated_backward(shape, dtype, precision):
+    """conv2d(activation="relu") and its backward with gate=y against float64 torch's
+    relu(conv2d) (relu' taken from our output, so both sides use one mask): 1e-5 relative
+    (norm) at float32 accuracy, 1e-2 for TF32 and bf16."""
+    xs, ws, pad = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand(xs, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    w = ((torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / xs[1] ** 0.5).to(dtype)
+    b = (torch.rand(ws[0], device="cuda", generator=gen) - 0.5).to(dtype)
+    td.set_conv_precision(precision)
+    try:
+        y = conv.conv2d(x, w, b, (1, 1), (pad, pad), (1, 1), 1, "relu")
+        dy = (torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1).to(dtype)
+        got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1), gate=y)
+    finally:
+        td.set_conv_precision("high")
+    assert (y == 0).any() and (y > 0).any()
+    dz = torch.where(y > 0, dy, torch.zeros_like(dy))
+    ref_y, *grads = _torch_conv_grads(x, w, b, dz, (1, 1), (pad, pad))
+    want = (ref_y.clamp_min(0), *grads)
+    limit = 1e-5 if precision == "highest" else 1e-2
+    for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+        assert g.dtype == dtype
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 
 

@@ -154,6 +154,26 @@ def test_sequential_fuses_linear_relu_with_the_same_result():
     assert_close(fused, plain, 1e-6, 1e-6)
 
 
+def test_sequential_fuses_conv_relu_with_the_same_result_and_gradients():
+    td.manual_seed(3)
+    seq = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+    x = td.randn(2, 3, 6, 6, requires_grad=True)
+    fused = seq(x)
+    assert fused.grad_fn.name == "MaxPool2dBackward"
+    inner = seq[0](x, activation="relu")
+    assert inner.grad_fn.name == "Conv2dBackward"
+    cot = td.randn(*fused.shape)
+    (fused * cot).sum().backward()
+    got = [t.grad.numpy().copy() for t in (x, seq[0].weight, seq[0].bias)]
+    for t in (x, seq[0].weight, seq[0].bias):
+        t.grad = None
+    plain = seq[2](seq[1](seq[0](x)))
+    assert_close(fused, plain, 1e-6, 1e-6)
+    (plain * cot).sum().backward()
+    for g, t in zip(got, (x, seq[0].weight, seq[0].bias)):
+        assert_close(g, t.grad, 1e-5, 1e-6)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_losses_match_torch(reduction, backend_name):
     rng = np.random.default_rng(3)

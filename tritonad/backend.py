@@ -267,14 +267,18 @@ class Backend:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- convolution and pooling
-    def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+               activation=None):
         """Cross-correlation as torch. x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co].
-        Out: [N, Co, Ho, Wo], Ho = (H + 2 ph - dh (kh - 1) - 1) // sh + 1."""
+        Out: [N, Co, Ho, Wo], Ho = (H + 2 ph - dh (kh - 1) - 1) // sh + 1. activation: None or
+        "relu" (applied to the output in the same kernel where the backend can)."""
         raise NotImplementedError
 
     def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                        groups=1, input_grad=True, weight_grad=True, bias_grad=True):
-        """(dx, dw, db) of conv2d for dy: [N, Co, Ho, Wo]; an entry is None when not asked for."""
+                        groups=1, input_grad=True, weight_grad=True, bias_grad=True, gate=None):
+        """(dx, dw, db) of conv2d for dy: [N, Co, Ho, Wo]; an entry is None when not asked for.
+        gate (dy's shape and dtype: the output of conv2d with activation="relu"): dy is taken as
+        where(gate > 0, dy, 0), relu's backward, applied as dy is read where the backend can."""
         raise NotImplementedError
 
     def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):

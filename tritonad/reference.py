@@ -1093,7 +1093,20 @@ class NumpyBackend(Backend):
                             dilation, out_hw)
         return self._new(target[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w], dtype)
 
-    def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    def conv2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+               activation=None):
+        if activation not in (None, "relu"):
+            raise ValueError(f"conv2d: unknown activation {activation!r} (None or 'relu')")
+        y = self._conv2d(x, w, bias, stride, padding, dilation, groups)
+        if activation != "relu":
+            return y
+        if y.dtype == torch.bfloat16:  # (to_numpy is a copy there)
+            return self.relu(y)
+        v = y.numpy()
+        np.maximum(v, np.zeros((), v.dtype), out=v)  # NOTE: NaN stays NaN, as torch.relu
+        return y
+
+    def _conv2d(self, x, w, bias, stride, padding, dilation, groups):
         dtype = dtypes.get_dtype(x.dtype)
         v, k = self._float_in(x, dtype), self._float_in(w, dtype)
         n, c, h, wd = v.shape
@@ -1136,9 +1149,15 @@ class NumpyBackend(Backend):
         return self._fresh(y.reshape(n, co, *out_hw), dtype)
 
     def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                        groups=1, input_grad=True, weight_grad=True, bias_grad=True):
+                        groups=1, input_grad=True, weight_grad=True, bias_grad=True, gate=None):
         dtype = dtypes.get_dtype(x.dtype)
         g, v, k = (self._float_in(a, dtype) for a in (dy, x, w))
+        if gate is not None:
+            if tuple(gate.shape) != g.shape or gate.dtype != dy.dtype:
+                raise ValueError(f"conv2d_backward: gate {tuple(gate.shape)} "
+                                 f"{dtypes.get_dtype(gate.dtype).name} does not match dy "
+                                 f"{g.shape} {dtypes.get_dtype(dy.dtype).name}")
+            g = _select(self._float_in(gate, dtype) > 0, g)
         n, c, h, wd = v.shape
         co, cg, kh, kw = k.shape
         out_hw = tuple(g.shape[2:])

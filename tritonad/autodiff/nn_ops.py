@@ -399,24 +399,35 @@ def mse_loss(input, target, reduction="mean"):
 
 
 class Conv2d(Function):
-    """Cross-correlation (NCHW); backward by dedicated kernels (input, weight and bias grads)."""
+    """Cross-correlation (NCHW), then relu in the same kernel if activation="relu"; backward by
+    dedicated kernels (input, weight and bias grads), which apply relu' (from the saved output:
+    y > 0 exactly where the convolution is > 0) as they read dy where they can."""
     primitive = "conv2d"
     once_differentiable = True
 
     @staticmethod
-    def forward(ctx, x, w, b, stride, padding, dilation, groups):
+    def forward(ctx, x, w, b, stride, padding, dilation, groups, activation=None):
         ctx.args = stride, padding, dilation, groups
-        ctx.save_for_backward(x, w)
-        return _b().conv2d(x, w, b, stride, padding, dilation, groups)
+        if activation is None:
+            ctx.save_for_backward(x, w)
+            return _b().conv2d(x, w, b, stride, padding, dilation, groups)
+        y = _b().conv2d(x, w, b, stride, padding, dilation, groups, activation)
+        ctx.save_for_backward(x, w, y)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, w = ctx.saved
+        x, w, *gate = ctx.saved
         needs = ctx.needs_input_grad
-        dx, dw, db = _b().conv2d_backward(dy._data, x._data, w._data, *ctx.args,
-                                          needs[0], needs[1], needs[2])  # (by position: lean)
+        b = _b()
+        if gate:
+            dx, dw, db = b.conv2d_backward(dy._data, x._data, w._data, *ctx.args,
+                                           needs[0], needs[1], needs[2], gate[0]._data)
+        else:
+            dx, dw, db = b.conv2d_backward(dy._data, x._data, w._data, *ctx.args,
+                                           needs[0], needs[1], needs[2])  # (by position: lean)
         wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
-        return wrap(dx), wrap(dw), wrap(db), None, None, None, None
+        return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
 
 
 def _conv_geometry(op, x, kernel, stride, padding, dilation):
@@ -435,8 +446,9 @@ def _conv_geometry(op, x, kernel, stride, padding, dilation):
     return tuple(out)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """2-d convolution: x [N, C_in, H, W], weight [C_out, C_in / groups, kh, kw], bias [C_out]."""
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
+    """2-d convolution: x [N, C_in, H, W], weight [C_out, C_in / groups, kh, kw], bias [C_out];
+    activation="relu" applies relu in the same kernel (nn.Sequential fuses Conv2d + ReLU so)."""
     stride, padding, dilation = pair(stride, "stride"), pair(padding, "padding"), \
         pair(dilation, "dilation")
     if weight.ndim != 4:
@@ -449,9 +461,13 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"conv2d: bias of shape {bias.shape} does not match {weight.shape[0]} "
                          "output channels")
+    if activation not in (None, "relu"):
+        raise ValueError(f"conv2d: unknown activation {activation!r} (None or 'relu')")
     _same_float("conv2d", x, weight, bias)
     _conv_geometry("conv2d", x, weight.shape[2:], stride, padding, dilation)
-    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+    if activation is None:
+        return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups, activation)
 
 
 class Unfold(Function):

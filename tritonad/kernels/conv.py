@@ -107,13 +107,14 @@ _WGRAD_SIZES = ["N_IMG", "H", "W", "OUT_H", "OUT_W"]
 
 @triton.jit(do_not_specialize=_GEMM_SIZES)
 def _conv_gemm_kernel(
-        src_ptr, w_ptr, bias_ptr, out_ptr,
+        src_ptr, w_ptr, bias_ptr, out_ptr, gate_ptr,
         N_IMG, K_CH, N_CH, SRC_H, SRC_W, OUT_H, OUT_W, KH, KW,
         stride_sn, stride_sc, stride_sh, stride_sw,
         stride_wk, stride_wn, stride_wi, stride_wj,
         stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
         MUL_H, MUL_W, OFF_H, OFF_W, DIL_H, DIL_W, DIV_H, DIV_W,
-        HAS_BIAS: tl.constexpr, TRANSPOSED: tl.constexpr, CHANNEL_INNER: tl.constexpr,
+        HAS_BIAS: tl.constexpr, RELU: tl.constexpr, GATE: tl.constexpr,
+        TRANSPOSED: tl.constexpr, CHANNEL_INNER: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # out[n, c, p, q] = bias[c] + sum_{k,i,j} src[n, k, y(p, i), x(q, j)] * wk[k, c, i, j] with
@@ -121,6 +122,8 @@ def _conv_gemm_kernel(
     # dx, wk = w). One program: a [BLOCK_M output pixels (n, p, q) flat, BLOCK_N channels] tile.
     # Pixels are the GEMM's M: the gathered tile is the A operand, the weights the B operand
     # [K, N] (K-major in memory when packed), which lets Hopper use wgmma for tf32/half types.
+    # RELU: out = max(out, 0) on the accumulator. GATE: src is read as where(gate > 0, src, 0)
+    # (relu's backward as dy is gathered; gate has src's strides).
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -135,7 +138,7 @@ def _conv_gemm_kernel(
     q = rem - p * OUT_W
     base_y = p * MUL_H + OFF_H
     base_x = q * MUL_W + OFF_W
-    src_pix = src_ptr + img.to(tl.int64) * stride_sn
+    src_pix = img.to(tl.int64) * stride_sn  # (offsets: a gate shares them)
     w_cols = w_ptr + offs_n * stride_wn
     taps = KH * KW
     if CHANNEL_INNER:
@@ -155,7 +158,7 @@ def _conv_gemm_kernel(
             ch_ok = ch < K_CH
             y, y_ok = _source_coord(base_y, i * DIL_H, DIV_H, SRC_H, TRANSPOSED)
             x, x_ok = _source_coord(base_x, j * DIL_W, DIV_W, SRC_W, TRANSPOSED)
-            a_ptrs = (src_pix + y * stride_sh + x * stride_sw)[:, None] + \
+            a_offs = (src_pix + y * stride_sh + x * stride_sw)[:, None] + \
                 (ch * stride_sc)[None, :]
             a_mask = (pix_ok & y_ok & x_ok)[:, None] & ch_ok[None, :]
             b_ptrs = w_cols[None, :] + (ch * stride_wk + i * stride_wi + j * stride_wj)[:, None]
@@ -169,10 +172,12 @@ def _conv_gemm_kernel(
             j = tap - i * KW
             y, y_ok = _source_coord(base_y[:, None], (i * DIL_H)[None, :], DIV_H, SRC_H, TRANSPOSED)
             x, x_ok = _source_coord(base_x[:, None], (j * DIL_W)[None, :], DIV_W, SRC_W, TRANSPOSED)
-            a_ptrs = src_pix[:, None] + (ch * stride_sc)[None, :] + y * stride_sh + x * stride_sw
+            a_offs = src_pix[:, None] + (ch * stride_sc)[None, :] + y * stride_sh + x * stride_sw
             a_mask = pix_ok[:, None] & ch_ok[None, :] & y_ok & x_ok
             b_ptrs = w_cols[None, :] + (ch * stride_wk + i * stride_wi + j * stride_wj)[:, None]
-        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        a = tl.load(src_ptr + a_offs, mask=a_mask, other=0.0)
+        if GATE:
+            a = tl.where(tl.load(gate_ptr + a_offs, mask=a_mask, other=0.0) > 0, a, 0.0)
         b = tl.load(b_ptrs, mask=ch_ok[:, None] & n_ok[None, :], other=0.0)
         if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong; products are exact in fp32
             a = a.to(tl.float32)
@@ -182,6 +187,8 @@ def _conv_gemm_kernel(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0)
         acc += bias.to(tl.float32)[None, :]
+    if RELU:
+        acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
     out_ptrs = out_ptr + (img.to(tl.int64) * stride_on + p * stride_oh + q * stride_ow)[:, None] \
         + (offs_n * stride_oc)[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=pix_ok[:, None] & n_ok[None, :])
@@ -189,15 +196,15 @@ def _conv_gemm_kernel(
 
 @triton.jit(do_not_specialize=_WGRAD_SIZES)
 def _conv_wgrad_kernel(
-        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        dy_ptr, x_ptr, dw_ptr, db_ptr, gate_ptr,
         N_IMG, C_OUT, C_IN, H, W, OUT_H, OUT_W, KH, KW,
         stride_dn, stride_dc, stride_dh, stride_dv,
         stride_xn, stride_xc, stride_xh, stride_xw,
         stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
         stride_bs, stride_bo, lo_dy, lo_x,
         SH, SW, PH, PW, DH, DW,
-        HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr, PRESPLIT: tl.constexpr,
-        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        HAS_BIAS_GRAD: tl.constexpr, GATE: tl.constexpr, CHANNEL_INNER: tl.constexpr,
+        PRESPLIT: tl.constexpr, INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         BLOCK_Q: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels (n, p, q) of split s of dy[n, o, p, q] * x[n, c, y, x]
@@ -211,6 +218,7 @@ def _conv_wgrad_kernel(
     # dy @ x_lo + dy @ x as three plain TF32 products whose tiles all stream straight from
     # memory into shared memory (tl.dot's "tf32x3" splits them in registers instead and writes
     # the parts back to shared memory: 4x a TF32 product's time, not 3x).
+    # GATE (not with PRESPLIT): dy is read as where(gate > 0, dy, 0), gate with dy's strides.
     pid = tl.program_id(0)
     split = tl.program_id(1)
     taps = KH * KW
@@ -239,7 +247,7 @@ def _conv_wgrad_kernel(
     dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
     shift_h = i * DH - PH
     shift_w = j * DW - PW
-    dy_rows = dy_ptr + offs_m * stride_dc
+    dy_rows = offs_m * stride_dc
     x_cols = x_ptr + ch * stride_xc
 
     ROWS: tl.constexpr = BLOCK_K // BLOCK_Q
@@ -261,9 +269,12 @@ def _conv_wgrad_kernel(
         p = rb * ROWS + dp
         q = (r - rb * col_blocks) * BLOCK_Q + dq
         p_ok = (p < OUT_H) & (q < OUT_W)
-        a_ptrs = dy_rows[:, None] + (n.to(tl.int64) * stride_dn + p * stride_dh +
+        a_offs = dy_rows[:, None] + (n.to(tl.int64) * stride_dn + p * stride_dh +
                                      q * stride_dv)[None, :]
-        a = tl.load(a_ptrs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
+        a = tl.load(dy_ptr + a_offs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
+        if GATE:
+            gate = tl.load(gate_ptr + a_offs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
+            a = tl.where(gate > 0, a, 0.0)
         # the x_col tile [pixels, columns]: pixels are K
         x_img = n.to(tl.int64) * stride_xn
         if CHANNEL_INNER:
@@ -279,7 +290,8 @@ def _conv_wgrad_kernel(
             b_mask = p_ok[:, None] & col_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         if PRESPLIT:
-            a_lo = tl.load(a_ptrs + lo_dy, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
+            a_lo = tl.load(dy_ptr + lo_dy + a_offs, mask=m_ok[:, None] & p_ok[None, :],
+                           other=0.0)
             b_lo = tl.load(b_ptrs + lo_x, mask=b_mask, other=0.0)
             if HAS_BIAS_GRAD:
                 db_acc += a + a_lo  # head + tail = dy exactly
@@ -834,9 +846,11 @@ def _tma_capable(device):
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _implicit_gemm(src, w, bias, out, g, transposed):
-    """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y) or the input
-    gradient (src = dy, out = dx). Arrays may be strided views (groups slice them)."""
+def _implicit_gemm(src, w, bias, out, g, transposed, relu=False, gate=None):
+    """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y; relu: max(y, 0)
+    in the epilogue) or the input gradient (src = dy, out = dx; gate: dy read as
+    where(gate > 0, dy, 0), gate with dy's strides). Arrays may be strided views (groups slice
+    them)."""
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
         n_ch, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
         mul, off, dil, div = (1, 1), (g.ph, g.pw), (-g.dh, -g.dw), (g.sh, g.sw)
@@ -861,13 +875,15 @@ def _implicit_gemm(src, w, bias, out, g, transposed):
     key = (f"gemm:{g.n}x{k_ch}x{n_ch}:{src_hw[0]}x{src_hw[1]}->{out_hw[0]}x{out_hw[1]}:"
            f"k{g.kh}x{g.kw}:m{mul[0]}{mul[1]}d{div[0]}{div[1]}:{'t' if transposed else 'f'}:"
            f"{precision}:{kind}:{str(src.dtype)[6:]}:{'ci' if channel_inner else 'kk'}")
+    # NOTE: relu and the gate stay out of the key: the same tile plans serve them
     _run_tuned(_conv_gemm_kernel, _gemm_configs(block_n, max_k, single, kind), key, grid, (
-        src, wk, bias if bias is not None else wk, out,
+        src, wk, bias if bias is not None else wk, out, gate if gate is not None else src,
         g.n, k_ch, n_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
         *src.stride(), *wk.stride(), *out.stride(), bias.stride(0) if bias is not None else 0,
         mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1]),
-        dict(HAS_BIAS=bias is not None, TRANSPOSED=transposed, CHANNEL_INNER=channel_inner,
-             INPUT_PRECISION=precision, DOT_FP32=_dot_fp32(src.dtype)), src.device)
+        dict(HAS_BIAS=bias is not None, RELU=relu, GATE=gate is not None, TRANSPOSED=transposed,
+             CHANNEL_INNER=channel_inner, INPUT_PRECISION=precision,
+             DOT_FP32=_dot_fp32(src.dtype)), src.device)
 
 
 def _wgrad_splits(tiles, pixels, device):
@@ -884,8 +900,10 @@ def _sm_count(device):
     return 1 if INTERPRET else torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _implicit_wgrad(dy, x, dw, db, g, both=None):
-    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM.
+def _implicit_wgrad(dy, x, dw, db, g, both=None, gate=None):
+    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM;
+    gate: dy read as where(gate > 0, dy, 0) (not on the flat-shift or pre-split paths:
+    _gate_fuses says where).
 
     Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co] (the db partials
     after the dw ones); one fixed-order sum then writes both, a single launch when `both` is
@@ -911,6 +929,7 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     kind = _menu_kind(precision, x.dtype)
     presplit = precision == "tf32x3" and DW_PRESPLIT
     lo_dy = lo_x = 0
+    assert gate is None or not (shift or presplit), "conv2d_backward: gate on a path without it"
     if presplit:  # heads and tails: one memory-bound pass over each operand
         dy, lo_dy = _split_tf32(dy), dy.numel()
         x, lo_x = _split_tf32(x), x.numel()
@@ -933,11 +952,12 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
         _run_tuned(_conv_wgrad_kernel,
                    _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind), key,
                    lambda meta: (tiles, splits), (
-            dy, x, part, dpart if dpart is not None else part,
+            dy, x, part, dpart if dpart is not None else part, gate if gate is not None else dy,
             g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
             *dy.stride(), *x.stride(), *part.stride(),
             *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x, *g.args),
-            dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
+            dict(HAS_BIAS_GRAD=db is not None, GATE=gate is not None,
+                 CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
                  INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     if splits == 1:
@@ -1081,17 +1101,40 @@ def _flat_pixels(t):
 # ---------------------------------------------------------------------------- primitives
 
 
+def _gate_fuses(g, dy, x, gate, input_grad, weight_grad, bias_grad):
+    """Whether every kernel that reads dy can apply the gate as it reads (the implicit-GEMM
+    input gradient and weight gradient, with gate laid out as dy). The flat-shift weight
+    gradient loads dy straight into shared memory (a gate would take it through registers),
+    the pre-split 3xTF32 one reads split copies, the im2col paths read dy through the matmul,
+    and a bias gradient alone is a plain sum: there dz = where(gate > 0, dy, 0) is made once."""
+    if gate.stride() != dy.stride() or g.c == 0:
+        return False
+    if input_grad and _algorithm("input", g) != "implicit":
+        return False
+    if weight_grad:
+        presplit = _precision(x.dtype) == "tf32x3" and DW_PRESPLIT
+        if _algorithm("weight", g) != "implicit" or presplit or _flat_shift(g, dy, x)[0]:
+            return False
+    elif bias_grad:
+        return False
+    return True
+
+
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA
 
 
 @planned(settings=_settings, arrays=3)
-def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    """y = conv(x, w) + bias, cross-correlation as torch.
-    x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co] or None -> y: [N, Co, Ho, Wo]."""
+def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+           activation=None):
+    """y = conv(x, w) + bias, cross-correlation as torch (then relu in the same kernel if
+    activation="relu"). x: [N, C, H, W], w: [Co, C // groups, kh, kw], bias: [Co] or None ->
+    y: [N, Co, Ho, Wo]."""
     g = _Geometry("conv2d", x.shape, w.shape, stride, padding, dilation, groups)
     _check_float("conv2d", x, w, bias)
+    if activation not in (None, "relu"):
+        raise ValueError(f"conv2d: unknown activation {activation!r} (None or 'relu')")
     if bias is not None and tuple(bias.shape) != (g.co,):
         raise ValueError(f"conv2d: bias {tuple(bias.shape)} does not match weight "
                          f"{tuple(w.shape)} ({g.co} output channels)")
@@ -1101,27 +1144,37 @@ def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), grou
     if _algorithm("forward", g) == "im2col":
         cols = _im2col_buffer(x, g, ones_row=bias is not None)
         wmat = _packed_weight(w, bias)
-        out = _matmul()(wmat.unsqueeze(0).expand(g.n, *wmat.shape), cols)
+        out = _matmul()(wmat.unsqueeze(0).expand(g.n, *wmat.shape), cols, activation=activation)
         return out.view(g.n, g.co, g.oh, g.ow)
     cg, cog = g.c // g.groups, g.co // g.groups
     for k in range(g.groups):
         _implicit_gemm(x[:, k * cg:(k + 1) * cg], w[k * cog:(k + 1) * cog],
                        None if bias is None else bias[k * cog:(k + 1) * cog],
-                       y[:, k * cog:(k + 1) * cog], g, transposed=False)
+                       y[:, k * cog:(k + 1) * cog], g, transposed=False,
+                       relu=activation == "relu")
     return y
 
 
 @planned(settings=_settings, arrays=3)
 def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
-                    input_grad=True, weight_grad=True, bias_grad=True):
+                    input_grad=True, weight_grad=True, bias_grad=True, gate=None):
     """(dx [N, C, H, W], dw [Co, C // groups, kh, kw], db [Co]) of conv2d for dy [N, Co, Ho, Wo];
-    an entry is None when not asked for."""
+    an entry is None when not asked for. gate (dy's shape; the output of a conv2d with
+    activation="relu"): dy is taken as where(gate > 0, dy, 0), relu's backward, applied as the
+    kernels read dy where they can (_gate_fuses), else in one pass first."""
     g = _Geometry("conv2d_backward", x.shape, w.shape, stride, padding, dilation, groups)
     _check_float("conv2d_backward", dy, x, w)
     if tuple(dy.shape) != (g.n, g.co, g.oh, g.ow):
         raise ValueError(f"conv2d_backward: dy {tuple(dy.shape)} does not match the output "
                          f"{(g.n, g.co, g.oh, g.ow)} of input {tuple(x.shape)} and weight "
                          f"{tuple(w.shape)}")
+    if gate is not None:
+        if tuple(gate.shape) != tuple(dy.shape) or gate.dtype != dy.dtype:
+            raise ValueError(f"conv2d_backward: gate {tuple(gate.shape)} {dtype_of(gate).name} "
+                             f"does not match dy {tuple(dy.shape)} {dtype_of(dy).name}")
+        if not _gate_fuses(g, dy, x, gate, input_grad, weight_grad, bias_grad):
+            from .elementwise import relu_backward
+            dy, gate = relu_backward(dy, gate), None
     dx = empty(x.shape, x.dtype, x.device) if input_grad else None
     both = None
     if weight_grad and bias_grad:  # one buffer, dw then db: their split sums are one launch
@@ -1140,7 +1193,8 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         else:
             for k in range(g.groups):
                 _implicit_gemm(dy[:, k * cog:(k + 1) * cog], w[k * cog:(k + 1) * cog], None,
-                               dx[:, k * cg:(k + 1) * cg], g, transposed=True)
+                               dx[:, k * cg:(k + 1) * cg], g, transposed=True,
+                               gate=None if gate is None else gate[:, k * cog:(k + 1) * cog])
     if (dw is None or dw.numel() == 0) and (db is None or db.numel() == 0):
         return dx, dw, db
     if dw is not None and dw.numel() and _algorithm("weight", g) == "im2col":
@@ -1159,7 +1213,8 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
             _implicit_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
                             dw[k * cog:(k + 1) * cog],
                             None if db is None else db[k * cog:(k + 1) * cog], g,
-                            both if g.groups == 1 else None)
+                            both if g.groups == 1 else None,
+                            None if gate is None else gate[:, k * cog:(k + 1) * cog])
     return dx, dw, db
 
 

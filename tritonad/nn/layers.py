@@ -83,9 +83,9 @@ class Conv2d(Module):
             bound = 1 / math.sqrt(fan_in)
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x):
+    def forward(self, x, activation=None):
         return nn_ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                             self.groups)
+                             self.groups, activation)
 
     def extra_repr(self):
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
@@ -195,8 +195,9 @@ class Dropout(Module):
 
 
 class Sequential(Module):
-    """Modules applied in order. A Linear followed by a ReLU runs as one fused kernel
-    (matmul + bias + relu), forward and backward, with the same result."""
+    """Modules applied in order. A Linear or Conv2d followed by a ReLU runs as one fused kernel
+    (the product, bias and relu; relu' applied as the backward reads the gradient), with the
+    same result."""
 
     def __init__(self, *modules):
         super().__init__()
@@ -224,7 +225,8 @@ class Sequential(Module):
         i = 0
         while i < len(items):
             module = items[i]
-            fuse = type(module) is Linear and i + 1 < len(items) and type(items[i + 1]) is ReLU
+            fuse = type(module) in (Linear, Conv2d) and i + 1 < len(items) and \
+                type(items[i + 1]) is ReLU
             x = module(x, activation="relu") if fuse else module(x)
             i += 2 if fuse else 1
         return x
