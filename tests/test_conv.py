@@ -59,12 +59,16 @@ def _triton_backend():
         yield
 
 
-@pytest.fixture(params=["implicit", "im2col"])
+@pytest.fixture(params=["implicit", "direct", "im2col"])
 def algo(request, monkeypatch):
-    """Run a test through one convolution path (the im2col path needs kernels/matmul.py)."""
+    """Run a test through one convolution path (the im2col path needs kernels/matmul.py):
+    "direct" is the implicit path with the direct kernels where a layer has few taps
+    (conv._direct), "implicit" the implicit-GEMM kernels everywhere."""
     if request.param == "im2col" and not conv._have_matmul():
         pytest.skip("tritonad.kernels.matmul is not there yet")
-    monkeypatch.setattr(conv, "CONV_ALGO", request.param)
+    monkeypatch.setattr(conv, "CONV_ALGO", "implicit" if request.param == "direct"
+                        else request.param)
+    monkeypatch.setattr(conv, "DIRECT", request.param == "direct")
     return request.param
 
 
@@ -691,19 +695,18 @@ def test_auto_picks_per_direction(monkeypatch):
 
 
 # (x, w, stride, padding, groups, grads, precision, strided gate, fused): relu' is applied as
-# the implicit-GEMM kernels read dy, or in one pass first where a kernel reading dy cannot
-# (flat-shift and pre-split weight gradients, the im2col input gradient, a bias gradient alone,
-# a gate laid out unlike dy)
+# the direct weight gradient reads dy when it is the only kernel reading dy (no input
+# gradient) and the gate is laid out as dy; otherwise dz is made in one pass first
 _GATE_CASES = [
-    ((2, 8, 7, 6), (5, 8, 3, 3), 1, 1, 1, (True, True, True), "high", False, True),
-    ((2, 16, 7, 6), (6, 16, 3, 3), 2, 1, 1, (True, True, True), "high", False, True),
-    ((2, 8, 6, 5), (4, 4, 3, 3), 1, 0, 2, (True, True, False), "high", False, True),
-    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, False, False), "high", False, True),
-    ((2, 16, 6, 5), (8, 16, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
-    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "highest", False, False),
+    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, True, True), "high", False, True),
+    ((2, 3, 6, 5), (4, 3, 3, 3), 2, 1, 1, (False, True, False), "highest", False, True),
+    ((2, 4, 6, 5), (6, 2, 3, 3), 1, 0, 2, (False, True, True), "high", False, True),
     ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
-    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (False, False, True), "high", False, False),
-    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "high", True, False),
+    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, True, True), "high", True, False),
+    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, False, True), "high", False, False),
+    ((2, 8, 7, 6), (5, 8, 3, 3), 2, 1, 1, (False, True, True), "high", False, False),
+    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "highest", False, False),
+    ((2, 16, 6, 5), (8, 16, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
 ]
 
 
@@ -726,7 +729,7 @@ def test_conv2d_relu_and_gated_backward(case, monkeypatch):
             gate.copy_(y)
         dy = random_array(tuple(y.shape), low=-1, high=1, seed=4)
         g = conv._Geometry("t", xs, ws, *args)
-        assert conv._gate_fuses(g, dy, x, gate, *grads) == fused
+        assert conv._gate_fuses(g, dy, gate, grads[0], grads[1]) == fused
         gated = []
         real = conv.run
         monkeypatch.setattr(conv, "run", lambda kernel, grid, *a, **meta: (
@@ -877,6 +880,9 @@ def test_gpu_conv_relu_and_gated_backward(shape, dtype, precision):
         y = conv.conv2d(x, w, b, (1, 1), (pad, pad), (1, 1), 1, "relu")
         dy = (torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1).to(dtype)
         got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1), gate=y)
+        # without the input gradient (a first layer): the gate goes into the direct kernel
+        alone = conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1), gate=y,
+                                     input_grad=False)
     finally:
         td.set_conv_precision("high")
     assert (y == 0).any() and (y > 0).any()
@@ -884,7 +890,8 @@ def test_gpu_conv_relu_and_gated_backward(shape, dtype, precision):
     ref_y, *grads = _torch_conv_grads(x, w, b, dz, (1, 1), (pad, pad))
     want = (ref_y.clamp_min(0), *grads)
     limit = 1e-5 if precision == "highest" else 1e-2
-    for name, g, e in zip(("y", "dx", "dw", "db"), got, want):
+    for name, g, e in zip(("y", "dx", "dw", "db", "dw alone", "db alone"), got + alone[1:],
+                          want + want[2:]):
         assert g.dtype == dtype
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 

@@ -73,6 +73,8 @@ CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied t
 DW_PRESPLIT = True       # 3xTF32 weight gradient: operands split into TF32 head + tail first
 FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight gradient
 SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
+DIRECT = True            # few input taps (C*kh*kw <= DIRECT_K_MAX): direct FMA kernels
+DIRECT_K_MAX = 32
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -107,14 +109,14 @@ _WGRAD_SIZES = ["N_IMG", "H", "W", "OUT_H", "OUT_W"]
 
 @triton.jit(do_not_specialize=_GEMM_SIZES)
 def _conv_gemm_kernel(
-        src_ptr, w_ptr, bias_ptr, out_ptr, gate_ptr,
+        src_ptr, w_ptr, bias_ptr, out_ptr,
         N_IMG, K_CH, N_CH, SRC_H, SRC_W, OUT_H, OUT_W, KH, KW,
         stride_sn, stride_sc, stride_sh, stride_sw,
         stride_wk, stride_wn, stride_wi, stride_wj,
         stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
         MUL_H, MUL_W, OFF_H, OFF_W, DIL_H, DIL_W, DIV_H, DIV_W,
-        HAS_BIAS: tl.constexpr, RELU: tl.constexpr, GATE: tl.constexpr,
-        TRANSPOSED: tl.constexpr, CHANNEL_INNER: tl.constexpr,
+        HAS_BIAS: tl.constexpr, RELU: tl.constexpr, TRANSPOSED: tl.constexpr,
+        CHANNEL_INNER: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # out[n, c, p, q] = bias[c] + sum_{k,i,j} src[n, k, y(p, i), x(q, j)] * wk[k, c, i, j] with
@@ -122,8 +124,7 @@ def _conv_gemm_kernel(
     # dx, wk = w). One program: a [BLOCK_M output pixels (n, p, q) flat, BLOCK_N channels] tile.
     # Pixels are the GEMM's M: the gathered tile is the A operand, the weights the B operand
     # [K, N] (K-major in memory when packed), which lets Hopper use wgmma for tf32/half types.
-    # RELU: out = max(out, 0) on the accumulator. GATE: src is read as where(gate > 0, src, 0)
-    # (relu's backward as dy is gathered; gate has src's strides).
+    # RELU: out = max(out, 0) on the accumulator (the forward of conv + relu).
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -138,7 +139,7 @@ def _conv_gemm_kernel(
     q = rem - p * OUT_W
     base_y = p * MUL_H + OFF_H
     base_x = q * MUL_W + OFF_W
-    src_pix = img.to(tl.int64) * stride_sn  # (offsets: a gate shares them)
+    src_pix = src_ptr + img.to(tl.int64) * stride_sn
     w_cols = w_ptr + offs_n * stride_wn
     taps = KH * KW
     if CHANNEL_INNER:
@@ -158,7 +159,7 @@ def _conv_gemm_kernel(
             ch_ok = ch < K_CH
             y, y_ok = _source_coord(base_y, i * DIL_H, DIV_H, SRC_H, TRANSPOSED)
             x, x_ok = _source_coord(base_x, j * DIL_W, DIV_W, SRC_W, TRANSPOSED)
-            a_offs = (src_pix + y * stride_sh + x * stride_sw)[:, None] + \
+            a_ptrs = (src_pix + y * stride_sh + x * stride_sw)[:, None] + \
                 (ch * stride_sc)[None, :]
             a_mask = (pix_ok & y_ok & x_ok)[:, None] & ch_ok[None, :]
             b_ptrs = w_cols[None, :] + (ch * stride_wk + i * stride_wi + j * stride_wj)[:, None]
@@ -172,12 +173,10 @@ def _conv_gemm_kernel(
             j = tap - i * KW
             y, y_ok = _source_coord(base_y[:, None], (i * DIL_H)[None, :], DIV_H, SRC_H, TRANSPOSED)
             x, x_ok = _source_coord(base_x[:, None], (j * DIL_W)[None, :], DIV_W, SRC_W, TRANSPOSED)
-            a_offs = src_pix[:, None] + (ch * stride_sc)[None, :] + y * stride_sh + x * stride_sw
+            a_ptrs = src_pix[:, None] + (ch * stride_sc)[None, :] + y * stride_sh + x * stride_sw
             a_mask = pix_ok[:, None] & ch_ok[None, :] & y_ok & x_ok
             b_ptrs = w_cols[None, :] + (ch * stride_wk + i * stride_wi + j * stride_wj)[:, None]
-        a = tl.load(src_ptr + a_offs, mask=a_mask, other=0.0)
-        if GATE:
-            a = tl.where(tl.load(gate_ptr + a_offs, mask=a_mask, other=0.0) > 0, a, 0.0)
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         b = tl.load(b_ptrs, mask=ch_ok[:, None] & n_ok[None, :], other=0.0)
         if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong; products are exact in fp32
             a = a.to(tl.float32)
@@ -196,15 +195,15 @@ def _conv_gemm_kernel(
 
 @triton.jit(do_not_specialize=_WGRAD_SIZES)
 def _conv_wgrad_kernel(
-        dy_ptr, x_ptr, dw_ptr, db_ptr, gate_ptr,
+        dy_ptr, x_ptr, dw_ptr, db_ptr,
         N_IMG, C_OUT, C_IN, H, W, OUT_H, OUT_W, KH, KW,
         stride_dn, stride_dc, stride_dh, stride_dv,
         stride_xn, stride_xc, stride_xh, stride_xw,
         stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
         stride_bs, stride_bo, lo_dy, lo_x,
         SH, SW, PH, PW, DH, DW,
-        HAS_BIAS_GRAD: tl.constexpr, GATE: tl.constexpr, CHANNEL_INNER: tl.constexpr,
-        PRESPLIT: tl.constexpr, INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr, PRESPLIT: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         BLOCK_Q: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels (n, p, q) of split s of dy[n, o, p, q] * x[n, c, y, x]
@@ -218,7 +217,6 @@ def _conv_wgrad_kernel(
     # dy @ x_lo + dy @ x as three plain TF32 products whose tiles all stream straight from
     # memory into shared memory (tl.dot's "tf32x3" splits them in registers instead and writes
     # the parts back to shared memory: 4x a TF32 product's time, not 3x).
-    # GATE (not with PRESPLIT): dy is read as where(gate > 0, dy, 0), gate with dy's strides.
     pid = tl.program_id(0)
     split = tl.program_id(1)
     taps = KH * KW
@@ -247,7 +245,7 @@ def _conv_wgrad_kernel(
     dw_cols = ch * stride_wc + i * stride_wi + j * stride_wj
     shift_h = i * DH - PH
     shift_w = j * DW - PW
-    dy_rows = offs_m * stride_dc
+    dy_rows = dy_ptr + offs_m * stride_dc
     x_cols = x_ptr + ch * stride_xc
 
     ROWS: tl.constexpr = BLOCK_K // BLOCK_Q
@@ -269,12 +267,9 @@ def _conv_wgrad_kernel(
         p = rb * ROWS + dp
         q = (r - rb * col_blocks) * BLOCK_Q + dq
         p_ok = (p < OUT_H) & (q < OUT_W)
-        a_offs = dy_rows[:, None] + (n.to(tl.int64) * stride_dn + p * stride_dh +
+        a_ptrs = dy_rows[:, None] + (n.to(tl.int64) * stride_dn + p * stride_dh +
                                      q * stride_dv)[None, :]
-        a = tl.load(dy_ptr + a_offs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
-        if GATE:
-            gate = tl.load(gate_ptr + a_offs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
-            a = tl.where(gate > 0, a, 0.0)
+        a = tl.load(a_ptrs, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
         # the x_col tile [pixels, columns]: pixels are K
         x_img = n.to(tl.int64) * stride_xn
         if CHANNEL_INNER:
@@ -290,8 +285,7 @@ def _conv_wgrad_kernel(
             b_mask = p_ok[:, None] & col_ok[None, :] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         if PRESPLIT:
-            a_lo = tl.load(dy_ptr + lo_dy + a_offs, mask=m_ok[:, None] & p_ok[None, :],
-                           other=0.0)
+            a_lo = tl.load(a_ptrs + lo_dy, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
             b_lo = tl.load(b_ptrs + lo_x, mask=b_mask, other=0.0)
             if HAS_BIAS_GRAD:
                 db_acc += a + a_lo  # head + tail = dy exactly
@@ -441,6 +435,108 @@ def _shift_wgrad_kernel(
         tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
                  tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
                  mask=m_ok & (offs_m * 0 + pid_n == 0))
+
+
+# Direct convolution for layers with few input taps (C * kh * kw <= DIRECT_K_MAX: MNIST's
+# conv1 has 25). There a GEMM's K is one short step, and the implicit-GEMM kernels spend their
+# time on the gathered operand's index arithmetic, not on products. These kernels take the
+# taps one by one as outer products on the CUDA cores (float32 FMA: exact float32 products
+# whatever the precision setting), with every pixel's coordinates worked out once.
+
+_DIRECT_SIZES = ["N_IMG", "H", "W", "OUT_H", "OUT_W"]
+
+
+@triton.jit
+def _direct_pixels(pix, N_IMG, OUT_H, OUT_W, SH, SW, PH, PW):
+    """For flat output pixels: in range, image, (p, q), and the window's top-left input corner."""
+    plane = OUT_H * OUT_W
+    n = pix // plane
+    r = pix - n * plane
+    p = r // OUT_W
+    q = r - p * OUT_W
+    return pix < N_IMG * plane, n, p, q, p * SH - PH, q * SW - PW
+
+
+@triton.jit(do_not_specialize=_DIRECT_SIZES)
+def _direct_conv_kernel(
+        x_ptr, w_ptr, bias_ptr, y_ptr,
+        N_IMG, C_IN, C_OUT, H, W, OUT_H, OUT_W, KH, KW,
+        stride_xn, stride_xc, stride_xh, stride_xw,
+        stride_wo, stride_wc, stride_wi, stride_wj, stride_bias,
+        stride_yn, stride_yc, stride_yh, stride_yw,
+        SH, SW, PH, PW, DH, DW,
+        HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
+        BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
+    # y[n, o, p, q] = act(b[o] + sum_{c,i,j} w[o, c, i, j] * x[n, c, p*SH - PH + i*DH, ...]).
+    # One program: [BLOCK_CO channels, BLOCK_P flat output pixels], pixels along the fast axis
+    # so that each channel's row of the tile is stored as one coalesced run.
+    pix = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    co = tl.program_id(1) * BLOCK_CO + tl.arange(0, BLOCK_CO)
+    pix_ok, n, p, q, h0, w0 = _direct_pixels(pix, N_IMG, OUT_H, OUT_W, SH, SW, PH, PW)
+    co_ok = co < C_OUT
+    x_img = x_ptr + n.to(tl.int64) * stride_xn
+    w_co = w_ptr + co * stride_wo
+    acc = tl.zeros([BLOCK_CO, BLOCK_P], dtype=tl.float32)
+    for c in range(0, C_IN):
+        for i in range(0, KH):
+            h = h0 + i * DH
+            h_ok = pix_ok & (h >= 0) & (h < H)
+            for j in range(0, KW):
+                v = w0 + j * DW
+                xv = tl.load(x_img + c * stride_xc + h * stride_xh + v * stride_xw,
+                             mask=h_ok & (v >= 0) & (v < W), other=0.0).to(tl.float32)
+                wv = tl.load(w_co + c * stride_wc + i * stride_wi + j * stride_wj, mask=co_ok,
+                             other=0.0).to(tl.float32)
+                acc += wv[:, None] * xv[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + co * stride_bias, mask=co_ok, other=0.0).to(tl.float32)[:, None]
+    if RELU:
+        acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
+    y_ptrs = y_ptr + (co * stride_yc)[:, None] + \
+        (n.to(tl.int64) * stride_yn + p * stride_yh + q * stride_yw)[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=co_ok[:, None] & pix_ok[None, :])
+
+
+@triton.jit(do_not_specialize=_DIRECT_SIZES)
+def _direct_wgrad_kernel(
+        dy_ptr, x_ptr, gate_ptr, part_ptr, db_ptr,
+        N_IMG, C_IN, C_OUT, H, W, OUT_H, OUT_W, KH, KW,
+        stride_dn, stride_dc, stride_dh, stride_dw,
+        stride_xn, stride_xc, stride_xh, stride_xw,
+        stride_ps, stride_po, stride_bs,
+        SH, SW, PH, PW, DH, DW,
+        HAS_BIAS_GRAD: tl.constexpr, GATE: tl.constexpr,
+        BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
+    # part[s, o, (c, i, j)] = sum over the BLOCK_P output pixels of program s of
+    # dy[n, o, p, q] * x[n, c, p*SH - PH + i*DH, ...], and db[s, o] = their sum of dy; the
+    # launcher sums over s in a fixed order. GATE: dy is read as where(gate > 0, dy, 0) (relu's
+    # backward; gate with dy's strides). dy's tile is read once, each tap's x row from cache.
+    s = tl.program_id(0)
+    pix = s * BLOCK_P + tl.arange(0, BLOCK_P)
+    co = tl.arange(0, BLOCK_CO)
+    pix_ok, n, p, q, h0, w0 = _direct_pixels(pix, N_IMG, OUT_H, OUT_W, SH, SW, PH, PW)
+    co_ok = co < C_OUT
+    offs = (co * stride_dc)[:, None] + \
+        (n.to(tl.int64) * stride_dn + p * stride_dh + q * stride_dw)[None, :]
+    ok = co_ok[:, None] & pix_ok[None, :]
+    g = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    if GATE:
+        g = tl.where(tl.load(gate_ptr + offs, mask=ok, other=0.0) > 0, g, 0.0)
+    x_img = x_ptr + n.to(tl.int64) * stride_xn
+    part = part_ptr + s.to(tl.int64) * stride_ps + co * stride_po
+    for c in range(0, C_IN):
+        for i in range(0, KH):
+            h = h0 + i * DH
+            h_ok = pix_ok & (h >= 0) & (h < H)
+            for j in range(0, KW):
+                v = w0 + j * DW
+                xv = tl.load(x_img + c * stride_xc + h * stride_xh + v * stride_xw,
+                             mask=h_ok & (v >= 0) & (v < W), other=0.0).to(tl.float32)
+                tl.store(part + (c * KH + i) * KW + j, tl.sum(g * xv[None, :], axis=1),
+                         mask=co_ok)
+    if HAS_BIAS_GRAD:
+        tl.store(db_ptr + s.to(tl.int64) * stride_bs + co, tl.sum(g, axis=1), mask=co_ok)
+
 
 
 @triton.jit
@@ -846,11 +942,56 @@ def _tma_capable(device):
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _implicit_gemm(src, w, bias, out, g, transposed, relu=False, gate=None):
+def _direct(g):
+    """Whether convolution g (one group) runs the direct kernels: few taps per output
+    (C * kh * kw <= DIRECT_K_MAX) and at most 128 output channels a group."""
+    cg, cog = g.c // g.groups, g.co // g.groups
+    return DIRECT and 0 < cg * g.kh * g.kw <= DIRECT_K_MAX and cog <= 128
+
+
+_DIRECT_PIXELS = 128
+
+
+def _direct_conv(x, w, bias, y, g, relu):
+    """y (one group) = act(conv(x, w) + bias) by _direct_conv_kernel."""
+    co = w.shape[0]
+    block_co = _block(co, 64)
+    pixels = g.n * g.oh * g.ow
+    grid = (cdiv(pixels, _DIRECT_PIXELS), cdiv(co, block_co))
+    run(_direct_conv_kernel, grid, x, w, bias if bias is not None else w, y,
+        g.n, x.shape[1], co, g.h, g.w, g.oh, g.ow, g.kh, g.kw, *x.stride(), *w.stride(),
+        bias.stride(0) if bias is not None else 0, *y.stride(), *g.args,
+        HAS_BIAS=bias is not None, RELU=relu, BLOCK_CO=block_co, BLOCK_P=_DIRECT_PIXELS,
+        num_warps=4)
+
+
+def _direct_wgrad(dy, x, dw, db, g, both=None, gate=None):
+    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by _direct_wgrad_kernel: one
+    partial per block of pixels, then their fixed-order sum (one launch when `both` holds dw
+    then db)."""
+    co, c = dy.shape[1], x.shape[1]
+    k_total = c * g.kh * g.kw
+    pixels = g.n * g.oh * g.ow
+    splits = cdiv(pixels, _DIRECT_PIXELS)
+    width = co * k_total + (co if db is not None else 0)
+    work = empty((splits, width), torch.float32, dw.device)
+    run(_direct_wgrad_kernel, (splits,), dy, x, gate if gate is not None else dy, work,
+        work[:, co * k_total:] if db is not None else work,
+        g.n, c, co, g.h, g.w, g.oh, g.ow, g.kh, g.kw, *dy.stride(), *x.stride(),
+        work.stride(0), k_total, work.stride(0), *g.args,
+        HAS_BIAS_GRAD=db is not None, GATE=gate is not None, BLOCK_CO=_block(co),
+        BLOCK_P=_DIRECT_PIXELS, num_warps=4)
+    if db is None or both is not None:
+        _sum_splits(work.view(splits, 1, width), (dw if db is None else both).view(1, -1))
+    else:
+        _sum_splits(work[:, :co * k_total].view(splits, co, k_total), dw.view(co, k_total))
+        _sum_splits(work[:, co * k_total:].view(splits, 1, co), db.view(1, co))
+
+
+def _implicit_gemm(src, w, bias, out, g, transposed, relu=False):
     """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y; relu: max(y, 0)
-    in the epilogue) or the input gradient (src = dy, out = dx; gate: dy read as
-    where(gate > 0, dy, 0), gate with dy's strides). Arrays may be strided views (groups slice
-    them)."""
+    in the epilogue) or the input gradient (src = dy, out = dx). Arrays may be strided views
+    (groups slice them)."""
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
         n_ch, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
         mul, off, dil, div = (1, 1), (g.ph, g.pw), (-g.dh, -g.dw), (g.sh, g.sw)
@@ -875,13 +1016,13 @@ def _implicit_gemm(src, w, bias, out, g, transposed, relu=False, gate=None):
     key = (f"gemm:{g.n}x{k_ch}x{n_ch}:{src_hw[0]}x{src_hw[1]}->{out_hw[0]}x{out_hw[1]}:"
            f"k{g.kh}x{g.kw}:m{mul[0]}{mul[1]}d{div[0]}{div[1]}:{'t' if transposed else 'f'}:"
            f"{precision}:{kind}:{str(src.dtype)[6:]}:{'ci' if channel_inner else 'kk'}")
-    # NOTE: relu and the gate stay out of the key: the same tile plans serve them
+    # NOTE: relu stays out of the key: the same tile plans serve it
     _run_tuned(_conv_gemm_kernel, _gemm_configs(block_n, max_k, single, kind), key, grid, (
-        src, wk, bias if bias is not None else wk, out, gate if gate is not None else src,
+        src, wk, bias if bias is not None else wk, out,
         g.n, k_ch, n_ch, src_hw[0], src_hw[1], out_hw[0], out_hw[1], g.kh, g.kw,
         *src.stride(), *wk.stride(), *out.stride(), bias.stride(0) if bias is not None else 0,
         mul[0], mul[1], off[0], off[1], dil[0], dil[1], div[0], div[1]),
-        dict(HAS_BIAS=bias is not None, RELU=relu, GATE=gate is not None, TRANSPOSED=transposed,
+        dict(HAS_BIAS=bias is not None, RELU=relu, TRANSPOSED=transposed,
              CHANNEL_INNER=channel_inner, INPUT_PRECISION=precision,
              DOT_FP32=_dot_fp32(src.dtype)), src.device)
 
@@ -900,10 +1041,8 @@ def _sm_count(device):
     return 1 if INTERPRET else torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _implicit_wgrad(dy, x, dw, db, g, both=None, gate=None):
-    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM;
-    gate: dy read as where(gate > 0, dy, 0) (not on the flat-shift or pre-split paths:
-    _gate_fuses says where).
+def _implicit_wgrad(dy, x, dw, db, g, both=None):
+    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM.
 
     Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co] (the db partials
     after the dw ones); one fixed-order sum then writes both, a single launch when `both` is
@@ -929,7 +1068,6 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None, gate=None):
     kind = _menu_kind(precision, x.dtype)
     presplit = precision == "tf32x3" and DW_PRESPLIT
     lo_dy = lo_x = 0
-    assert gate is None or not (shift or presplit), "conv2d_backward: gate on a path without it"
     if presplit:  # heads and tails: one memory-bound pass over each operand
         dy, lo_dy = _split_tf32(dy), dy.numel()
         x, lo_x = _split_tf32(x), x.numel()
@@ -952,12 +1090,11 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None, gate=None):
         _run_tuned(_conv_wgrad_kernel,
                    _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind), key,
                    lambda meta: (tiles, splits), (
-            dy, x, part, dpart if dpart is not None else part, gate if gate is not None else dy,
+            dy, x, part, dpart if dpart is not None else part,
             g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
             *dy.stride(), *x.stride(), *part.stride(),
             *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x, *g.args),
-            dict(HAS_BIAS_GRAD=db is not None, GATE=gate is not None,
-                 CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
+            dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
                  INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     if splits == 1:
@@ -1101,28 +1238,19 @@ def _flat_pixels(t):
 # ---------------------------------------------------------------------------- primitives
 
 
-def _gate_fuses(g, dy, x, gate, input_grad, weight_grad, bias_grad):
-    """Whether every kernel that reads dy can apply the gate as it reads (the implicit-GEMM
-    input gradient and weight gradient, with gate laid out as dy). The flat-shift weight
-    gradient loads dy straight into shared memory (a gate would take it through registers),
-    the pre-split 3xTF32 one reads split copies, the im2col paths read dy through the matmul,
-    and a bias gradient alone is a plain sum: there dz = where(gate > 0, dy, 0) is made once."""
-    if gate.stride() != dy.stride() or g.c == 0:
-        return False
-    if input_grad and _algorithm("input", g) != "implicit":
-        return False
-    if weight_grad:
-        presplit = _precision(x.dtype) == "tf32x3" and DW_PRESPLIT
-        if _algorithm("weight", g) != "implicit" or presplit or _flat_shift(g, dy, x)[0]:
-            return False
-    elif bias_grad:
-        return False
-    return True
+def _gate_fuses(g, dy, gate, input_grad, weight_grad):
+    """Whether relu' can be applied as dy is read: only by the direct weight gradient, which
+    reads dy once as plain tiles (one more tile load of the gate). Elsewhere dz =
+    where(gate > 0, dy, 0) is made in one pass first: in the gather-bound implicit-GEMM kernels
+    the gate's loads cost more than that pass (conv1's weight gradient on an H200: 44 us with
+    the gate in its reads against 26 + 7 us)."""
+    return weight_grad and not input_grad and gate.stride() == dy.stride() and _direct(g) \
+        and _algorithm("weight", g) == "implicit"
 
 
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
-        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA
+        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, DIRECT, DIRECT_K_MAX
 
 
 @planned(settings=_settings, arrays=3)
@@ -1147,11 +1275,11 @@ def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), grou
         out = _matmul()(wmat.unsqueeze(0).expand(g.n, *wmat.shape), cols, activation=activation)
         return out.view(g.n, g.co, g.oh, g.ow)
     cg, cog = g.c // g.groups, g.co // g.groups
+    launch = _direct_conv if _direct(g) else functools.partial(_implicit_gemm, transposed=False)
     for k in range(g.groups):
-        _implicit_gemm(x[:, k * cg:(k + 1) * cg], w[k * cog:(k + 1) * cog],
-                       None if bias is None else bias[k * cog:(k + 1) * cog],
-                       y[:, k * cog:(k + 1) * cog], g, transposed=False,
-                       relu=activation == "relu")
+        launch(x[:, k * cg:(k + 1) * cg], w[k * cog:(k + 1) * cog],
+               None if bias is None else bias[k * cog:(k + 1) * cog],
+               y[:, k * cog:(k + 1) * cog], g, relu=activation == "relu")
     return y
 
 
@@ -1172,7 +1300,7 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         if tuple(gate.shape) != tuple(dy.shape) or gate.dtype != dy.dtype:
             raise ValueError(f"conv2d_backward: gate {tuple(gate.shape)} {dtype_of(gate).name} "
                              f"does not match dy {tuple(dy.shape)} {dtype_of(dy).name}")
-        if not _gate_fuses(g, dy, x, gate, input_grad, weight_grad, bias_grad):
+        if not _gate_fuses(g, dy, gate, input_grad, weight_grad):
             from .elementwise import relu_backward
             dy, gate = relu_backward(dy, gate), None
     dx = empty(x.shape, x.dtype, x.device) if input_grad else None
@@ -1193,8 +1321,7 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         else:
             for k in range(g.groups):
                 _implicit_gemm(dy[:, k * cog:(k + 1) * cog], w[k * cog:(k + 1) * cog], None,
-                               dx[:, k * cg:(k + 1) * cg], g, transposed=True,
-                               gate=None if gate is None else gate[:, k * cog:(k + 1) * cog])
+                               dx[:, k * cg:(k + 1) * cg], g, transposed=True)
     if (dw is None or dw.numel() == 0) and (db is None or db.numel() == 0):
         return dx, dw, db
     if dw is not None and dw.numel() and _algorithm("weight", g) == "im2col":
@@ -1208,13 +1335,19 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
     elif dw is None or dw.numel() == 0:
         if db is not None:
             _bias_grad(dy, db)
+    elif _direct(g):
+        for k in range(g.groups):
+            _direct_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
+                          dw[k * cog:(k + 1) * cog],
+                          None if db is None else db[k * cog:(k + 1) * cog], g,
+                          both if g.groups == 1 else None,
+                          None if gate is None else gate[:, k * cog:(k + 1) * cog])
     else:
         for k in range(g.groups):
             _implicit_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
                             dw[k * cog:(k + 1) * cog],
                             None if db is None else db[k * cog:(k + 1) * cog], g,
-                            both if g.groups == 1 else None,
-                            None if gate is None else gate[:, k * cog:(k + 1) * cog])
+                            both if g.groups == 1 else None)
     return dx, dw, db
 
 
