@@ -59,16 +59,12 @@ def _triton_backend():
         yield
 
 
-@pytest.fixture(params=["implicit", "direct", "im2col"])
+@pytest.fixture(params=["implicit", "im2col"])
 def algo(request, monkeypatch):
-    """Run a test through one convolution path (the im2col path needs kernels/matmul.py):
-    "direct" is the implicit path with the direct kernels where a layer has few taps
-    (conv._direct), "implicit" the implicit-GEMM kernels everywhere."""
+    """Run a test through one convolution path (the im2col path needs kernels/matmul.py)."""
     if request.param == "im2col" and not conv._have_matmul():
         pytest.skip("tritonad.kernels.matmul is not there yet")
-    monkeypatch.setattr(conv, "CONV_ALGO", "implicit" if request.param == "direct"
-                        else request.param)
-    monkeypatch.setattr(conv, "DIRECT", request.param == "direct")
+    monkeypatch.setattr(conv, "CONV_ALGO", request.param)
     return request.param
 
 
@@ -694,27 +690,24 @@ def test_auto_picks_per_direction(monkeypatch):
 # ----------------------------------------------------------------------------- fused relu
 
 
-# (x, w, stride, padding, groups, grads, precision, strided gate, fused): relu' is applied as
-# the direct weight gradient reads dy when it is the only kernel reading dy (no input
-# gradient) and the gate is laid out as dy; otherwise dz is made in one pass first
+# (x, w, stride, padding, groups, grads, precision, strided gate): the few-taps (flat K) and
+# channel-inner implicit GEMM, flat-shift and pre-split weight gradients, the im2col input
+# gradient, groups, a bias gradient alone and a gate laid out unlike dy
 _GATE_CASES = [
-    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, True, True), "high", False, True),
-    ((2, 3, 6, 5), (4, 3, 3, 3), 2, 1, 1, (False, True, False), "highest", False, True),
-    ((2, 4, 6, 5), (6, 2, 3, 3), 1, 0, 2, (False, True, True), "high", False, True),
-    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
-    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, True, True), "high", True, False),
-    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, False, True), "high", False, False),
-    ((2, 8, 7, 6), (5, 8, 3, 3), 2, 1, 1, (False, True, True), "high", False, False),
-    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "highest", False, False),
-    ((2, 16, 6, 5), (8, 16, 3, 3), 1, 1, 1, (True, True, True), "high", False, False),
+    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, True, True), "high", False),
+    ((2, 3, 6, 5), (4, 3, 3, 3), 2, 1, 1, (True, True, False), "highest", True),
+    ((2, 4, 6, 5), (6, 2, 3, 3), 1, 0, 2, (True, True, True), "high", False),
+    ((2, 1, 7, 6), (5, 1, 5, 5), 1, 2, 1, (False, False, True), "high", False),
+    ((2, 8, 7, 6), (5, 8, 3, 3), 2, 1, 1, (True, True, True), "high", False),
+    ((2, 8, 5, 5), (4, 8, 3, 3), 1, 1, 1, (True, True, True), "highest", False),
+    ((2, 16, 6, 5), (8, 16, 3, 3), 1, 1, 1, (True, True, True), "high", True),
 ]
 
 
 @pytest.mark.parametrize("case", _GATE_CASES)
-def test_conv2d_relu_and_gated_backward(case, monkeypatch):
-    """conv2d(activation="relu") and conv2d_backward(gate=y) against the float64 reference,
-    with the gate fused into the kernels' reads exactly where _gate_fuses says."""
-    xs, ws, stride, padding, groups, grads, precision, strided, fused = case
+def test_conv2d_relu_and_gated_backward(case):
+    """conv2d(activation="relu") and conv2d_backward(gate=y) against the float64 reference."""
+    xs, ws, stride, padding, groups, grads, precision, strided = case
     args = _pairs(stride, padding, 1) + (groups,)
     x = random_array(xs, low=-1, high=1, seed=1)
     w = random_array(ws, low=-1, high=1, seed=2)
@@ -728,14 +721,7 @@ def test_conv2d_relu_and_gated_backward(case, monkeypatch):
             gate = torch.empty(y.shape[:3] + (2 * y.shape[3],))[..., ::2]
             gate.copy_(y)
         dy = random_array(tuple(y.shape), low=-1, high=1, seed=4)
-        g = conv._Geometry("t", xs, ws, *args)
-        assert conv._gate_fuses(g, dy, gate, grads[0], grads[1]) == fused
-        gated = []
-        real = conv.run
-        monkeypatch.setattr(conv, "run", lambda kernel, grid, *a, **meta: (
-            gated.append(meta.get("GATE")), real(kernel, grid, *a, **meta))[1])
         check_primitive("conv2d_backward", dy, x, w, *args, *grads, gate, rtol=1e-4, atol=1e-5)
-        assert (True in gated) == fused
     finally:
         td.set_conv_precision("high")
 
@@ -860,8 +846,8 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [
-    ((100, 1, 28, 28), (32, 1, 5, 5), 2),     # MNIST conv1: the gate fused into dw's reads
-    ((100, 32, 14, 14), (64, 32, 5, 5), 2),   # MNIST conv2: flat-shift dw, dz made once
+    ((100, 1, 28, 28), (32, 1, 5, 5), 2),     # MNIST conv1
+    ((100, 32, 14, 14), (64, 32, 5, 5), 2),   # MNIST conv2: flat-shift dw
     ((32, 64, 28, 28), (128, 64, 3, 3), 1),
 ])
 @pytest.mark.parametrize("dtype, precision", [(torch.float32, "high"), (torch.float32, "highest"),
@@ -880,9 +866,8 @@ def test_gpu_conv_relu_and_gated_backward(shape, dtype, precision):
         y = conv.conv2d(x, w, b, (1, 1), (pad, pad), (1, 1), 1, "relu")
         dy = (torch.rand(y.shape, device="cuda", generator=gen) * 2 - 1).to(dtype)
         got = (y,) + conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1), gate=y)
-        # without the input gradient (a first layer): the gate goes into the direct kernel
         alone = conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1), gate=y,
-                                     input_grad=False)
+                                     input_grad=False)  # (a first layer)
     finally:
         td.set_conv_precision("high")
     assert (y == 0).any() and (y > 0).any()

@@ -73,8 +73,6 @@ CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied t
 DW_PRESPLIT = True       # 3xTF32 weight gradient: operands split into TF32 head + tail first
 FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight gradient
 SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
-DIRECT = True            # few input taps (C*kh*kw <= DIRECT_K_MAX): direct FMA kernels
-DIRECT_K_MAX = 32
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -435,108 +433,6 @@ def _shift_wgrad_kernel(
         tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
                  tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
                  mask=m_ok & (offs_m * 0 + pid_n == 0))
-
-
-# Direct convolution for layers with few input taps (C * kh * kw <= DIRECT_K_MAX: MNIST's
-# conv1 has 25). There a GEMM's K is one short step, and the implicit-GEMM kernels spend their
-# time on the gathered operand's index arithmetic, not on products. These kernels take the
-# taps one by one as outer products on the CUDA cores (float32 FMA: exact float32 products
-# whatever the precision setting), with every pixel's coordinates worked out once.
-
-_DIRECT_SIZES = ["N_IMG", "H", "W", "OUT_H", "OUT_W"]
-
-
-@triton.jit
-def _direct_pixels(pix, N_IMG, OUT_H, OUT_W, SH, SW, PH, PW):
-    """For flat output pixels: in range, image, (p, q), and the window's top-left input corner."""
-    plane = OUT_H * OUT_W
-    n = pix // plane
-    r = pix - n * plane
-    p = r // OUT_W
-    q = r - p * OUT_W
-    return pix < N_IMG * plane, n, p, q, p * SH - PH, q * SW - PW
-
-
-@triton.jit(do_not_specialize=_DIRECT_SIZES)
-def _direct_conv_kernel(
-        x_ptr, w_ptr, bias_ptr, y_ptr,
-        N_IMG, C_IN, C_OUT, H, W, OUT_H, OUT_W, KH, KW,
-        stride_xn, stride_xc, stride_xh, stride_xw,
-        stride_wo, stride_wc, stride_wi, stride_wj, stride_bias,
-        stride_yn, stride_yc, stride_yh, stride_yw,
-        SH, SW, PH, PW, DH, DW,
-        HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
-        BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
-    # y[n, o, p, q] = act(b[o] + sum_{c,i,j} w[o, c, i, j] * x[n, c, p*SH - PH + i*DH, ...]).
-    # One program: [BLOCK_CO channels, BLOCK_P flat output pixels], pixels along the fast axis
-    # so that each channel's row of the tile is stored as one coalesced run.
-    pix = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    co = tl.program_id(1) * BLOCK_CO + tl.arange(0, BLOCK_CO)
-    pix_ok, n, p, q, h0, w0 = _direct_pixels(pix, N_IMG, OUT_H, OUT_W, SH, SW, PH, PW)
-    co_ok = co < C_OUT
-    x_img = x_ptr + n.to(tl.int64) * stride_xn
-    w_co = w_ptr + co * stride_wo
-    acc = tl.zeros([BLOCK_CO, BLOCK_P], dtype=tl.float32)
-    for c in range(0, C_IN):
-        for i in range(0, KH):
-            h = h0 + i * DH
-            h_ok = pix_ok & (h >= 0) & (h < H)
-            for j in range(0, KW):
-                v = w0 + j * DW
-                xv = tl.load(x_img + c * stride_xc + h * stride_xh + v * stride_xw,
-                             mask=h_ok & (v >= 0) & (v < W), other=0.0).to(tl.float32)
-                wv = tl.load(w_co + c * stride_wc + i * stride_wi + j * stride_wj, mask=co_ok,
-                             other=0.0).to(tl.float32)
-                acc += wv[:, None] * xv[None, :]
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + co * stride_bias, mask=co_ok, other=0.0).to(tl.float32)[:, None]
-    if RELU:
-        acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
-    y_ptrs = y_ptr + (co * stride_yc)[:, None] + \
-        (n.to(tl.int64) * stride_yn + p * stride_yh + q * stride_yw)[None, :]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=co_ok[:, None] & pix_ok[None, :])
-
-
-@triton.jit(do_not_specialize=_DIRECT_SIZES)
-def _direct_wgrad_kernel(
-        dy_ptr, x_ptr, gate_ptr, part_ptr, db_ptr,
-        N_IMG, C_IN, C_OUT, H, W, OUT_H, OUT_W, KH, KW,
-        stride_dn, stride_dc, stride_dh, stride_dw,
-        stride_xn, stride_xc, stride_xh, stride_xw,
-        stride_ps, stride_po, stride_bs,
-        SH, SW, PH, PW, DH, DW,
-        HAS_BIAS_GRAD: tl.constexpr, GATE: tl.constexpr,
-        BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
-    # part[s, o, (c, i, j)] = sum over the BLOCK_P output pixels of program s of
-    # dy[n, o, p, q] * x[n, c, p*SH - PH + i*DH, ...], and db[s, o] = their sum of dy; the
-    # launcher sums over s in a fixed order. GATE: dy is read as where(gate > 0, dy, 0) (relu's
-    # backward; gate with dy's strides). dy's tile is read once, each tap's x row from cache.
-    s = tl.program_id(0)
-    pix = s * BLOCK_P + tl.arange(0, BLOCK_P)
-    co = tl.arange(0, BLOCK_CO)
-    pix_ok, n, p, q, h0, w0 = _direct_pixels(pix, N_IMG, OUT_H, OUT_W, SH, SW, PH, PW)
-    co_ok = co < C_OUT
-    offs = (co * stride_dc)[:, None] + \
-        (n.to(tl.int64) * stride_dn + p * stride_dh + q * stride_dw)[None, :]
-    ok = co_ok[:, None] & pix_ok[None, :]
-    g = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    if GATE:
-        g = tl.where(tl.load(gate_ptr + offs, mask=ok, other=0.0) > 0, g, 0.0)
-    x_img = x_ptr + n.to(tl.int64) * stride_xn
-    part = part_ptr + s.to(tl.int64) * stride_ps + co * stride_po
-    for c in range(0, C_IN):
-        for i in range(0, KH):
-            h = h0 + i * DH
-            h_ok = pix_ok & (h >= 0) & (h < H)
-            for j in range(0, KW):
-                v = w0 + j * DW
-                xv = tl.load(x_img + c * stride_xc + h * stride_xh + v * stride_xw,
-                             mask=h_ok & (v >= 0) & (v < W), other=0.0).to(tl.float32)
-                tl.store(part + (c * KH + i) * KW + j, tl.sum(g * xv[None, :], axis=1),
-                         mask=co_ok)
-    if HAS_BIAS_GRAD:
-        tl.store(db_ptr + s.to(tl.int64) * stride_bs + co, tl.sum(g, axis=1), mask=co_ok)
-
 
 
 @triton.jit
@@ -942,52 +838,6 @@ def _tma_capable(device):
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _direct(g):
-    """Whether convolution g (one group) runs the direct kernels: few taps per output
-    (C * kh * kw <= DIRECT_K_MAX) and at most 128 output channels a group."""
-    cg, cog = g.c // g.groups, g.co // g.groups
-    return DIRECT and 0 < cg * g.kh * g.kw <= DIRECT_K_MAX and cog <= 128
-
-
-_DIRECT_PIXELS = 128
-
-
-def _direct_conv(x, w, bias, y, g, relu):
-    """y (one group) = act(conv(x, w) + bias) by _direct_conv_kernel."""
-    co = w.shape[0]
-    block_co = _block(co, 64)
-    pixels = g.n * g.oh * g.ow
-    grid = (cdiv(pixels, _DIRECT_PIXELS), cdiv(co, block_co))
-    run(_direct_conv_kernel, grid, x, w, bias if bias is not None else w, y,
-        g.n, x.shape[1], co, g.h, g.w, g.oh, g.ow, g.kh, g.kw, *x.stride(), *w.stride(),
-        bias.stride(0) if bias is not None else 0, *y.stride(), *g.args,
-        HAS_BIAS=bias is not None, RELU=relu, BLOCK_CO=block_co, BLOCK_P=_DIRECT_PIXELS,
-        num_warps=4)
-
-
-def _direct_wgrad(dy, x, dw, db, g, both=None, gate=None):
-    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by _direct_wgrad_kernel: one
-    partial per block of pixels, then their fixed-order sum (one launch when `both` holds dw
-    then db)."""
-    co, c = dy.shape[1], x.shape[1]
-    k_total = c * g.kh * g.kw
-    pixels = g.n * g.oh * g.ow
-    splits = cdiv(pixels, _DIRECT_PIXELS)
-    width = co * k_total + (co if db is not None else 0)
-    work = empty((splits, width), torch.float32, dw.device)
-    run(_direct_wgrad_kernel, (splits,), dy, x, gate if gate is not None else dy, work,
-        work[:, co * k_total:] if db is not None else work,
-        g.n, c, co, g.h, g.w, g.oh, g.ow, g.kh, g.kw, *dy.stride(), *x.stride(),
-        work.stride(0), k_total, work.stride(0), *g.args,
-        HAS_BIAS_GRAD=db is not None, GATE=gate is not None, BLOCK_CO=_block(co),
-        BLOCK_P=_DIRECT_PIXELS, num_warps=4)
-    if db is None or both is not None:
-        _sum_splits(work.view(splits, 1, width), (dw if db is None else both).view(1, -1))
-    else:
-        _sum_splits(work[:, :co * k_total].view(splits, co, k_total), dw.view(co, k_total))
-        _sum_splits(work[:, co * k_total:].view(splits, 1, co), db.view(1, co))
-
-
 def _implicit_gemm(src, w, bias, out, g, transposed, relu=False):
     """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y; relu: max(y, 0)
     in the epilogue) or the input gradient (src = dy, out = dx). Arrays may be strided views
@@ -1238,19 +1088,9 @@ def _flat_pixels(t):
 # ---------------------------------------------------------------------------- primitives
 
 
-def _gate_fuses(g, dy, gate, input_grad, weight_grad):
-    """Whether relu' can be applied as dy is read: only by the direct weight gradient, which
-    reads dy once as plain tiles (one more tile load of the gate). Elsewhere dz =
-    where(gate > 0, dy, 0) is made in one pass first: in the gather-bound implicit-GEMM kernels
-    the gate's loads cost more than that pass (conv1's weight gradient on an H200: 44 us with
-    the gate in its reads against 26 + 7 us)."""
-    return weight_grad and not input_grad and gate.stride() == dy.stride() and _direct(g) \
-        and _algorithm("weight", g) == "implicit"
-
-
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
-        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, DIRECT, DIRECT_K_MAX
+        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA
 
 
 @planned(settings=_settings, arrays=3)
@@ -1275,11 +1115,11 @@ def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), grou
         out = _matmul()(wmat.unsqueeze(0).expand(g.n, *wmat.shape), cols, activation=activation)
         return out.view(g.n, g.co, g.oh, g.ow)
     cg, cog = g.c // g.groups, g.co // g.groups
-    launch = _direct_conv if _direct(g) else functools.partial(_implicit_gemm, transposed=False)
     for k in range(g.groups):
-        launch(x[:, k * cg:(k + 1) * cg], w[k * cog:(k + 1) * cog],
-               None if bias is None else bias[k * cog:(k + 1) * cog],
-               y[:, k * cog:(k + 1) * cog], g, relu=activation == "relu")
+        _implicit_gemm(x[:, k * cg:(k + 1) * cg], w[k * cog:(k + 1) * cog],
+                       None if bias is None else bias[k * cog:(k + 1) * cog],
+                       y[:, k * cog:(k + 1) * cog], g, transposed=False,
+                       relu=activation == "relu")
     return y
 
 
@@ -1288,8 +1128,7 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
                     input_grad=True, weight_grad=True, bias_grad=True, gate=None):
     """(dx [N, C, H, W], dw [Co, C // groups, kh, kw], db [Co]) of conv2d for dy [N, Co, Ho, Wo];
     an entry is None when not asked for. gate (dy's shape; the output of a conv2d with
-    activation="relu"): dy is taken as where(gate > 0, dy, 0), relu's backward, applied as the
-    kernels read dy where they can (_gate_fuses), else in one pass first."""
+    activation="relu"): dy is taken as where(gate > 0, dy, 0), relu's backward."""
     g = _Geometry("conv2d_backward", x.shape, w.shape, stride, padding, dilation, groups)
     _check_float("conv2d_backward", dy, x, w)
     if tuple(dy.shape) != (g.n, g.co, g.oh, g.ow):
@@ -1300,9 +1139,13 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         if tuple(gate.shape) != tuple(dy.shape) or gate.dtype != dy.dtype:
             raise ValueError(f"conv2d_backward: gate {tuple(gate.shape)} {dtype_of(gate).name} "
                              f"does not match dy {tuple(dy.shape)} {dtype_of(dy).name}")
-        if not _gate_fuses(g, dy, gate, input_grad, weight_grad):
-            from .elementwise import relu_backward
-            dy, gate = relu_backward(dy, gate), None
+        # NOTE: one pass, read by every kernel after. Applied as the kernels read dy, the
+        # gate's loads cost more than this pass in these gather-bound kernels (conv1's
+        # implicit weight gradient on an H200: 44 us with the gate in its reads against
+        # 26 + 7 us; a direct FMA kernel that read dy once as plain tiles: 34 + 10 us)
+        # (notes/PERF.md, session 9)
+        from .elementwise import relu_backward
+        dy = relu_backward(dy, gate)
     dx = empty(x.shape, x.dtype, x.device) if input_grad else None
     both = None
     if weight_grad and bias_grad:  # one buffer, dw then db: their split sums are one launch
@@ -1335,13 +1178,6 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
     elif dw is None or dw.numel() == 0:
         if db is not None:
             _bias_grad(dy, db)
-    elif _direct(g):
-        for k in range(g.groups):
-            _direct_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
-                          dw[k * cog:(k + 1) * cog],
-                          None if db is None else db[k * cog:(k + 1) * cog], g,
-                          both if g.groups == 1 else None,
-                          None if gate is None else gate[:, k * cog:(k + 1) * cog])
     else:
         for k in range(g.groups):
             _implicit_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
