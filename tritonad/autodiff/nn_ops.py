@@ -400,8 +400,8 @@ def mse_loss(input, target, reduction="mean"):
 
 class Conv2d(Function):
     """Cross-correlation (NCHW), then relu in the same kernel if activation="relu"; backward by
-    dedicated kernels (input, weight and bias grads), which apply relu' (from the saved output:
-    y > 0 exactly where the convolution is > 0) as they read dy where they can."""
+    dedicated kernels (input, weight and bias grads), given the saved output as relu's gate
+    (y > 0 exactly where the convolution is > 0)."""
     primitive = "conv2d"
     once_differentiable = True
 
