@@ -19,6 +19,10 @@ config menus (conv.GEMM_MENU / conv.WGRAD_MENU) and the layout defaults; not par
 
     python benchmarks/sweep_conv.py --out DIR [--budget 330] [--quick] [--precisions fp32]
 
+--window times the window GEMM (the padded channels-last TMA forward and input gradient,
+conv.WINDOW_GEMM) config by config against the implicit-GEMM kernel and cuDNN; --shift the
+flat-shift weight gradient the same way (--precisions among tf32, fp32, bf16, fp16).
+
 --wgrad sweeps the weight gradient alone, at the MNIST and the ResNet-style layers: for each
 layer, precision, operand handling at fp32 (presplit: heads and tails split in a memory pass,
 conv.DW_PRESPLIT; x3dot: tl.dot's "tf32x3"), split-K count (the heuristic's, half, double)
@@ -173,48 +177,106 @@ def shift_main(args):
     TMA ("ptr") and with the split count rounded up as before ("ceil"), and cuDNN, with each
     result's error against cuDNN's."""
     from tritonad.kernels import conv
+
+    layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
+    default_menu = dict(conv.SHIFT_WGRAD_MENU)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    items = []  # (layer, precision, direction, config or "previous" / "ptr" / "ceil")
+    for layer in layers:
+        for precision in args.precisions.split(","):
+            items += [(layer, precision, "dw", v) for v in ("previous", "ptr", "ceil")]
+            items += [(layer, precision, "dw", cfg) for cfg in shift_space()[_KINDS[precision]]]
+
+    def setup(layer, precision, cfg):
+        conv.FLAT_SHIFT = cfg != "previous"
+        conv.SHIFT_TMA = cfg != "ptr"
+        conv.SHIFT_WGRAD_MENU = default_menu
+        conv.DW_SPLIT = None
+        if isinstance(cfg, tuple):
+            conv.SHIFT_WGRAD_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
+        if cfg == "ceil":
+            (n, c, h, w), co, k, _ = LAYERS[layer]
+            tiles = -(-co // conv._block(co)) * k * k * -(-c // conv._block(c))
+            conv.DW_SPLIT = max(1, min(-(-2 * sms // tiles), n * h * w // 256))
+
+    _config_sweep(args, "shift", items, setup, ("previous", "ptr", "ceil"))
+
+
+def window_space():
+    """_window_gemm_kernel's configs per kind, (BLOCK_M, BLOCK_N at most, BLOCK_K, warps,
+    stages): wider than conv.WINDOW_MENU."""
+    return {"tf32": [(128, 128, 32, 8, 3), (256, 128, 32, 8, 3), (128, 128, 32, 4, 4),
+                     (256, 128, 32, 8, 4), (128, 256, 32, 8, 3), (64, 128, 32, 4, 4),
+                     (128, 64, 32, 4, 4)],
+            "tf32x3": [(128, 128, 32, 8, 3), (128, 128, 16, 4, 4), (64, 128, 32, 4, 3),
+                       (128, 128, 32, 8, 2), (128, 64, 32, 4, 3)],
+            "half": [(128, 128, 64, 4, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 3),
+                     (128, 256, 64, 8, 3), (256, 128, 64, 8, 4), (128, 64, 64, 4, 4)]}
+
+
+def window_main(args):
+    """--window: the window GEMM (conv.WINDOW_GEMM) forward and input gradient config by config
+    against the implicit-GEMM kernel ("previous", its first plan) and cuDNN; at fp32 also
+    with tl.dot's own "tf32x3" instead of pre-split operands ("x3dot", the menu's first
+    config)."""
+    from tritonad.kernels import conv
+
+    layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
+    default_menu = dict(conv.WINDOW_MENU)
+    items = []
+    for layer in layers:
+        for precision in args.precisions.split(","):
+            for direction in ("fwd", "dx"):
+                items += [(layer, precision, direction, v) for v in
+                          ("previous",) + (("x3dot",) if precision == "fp32" else ())]
+                items += [(layer, precision, direction, cfg)
+                          for cfg in window_space()[_KINDS[precision]]]
+
+    def setup(layer, precision, cfg):
+        conv.WINDOW_GEMM = cfg != "previous"
+        conv.WINDOW_PRESPLIT = cfg != "x3dot"
+        conv.WINDOW_X3_MIN = 0
+        conv.WINDOW_MENU = default_menu
+        if isinstance(cfg, tuple):
+            conv.WINDOW_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
+
+    _config_sweep(args, "window", items, setup, ("previous", "x3dot"))
+
+
+_KINDS = {"tf32": "tf32", "fp32": "tf32x3", "bf16": "half", "fp16": "half"}
+
+
+def _config_sweep(args, name, items, setup, variants):
+    """Time items (layer, precision, direction, config or a named variant) one by one: setup()
+    sets the knobs for one, every kernel is compiled first (in parallel), then each is timed
+    beside cuDNN (per layer, precision and direction) with its largest error relative to
+    cuDNN's result. Prints a line per item and the best config per layer, precision and
+    direction against the named variants; writes sweep_NAME.json."""
+    from tritonad.kernels import conv
     from tritonad.kernels.launch import clear_plans, compile_ahead
     from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
     td.autotune(False)
     start_all = time.perf_counter()
-    layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
-    kinds = {"tf32": "tf32", "fp32": "tf32x3", "bf16": "half", "fp16": "half"}
-    default_menu = dict(conv.SHIFT_WGRAD_MENU)
-    items = []  # (layer, precision, config or "previous" / "ptr" / "ceil")
-    for layer in layers:
-        for precision in args.precisions.split(","):
-            items += [(layer, precision, v) for v in ("previous", "ptr", "ceil")]
-            items += [(layer, precision, cfg) for cfg in shift_space()[kinds[precision]]]
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     problems = {}
-    for layer in layers:
+    for layer in {item[0] for item in items}:
         base = _problem(*LAYERS[layer])
         problems[layer] = {p: tuple(t.to(dtypes.get(p, torch.float32)) for t in base)
                            for p in args.precisions.split(",")}
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
 
-    def setup(layer, precision, cfg):
-        _set_precision("tf32" if precision in ("bf16", "fp16") else precision)
-        conv.FLAT_SHIFT = cfg != "previous"
-        conv.SHIFT_TMA = cfg != "ptr"
-        conv.SHIFT_WGRAD_MENU = default_menu
-        conv.DW_SPLIT = None
-        if isinstance(cfg, tuple):
-            conv.SHIFT_WGRAD_MENU = dict(default_menu, **{kinds[precision]: [cfg]})
-        if cfg == "ceil":
-            (n, c, h, w), co, k, _ = LAYERS[layer]
-            tiles = -(-co // conv._block(co)) * k * k * -(-c // conv._block(c))
-            conv.DW_SPLIT = max(1, min(-(-2 * sms // tiles), n * h * w // 256))
-        conv.tuner = Tuner("conv-shift")
+    def case(layer, precision, direction, cfg):
+        _set_precision("tf32" if precision in dtypes else precision)
+        setup(layer, precision, cfg)
+        conv.tuner = Tuner(f"conv-{name}")
         conv.tuner.path = lambda: "/dev/null/none"
         clear_plans()
-        return _cases(conv, *problems[layer][precision], LAYERS[layer][3])["dw"]
+        return _cases(conv, *problems[layer][precision], LAYERS[layer][3])[direction]
 
     with compile_ahead():
         for item in items:
-            setup(*item)[0]()
+            case(*item)[0]()
     torch.cuda.synchronize()
     print(f"compiled {len(items)} items in {time.perf_counter() - start_all:.0f} s", flush=True)
     rows, cudnn = [], {}
@@ -222,38 +284,39 @@ def shift_main(args):
         if time.perf_counter() - start_all > args.budget:
             print(f"budget spent: skipped from {item}")
             break
-        layer, precision, cfg = item
-        ours, theirs = setup(*item)
+        layer, precision, direction, cfg = item
+        ours, theirs = case(*item)
         try:
             got = ours()
             t_ours = common.bench(ours, warmup=10, rep=40)
         except Exception as err:  # noqa: BLE001 (out of shared memory, ...)
             print(f"{item}: {type(err).__name__}: {str(err)[:100]}", flush=True)
             continue
-        if (layer, precision) not in cudnn:
-            cudnn[layer, precision] = (common.bench(theirs), theirs())
-        t_cudnn, want = cudnn[layer, precision]
-        got = [g for g in got if g is not None]
-        want = [g for g in want if g is not None]
+        if item[:3] not in cudnn:
+            cudnn[item[:3]] = (common.bench(theirs), theirs())
+        t_cudnn, want = cudnn[item[:3]]
+        got = [g for g in (got if isinstance(got, tuple) else (got,)) if g is not None]
+        want = [g for g in (want if isinstance(want, tuple) else (want,)) if g is not None]
         err = max(((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
                   for a, b in zip(got, want))
-        rows.append({"layer": layer, "precision": precision, "config": cfg, "ours_ms": t_ours,
-                     "cudnn_ms": t_cudnn, "err": err})
-        print(f"{layer:9s} {precision} {str(cfg):12s} ours {t_ours:.4f} cudnn {t_cudnn:.4f} "
-              f"x{t_cudnn / t_ours:.2f} err {err:.1e}", flush=True)
-    print("\nbest per layer and precision (x = cuDNN ms / ours ms)")
-    for (layer, precision), (t_cudnn, _) in cudnn.items():
-        sel = {str(r["config"]): r for r in rows if (r["layer"], r["precision"]) ==
-               (layer, precision)}
+        rows.append({"layer": layer, "precision": precision, "direction": direction,
+                     "config": cfg, "ours_ms": t_ours, "cudnn_ms": t_cudnn, "err": err})
+        print(f"{layer:9s} {precision} {direction:3s} {str(cfg):18s} ours {t_ours:.4f} cudnn "
+              f"{t_cudnn:.4f} x{t_cudnn / t_ours:.2f} err {err:.1e}", flush=True)
+    print("\nbest per layer, precision and direction (x = cuDNN ms / ours ms)")
+    for (layer, precision, direction), (t_cudnn, _) in cudnn.items():
+        sel = {str(r["config"]): r for r in rows
+               if (r["layer"], r["precision"], r["direction"]) == (layer, precision, direction)}
         tuned = [r for r in sel.values() if isinstance(r["config"], tuple)]
         if tuned:
             r = min(tuned, key=lambda r: r["ours_ms"])
             others = ", ".join(f"{k} x{t_cudnn / sel[k]['ours_ms']:.2f}"
-                               for k in ("previous", "ptr", "ceil") if k in sel)
-            print(f"best {layer:9s} {precision} {r['config']}  ours {r['ours_ms']:.4f} cudnn "
-                  f"{t_cudnn:.4f} x{t_cudnn / r['ours_ms']:.2f} ({others}) err {r['err']:.1e}")
+                               for k in variants if k in sel)
+            print(f"best {layer:9s} {precision} {direction:3s} {r['config']}  ours "
+                  f"{r['ours_ms']:.4f} cudnn {t_cudnn:.4f} x{t_cudnn / r['ours_ms']:.2f} "
+                  f"({others}) err {r['err']:.1e}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "sweep_shift.json"), "w") as f:
+    with open(os.path.join(args.out, f"sweep_{name}.json"), "w") as f:
         json.dump(rows, f, indent=1)
     print(f"\ntotal {time.perf_counter() - start_all:.0f} s")
 
@@ -357,21 +420,28 @@ def main(argv=None):
                             help="the weight-gradient sweep (module docstring)")
         parser.add_argument("--shift", action="store_true",
                             help="the flat-shift weight gradient config by config (shift_main)")
+        parser.add_argument("--window", action="store_true",
+                            help="the window GEMM forward and input gradient config by config "
+                                 "(window_main)")
         parser.add_argument("--table", action="store_true",
                             help="every direction with the library's plans (table_main)")
         parser.add_argument("--layers", default="",
-                            help="--wgrad / --table: comma-separated LAYERS keys")
+                            help="--wgrad, --shift, --window, --table: comma-separated LAYERS "
+                                 "keys")
     args = common.parse_args(__doc__.splitlines()[0], argv, extra)
     common.require_gpu("sweep_conv")
-    if args.wgrad or args.table or args.shift:
+    if args.wgrad or args.table or args.shift or args.window:
         from tritonad.kernels import conv
         knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
-                 "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_WGRAD_MENU")
+                 "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
+                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN")
         defaults = {name: getattr(conv, name) for name in knobs}
         if args.wgrad:
             wgrad_main(args)
         if args.shift:
             shift_main(args)
+        if args.window:
+            window_main(args)
         for name, value in defaults.items():  # the table runs the library as shipped
             setattr(conv, name, value)
         if args.table:

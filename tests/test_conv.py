@@ -454,9 +454,12 @@ def test_conv2d_matches_reference(algo, data):
                                 "grads"))
 
 
-def test_conv2d_channel_inner_tiles_and_split_k(algo, monkeypatch):
-    """C and Co >= 16: K walks (tap, channel block); the weight gradient splits its pixels in
-    three chunks summed in a fixed order, so two runs agree bit for bit."""
+@pytest.mark.parametrize("window", [True, False])
+def test_conv2d_channel_inner_tiles_and_split_k(algo, window, monkeypatch):
+    """C and Co >= 16: K walks (tap, channel block), in the window GEMM or the implicit GEMM;
+    the weight gradient splits its pixels in three chunks summed in a fixed order, so two runs
+    agree bit for bit."""
+    monkeypatch.setattr(conv, "WINDOW_GEMM", window)
     monkeypatch.setattr(conv, "DW_SPLIT", 3)
     _check_conv(2, 20, 6, 7, 18, 3, stride=1, padding=1, dilation=1)
     x = random_array((2, 20, 6, 7), low=-1, high=1, seed=5)
@@ -473,6 +476,7 @@ def test_conv2d_operand_layouts(pack, channels_last, monkeypatch):
     """The implicit GEMM with the weights read in place or packed K-major, and the gathered
     source read NCHW or copied channels-last first (strided x and dy included)."""
     monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
+    monkeypatch.setattr(conv, "WINDOW_GEMM", False)
     monkeypatch.setattr(conv, "PACK_WEIGHTS", pack)
     monkeypatch.setattr(conv, "CHANNELS_LAST", channels_last)
     _check_conv(2, 16, 5, 6, 17, 3, stride=(1, 2), padding=1, dilation=1)
@@ -669,6 +673,109 @@ def test_flat_shift_only_where_a_tap_is_a_flat_shift():
     assert not takes((2, 16, 6, 6), (8, 8, 3, 3), groups=2)
     assert not takes((2, 8, 6, 6), (8, 8, 3, 3))                    # few channels: flat (c, i, j)
     assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dy_view=True)    # not contiguous
+
+
+# (x shape, weight shape, padding, dilation, groups, x channels-last?): symmetric and unequal
+# padding, none, dilation, a 1x1 kernel, channel counts that are not a multiple of 16 (rows
+# padded) and above one tile of output channels (two column tiles), groups (strided views of
+# x, w and y), a channels-last x
+_WINDOW_GEOMETRIES = [
+    ((2, 16, 6, 7), (18, 16, 3, 3), (1, 1), (1, 1), 1, False),
+    ((2, 20, 5, 5), (17, 20, 5, 5), (2, 1), (1, 1), 1, True),
+    ((1, 24, 7, 9), (130, 24, 3, 1), (0, 0), (1, 1), 1, False),
+    ((2, 16, 8, 8), (16, 16, 3, 3), (2, 1), (2, 1), 1, False),
+    ((1, 48, 4, 5), (20, 48, 1, 1), (0, 0), (1, 1), 1, False),
+    ((2, 32, 5, 6), (32, 16, 3, 3), (1, 1), (1, 1), 2, False),
+]
+
+
+@pytest.mark.parametrize("geometry", _WINDOW_GEOMETRIES)
+@pytest.mark.parametrize("dtype, precision", [(td.float32, "highest"), (td.float32, "high"),
+                                              (td.bfloat16, "high")])
+def test_window_gemm(geometry, dtype, precision, monkeypatch):
+    """The window GEMM's forward (with bias and relu) and input gradient against float64 torch
+    and against the implicit-GEMM kernel it replaces; at float32 accuracy with pre-split
+    operands (3xTF32) and with tl.dot's own split."""
+    xs, ws, pad, dil, groups, channels_last = geometry
+    x = random_array(xs, dtype, low=-1, high=1, seed=1)
+    if channels_last:
+        x = random_array((xs[0], xs[2], xs[3], xs[1]), dtype, low=-1, high=1,
+                         seed=1).permute(0, 3, 1, 2)
+    w = random_array(ws, dtype, low=-1, high=1, seed=2)
+    b = random_array((ws[0],), dtype, low=-1, high=1, seed=3)
+    g = conv._Geometry("t", xs, ws, 1, pad, dil, groups)
+    dy = random_array((g.n, g.co, g.oh, g.ow), dtype, low=-1, high=1, seed=4)
+    args = ((1, 1), pad, dil, groups)
+    results = {}
+    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 128 channels)
+    td.set_conv_precision(precision)
+    try:
+        for window, presplit in ((True, True), (True, False), (False, True)):
+            monkeypatch.setattr(conv, "WINDOW_GEMM", window)
+            monkeypatch.setattr(conv, "WINDOW_PRESPLIT", presplit)
+            seen = _launched(monkeypatch)
+            y = conv.conv2d(x, w, b, *args, activation="relu")
+            dx, _, _ = conv.conv2d_backward(dy, x, w, *args, weight_grad=False,
+                                            bias_grad=False)
+            assert [n for n, _ in seen].count("_window_gemm_kernel") == 2 * groups * window
+            results[window, presplit] = (y, dx)
+    finally:
+        td.set_conv_precision("high")
+    xd, wd, bd, dyd = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
+                       for t in (x, w, b, dy))
+    want_y = torch.nn.functional.conv2d(xd, wd, bd, *args)
+    want_y.backward(dyd)
+    tol = 1e-5 if dtype == td.float32 else 2e-2
+    for got_y, got_dx in results.values():
+        for got, want in ((got_y, want_y.detach().clamp_min(0)), (got_dx, xd.grad)):
+            assert got.dtype == dtype.torch
+            assert_close(to_numpy(got).astype(np.float64), want.numpy(), rtol=tol,
+                         atol=tol * float(want.abs().max()))
+
+
+def test_window_gemm_only_where_it_applies(monkeypatch):
+    """_window takes stride-1 convolutions of at least CHANNEL_INNER_MIN reduced channels,
+    padding within the window's reach and a padded plane of at most WINDOW_WASTE times the
+    output's, at TF32 or half precision, or 3xTF32 from WINDOW_X3_MIN channels; IEEE float32
+    keeps the implicit GEMM."""
+    def takes(xs, ws, stride=1, padding=1, dilation=1, transposed=False):
+        g = conv._Geometry("t", xs, ws, stride, padding, dilation, 1)
+        src = random_array((g.n, g.co, g.oh, g.ow) if transposed else xs)
+        return conv._window(g, src, transposed)
+
+    assert takes((2, 16, 6, 6), (8, 16, 3, 3))
+    assert takes((2, 8, 6, 6), (16, 8, 3, 3), transposed=True)      # dx reduces Co = 16
+    assert not takes((2, 8, 6, 6), (16, 8, 3, 3))                   # x has 8 channels
+    assert takes((2, 16, 6, 6), (8, 16, 1, 1), padding=0)
+    assert not takes((2, 16, 6, 6), (8, 16, 1, 1), padding=1)      # padding beyond the reach
+    assert takes((2, 16, 9, 9), (16, 16, 3, 3), padding=2, dilation=2)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), stride=2)
+    assert not takes((2, 16, 2, 2), (8, 16, 5, 5), padding=2)      # 4x4 for a 2x2 output
+    td.set_conv_precision("highest")
+    try:
+        assert not takes((2, 16, 6, 6), (8, 16, 3, 3))           # 3xTF32: from 128 channels
+        assert takes((2, 128, 6, 6), (8, 128, 3, 3))
+        monkeypatch.setattr(conv, "CONV_IEEE", True)
+        assert not takes((2, 128, 6, 6), (8, 128, 3, 3))
+    finally:
+        td.set_conv_precision("high")
+
+
+def test_padded_channels_last_places_flips_and_splits():
+    """The window GEMM's operand copy: a strided [N, C, H, W] source at a corner of a zeroed
+    [N, HP, WP, CP] buffer, each plane turned by 180 degrees (flip), float32 as TF32 heads
+    with their exact tails one buffer on (split)."""
+    t = random_array((2, 5, 3, 4), low=-1e3, high=1e3, seed=5).permute(0, 3, 1, 2)  # [2,4,5,3]
+    src = torch.from_numpy(to_numpy(t))
+    for flip in (False, True):
+        out = conv._padded_channels_last(t, (2, 1), (8, 6), 16, flip=flip, split=True)
+        got = torch.from_numpy(to_numpy(out))
+        want = torch.zeros(2, 8, 6, 16)
+        want[:, 2:7, 1:4, :4] = (src.flip(2, 3) if flip else src).permute(0, 2, 3, 1)
+        assert torch.equal(got[0] + got[1], want)
+        assert not (got[0].numpy().view(np.uint32) & 0x1FFF).any()
+    plain = conv._padded_channels_last(t, (0, 0), (5, 3), 4)
+    assert torch.equal(torch.from_numpy(to_numpy(plain)), src.permute(0, 2, 3, 1))
 
 
 def test_auto_picks_per_direction(monkeypatch):
@@ -887,6 +994,7 @@ def test_gpu_conv_relu_and_gated_backward(shape, dtype, precision):
 def test_gpu_conv_operand_layouts(pack, channels_last, precision, monkeypatch):
     """The implicit GEMM's layout knobs at the MNIST conv2 shape, both precisions."""
     monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
+    monkeypatch.setattr(conv, "WINDOW_GEMM", False)
     monkeypatch.setattr(conv, "PACK_WEIGHTS", pack)
     monkeypatch.setattr(conv, "CHANNELS_LAST", channels_last)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -954,6 +1062,47 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
     want = _torch_conv_grads(x, w, torch.zeros(ws[0], device="cuda"), dy, (1, 1), (pad, pad))
     limit = 1e-5 if precision == "highest" and dtype == torch.float32 else 1e-2
     for name, g, e in (("dw", dw, want[2]), ("db", db, want[3])):
+        assert g.dtype == dtype
+        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("geometry", [
+    ((100, 32, 14, 14), (64, 32, 5, 5), (2, 2), (1, 1)),     # MNIST conv2
+    ((8, 48, 16, 16), (80, 48, 3, 3), (1, 1), (1, 1)),       # channels not a tile multiple
+    ((4, 20, 9, 11), (150, 20, 3, 5), (0, 2), (1, 1)),       # rows padded, two column tiles
+    ((4, 24, 12, 13), (32, 24, 3, 3), (2, 1), (2, 1)),       # dilation
+    ((16, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)),   # ResNet-style
+])
+@pytest.mark.parametrize("dtype, precision", [(torch.float32, "highest"),
+                                              (torch.float32, "high"),
+                                              (torch.bfloat16, "high"), (torch.float16, "high")])
+def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
+    """The window GEMM (TMA rectangles of the padded channels-last input): the forward with
+    bias and relu and the input gradient against float64 cuDNN, 1e-5 relative (norm) at
+    float32 accuracy, 1e-2 for TF32 and half types."""
+    xs, ws, pad, dil = geometry
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand(xs, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    w = ((torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / xs[1] ** 0.5).to(dtype)
+    b = torch.rand(ws[0], device="cuda", generator=gen).to(dtype)
+    want_y = torch.nn.functional.conv2d(x.double(), w.double(), b.double(), 1, pad, dil)
+    dy = (torch.rand(want_y.shape, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    want_dx = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), [ws[0]], [1, 1], list(pad), list(dil), False,
+        [0, 0], 1, [True, False, False])[0]
+    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 128 channels)
+    td.set_conv_precision(precision)
+    try:
+        seen = _launched(monkeypatch)
+        y = conv.conv2d(x, w, b, (1, 1), pad, dil, activation="relu")
+        dx, _, _ = conv.conv2d_backward(dy, x, w, (1, 1), pad, dil, weight_grad=False,
+                                        bias_grad=False)
+    finally:
+        td.set_conv_precision("high")
+    assert [name for name, _ in seen].count("_window_gemm_kernel") == 2, seen
+    limit = 1e-5 if precision == "highest" and dtype == torch.float32 else 1e-2
+    for name, g, e in (("y", y, want_y.clamp_min(0)), ("dx", dx, want_dx)):
         assert g.dtype == dtype
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 

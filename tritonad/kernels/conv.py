@@ -73,6 +73,11 @@ CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied t
 DW_PRESPLIT = True       # 3xTF32 weight gradient: operands split into TF32 head + tail first
 FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight gradient
 SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
+WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
+WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
+WINDOW_PRESPLIT = True   # window GEMM at float32 accuracy: operands split into TF32 head + tail
+WINDOW_X3_MIN = 128      # ... which it runs from this many reduced channels (H100 sweep: below,
+#                          the implicit GEMM's tl.dot "tf32x3" was as fast or faster)
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -435,21 +440,133 @@ def _shift_wgrad_kernel(
                  mask=m_ok & (offs_m * 0 + pid_n == 0))
 
 
+# The window GEMM: forward and input gradient of stride-1 convolutions on Hopper, fed by TMA.
+# The gathered operand is first copied once into a zero-padded channels-last buffer
+# src_pad [N, HP, WP, KP] (_padded_channels_last), whose plane is the output's plus the
+# window's reach. Output pixels are then counted on the padded grid, p = (n*HP + oh)*WP + ow,
+# and tap (i, j) reads the row p + i*DH*WP + j*DW of the flat [N*HP*WP, KP] matrix: for a tile
+# of consecutive p, one rectangle, which TMA loads straight into shared memory, K-major (a
+# pixel's channels are contiguous), as wgmma wants it for every input type, TF32 included. No
+# bounds test and no gather: the padding is in memory, and a valid pixel's window never leaves
+# its own image. The price is the grid's pixels outside the output (ow >= OUT_W or oh >= OUT_H),
+# computed and dropped: HP*WP / (OUT_H*OUT_W), 1.07 at 56x56 k3, 1.31 at 14x14 k3, 1.65 at
+# MNIST conv2 (14x14 k5), and the copy pass. The input gradient at stride 1 is the same
+# computation on dy padded by the window's reach minus the padding, with the weights' taps
+# flipped and their channel axes swapped.
+
+_WINDOW_SIZES = ["ROWS", "HP", "WP", "OUT_H", "OUT_W"]
+
+
+@triton.jit(do_not_specialize=_WINDOW_SIZES)
+def _window_gemm_kernel(
+        src_ptr, w_ptr, bias_ptr, out_ptr,
+        ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
+        stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w,
+        HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # out[n, c, oh, ow] = bias[c] + sum_{i, j, k} src_pad[n, oh + i*DH, ow + j*DW, k] *
+    # w_pack[c, i*KW + j, k]; src_pad flat [ROWS = N*HP*WP, KP], w_pack flat [N_CH, KH*KW*WK]
+    # (WK: a multiple of 64, so that a K step never crosses taps; channels past the real count
+    # are zero in both). One program: a [BLOCK_M grid pixels, BLOCK_N channels] tile.
+    # PRESPLIT (3xTF32): both buffers hold TF32 heads whose tails lie lo_src / lo_w elements on;
+    # a step's three TF32 products start from zero and join acc by a float32 add (as
+    # _conv_wgrad_kernel: chained onto acc, the tensor cores' accumulation loses accuracy).
+    p0 = tl.program_id(0) * BLOCK_M
+    n0 = tl.program_id(1) * BLOCK_N
+    taps_k = KH * KW * WK
+    a_desc = tl.make_tensor_descriptor(src_ptr, shape=[ROWS, KP], strides=[KP, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(w_ptr, shape=[N_CH, taps_k], strides=[taps_k, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    if PRESPLIT:
+        a_lo_desc = tl.make_tensor_descriptor(src_ptr + lo_src, shape=[ROWS, KP],
+                                              strides=[KP, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_lo_desc = tl.make_tensor_descriptor(w_ptr + lo_w, shape=[N_CH, taps_k],
+                                              strides=[taps_k, 1],
+                                              block_shape=[BLOCK_N, BLOCK_K])
+    ch_blocks = tl.cdiv(KP, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for it in range(0, KH * KW * ch_blocks):
+        tap = it // ch_blocks
+        k0 = (it - tap * ch_blocks) * BLOCK_K
+        i = tap // KW
+        row = p0 + i * DH * WP + (tap - i * KW) * DW
+        col = tap * WK + k0
+        a = a_desc.load([row, k0])
+        b = b_desc.load([n0, col])
+        if PRESPLIT:
+            a_lo = a_lo_desc.load([row, k0])
+            b_lo = b_lo_desc.load([n0, col])
+            step = tl.dot(a, b.T, input_precision="tf32")
+            step = tl.dot(a_lo, b.T, acc=step, input_precision="tf32")
+            step = tl.dot(a, b_lo.T, acc=step, input_precision="tf32")
+            acc += step
+        else:
+            if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b.T, acc=acc, input_precision=INPUT_PRECISION)
+
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N_CH
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=n_ok, other=0.0)
+        acc += bias.to(tl.float32)[None, :]
+    if RELU:
+        acc = tl.where(acc < 0, 0.0, acc)  # NOTE: NaN stays NaN, as torch.relu
+    # the grid pixel's (n, oh, ow): once per tile, in the epilogue; pixels off the output drop
+    offs_m = p0 + tl.arange(0, BLOCK_M)
+    plane = HP * WP
+    img = offs_m // plane
+    rem = offs_m - img * plane
+    oh = rem // WP
+    ow = rem - oh * WP
+    ok = (offs_m < ROWS) & (oh < OUT_H) & (ow < OUT_W)
+    out_ptrs = out_ptr + (img.to(tl.int64) * stride_on + oh * stride_oh + ow * stride_ow)[:, None] \
+        + (offs_n * stride_oc)[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=ok[:, None] & n_ok[None, :])
+
+
 @triton.jit
-def _channels_last_kernel(src_ptr, out_ptr, C, HW, W,
+def _tf32_head(v):
+    """v (float32) rounded to TF32 (10 mantissa bits, to nearest by adding half of the dropped
+    13 bits to the magnitude); v - head is exact in float32."""
+    return ((v.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _channels_last_kernel(src_ptr, out_ptr, C, H, W, CP, HP, WP, TOP, LEFT, lo,
                           stride_sn, stride_sc, stride_sh, stride_sw,
+                          FLIP: tl.constexpr, SPLIT: tl.constexpr,
                           BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    # out[n, (h, w), c] = src[n, c, h, w]: [N, C, H, W] (any strides) to contiguous [N, H*W, C].
-    # Used for the activations (channels-last gathers) and to pack weights K-major.
+    # out[n, (hp, wp), c] = src[n, c, hp - TOP, wp - LEFT] (FLIP: src[n, c, H-1-h, W-1-w] at
+    # that (h, w)) where inside src and c < C, zero elsewhere: src [N, C, H, W] (any strides)
+    # to a contiguous [N, HP*WP, CP] buffer. With no padding (HP, WP, CP = H, W, C) the plain
+    # channels-last copy of activations or weights. SPLIT (float32): TF32 heads, and their
+    # tails lo elements further on (_tf32_head).
     # One program: [BLOCK_P pixels, BLOCK_C channels] of image n.
     pix = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     ch = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     n = tl.program_id(2).to(tl.int64)
-    h = pix // W
-    ok = (pix < HW)[:, None] & (ch < C)[None, :]
-    v = tl.load(src_ptr + n * stride_sn + (h * stride_sh + (pix - h * W) * stride_sw)[:, None] +
-                (ch * stride_sc)[None, :], mask=ok)
-    tl.store(out_ptr + n * HW * C + (pix * C)[:, None] + ch[None, :], v, mask=ok)
+    hp = pix // WP
+    h = hp - TOP
+    w = pix - hp * WP - LEFT
+    if FLIP:
+        h = H - 1 - h
+        w = W - 1 - w
+    inside = (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    ok = (pix < HP * WP)[:, None] & (ch < CP)[None, :]
+    v = tl.load(src_ptr + n * stride_sn + (h * stride_sh + w * stride_sw)[:, None] +
+                (ch * stride_sc)[None, :], mask=ok & inside[:, None] & (ch < C)[None, :],
+                other=0.0)
+    dst = out_ptr + n * HP * WP * CP + (pix * CP)[:, None] + ch[None, :]
+    if SPLIT:
+        head = _tf32_head(v)
+        tl.store(dst, head, mask=ok)
+        tl.store(dst + lo, v - head, mask=ok)
+    else:
+        tl.store(dst, v, mask=ok)
 
 
 @triton.jit
@@ -457,9 +574,9 @@ def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
                        stride_sn, stride_sc, stride_sh, stride_sw,
                        INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
     # out[0] = head, out[1] = tail of src [N, C, H, W] (any strides), both contiguous: the head
-    # is src rounded to TF32 (10 mantissa bits, to nearest by adding half of the dropped 13 bits
-    # to the magnitude), tail = src - head, exact in float32. A TF32 product of a head reads it
-    # exactly; a tail's own TF32 rounding costs ~2**-22 relative: 3xTF32's accuracy.
+    # is src rounded to TF32 (_tf32_head), tail = src - head, exact in float32. A TF32 product
+    # of a head reads it exactly; a tail's own TF32 rounding costs ~2**-22 relative: 3xTF32's
+    # accuracy.
     # One program: BLOCK elements of the contiguous output.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if INDEX_64:
@@ -473,7 +590,7 @@ def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
     n = t // C
     v = tl.load(src_ptr + n * stride_sn + c * stride_sc + h * stride_sh + w * stride_sw, mask=ok,
                 other=0.0)
-    head = ((v.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    head = _tf32_head(v)
     tl.store(out_ptr + offs, head, mask=ok)
     tl.store(out_ptr + TOTAL + offs, v - head, mask=ok)
 
@@ -717,6 +834,17 @@ SHIFT_WGRAD_MENU = {
 }
 
 
+# _window_gemm_kernel: (BLOCK_M grid pixels, BLOCK_N at most, K step, warps, stages), best
+# first by the H100 sweep of 2026-11-24 (benchmarks/sweep_conv.py --window: MNIST conv2 and the
+# ResNet-style 3x3 layers); with 256 output channels and more the 128x256 tiles go first.
+WINDOW_MENU = {
+    "tf32": [(128, 128, 32, 8, 3), (256, 128, 32, 8, 4), (128, 256, 32, 8, 3),
+             (128, 128, 32, 4, 4)],
+    "tf32x3": [(128, 128, 32, 8, 3), (128, 128, 16, 4, 4), (64, 128, 32, 4, 3)],
+    "half": [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3)],
+}
+
+
 def _menu_kind(precision, dtype):
     return "half" if dtype in (torch.float16, torch.bfloat16) else precision
 
@@ -774,6 +902,24 @@ def _shift_wgrad_configs(block_m, block_n, kind):
     return list(configs.values())
 
 
+def _window_configs(n_ch, max_k, kind):
+    """Configs for _window_gemm_kernel: the pixels per tile, the output channels' block (the
+    smallest power of two >= 16 covering them, at most the entry's cap), the K step (at most
+    the reduced channels' block), warps and stages are tuned."""
+    if INTERPRET:
+        return [triton.Config({"BLOCK_M": 64, "BLOCK_N": _block(n_ch), "BLOCK_K": min(32, max_k)},
+                              num_warps=4, num_stages=1)]
+    menu = WINDOW_MENU[kind]
+    if n_ch >= 256:
+        menu = sorted(menu, key=lambda entry: entry[1] < 256)
+    configs = {}
+    for bm, bn, bk, warps, stages in menu:
+        bn, bk = _block(n_ch, bn), min(bk, max_k)
+        configs[bm, bn, bk, warps, stages] = triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
+    return list(configs.values())
+
+
 def _source_hash():
     with open(__file__, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]
@@ -808,12 +954,94 @@ def _channels_last(t):
     """t [N, C, H, W] (any strides) copied to channels-last memory: returns the [N, C, H, W] view
     of a contiguous [N, H, W, C] buffer (stride along C = 1)."""
     n, c, h, w = t.shape
-    out = empty((n, h * w, c), t.dtype, t.device)
-    block_p, block_c = (64, 32) if not INTERPRET else (256, 64)
-    grid = (cdiv(h * w, block_p), cdiv(c, block_c), n)
-    run(_channels_last_kernel, grid, t, out, c, h * w, w, *t.stride(), BLOCK_P=block_p,
-                                BLOCK_C=block_c, num_warps=4)
+    out = _padded_channels_last(t, (0, 0), (h, w), c)
     return out.view(n, h, w, c).permute(0, 3, 1, 2)
+
+
+def _padded_channels_last(t, corner, plane, channels, flip=False, split=False):
+    """t [N, C, H, W] (any strides) placed at `corner` (top, left) of a zeroed channels-last
+    buffer [N, plane[0], plane[1], channels] (channels >= C; flip: each plane turned by 180
+    degrees first; split: float32 as TF32 heads, their tails one buffer further on). Returns
+    the buffer, contiguous ([2, N, ...] when split)."""
+    n, c, h, w = t.shape
+    hp, wp = plane
+    out = empty((1 + int(split), n, hp, wp, channels), t.dtype, t.device)
+    if out.numel() == 0:
+        return out if split else out[0]
+    block_p, block_c = (64, 32) if not INTERPRET else (256, 64)
+    grid = (cdiv(hp * wp, block_p), cdiv(channels, block_c), n)
+    run(_channels_last_kernel, grid, t, out, c, h, w, channels, hp, wp, corner[0], corner[1],
+        out[0].numel(), *t.stride(), FLIP=flip, SPLIT=split, BLOCK_P=block_p, BLOCK_C=block_c,
+        num_warps=4)
+    return out if split else out[0]
+
+
+def _window(g, src, transposed):
+    """Whether the forward (or, transposed, the input gradient) of convolution g runs as
+    _window_gemm_kernel: stride 1, at least CHANNEL_INNER_MIN reduced channels (WINDOW_X3_MIN
+    at float32 accuracy), TF32, 3xTF32 or half precision (not IEEE FMA), padding within the window's reach (the input gradient's
+    padding is reach - padding), a padded plane at most WINDOW_WASTE times the output's, and a
+    GPU whose TMA reads any row (Hopper; the interpreter runs it too)."""
+    precision = _precision(src.dtype)
+    if not (WINDOW_GEMM and (g.sh, g.sw) == (1, 1)) or precision == "ieee":
+        return False
+    reach = (g.dh * (g.kh - 1), g.dw * (g.kw - 1))
+    least = WINDOW_X3_MIN if precision == "tf32x3" else CHANNEL_INNER_MIN
+    if src.shape[1] < least or g.ph > reach[0] or g.pw > reach[1]:
+        return False
+    side, plane, out_hw = _window_plane(g, transposed)
+    if plane[0] * plane[1] > WINDOW_WASTE * out_hw[0] * out_hw[1]:
+        return False
+    return INTERPRET or _tma_capable(src.device)
+
+
+def _window_plane(g, transposed):
+    """(side padding, padded plane, output plane) of the window GEMM for convolution g. A padded
+    row is the source row and one side's padding, zeros first: the zeros that start the next
+    row (or image) are this one's padding on the other side, since a window that runs past
+    its row's end reads on into them (the last image's run past the buffer's end reads the
+    zeros TMA returns out of bounds). So the plane is (H + ph) x (W + pw), not
+    (H + 2ph) x (W + 2pw): 16x16 at MNIST conv2 (1.31 times its 14x14 output), 15x15 at
+    14x14 k3."""
+    reach = (g.dh * (g.kh - 1), g.dw * (g.kw - 1))
+    if transposed:  # dx: dy padded by the reach less the padding
+        side, src_hw, out_hw = (reach[0] - g.ph, reach[1] - g.pw), (g.oh, g.ow), (g.h, g.w)
+    else:
+        side, src_hw, out_hw = (g.ph, g.pw), (g.h, g.w), (g.oh, g.ow)
+    return side, (src_hw[0] + side[0], src_hw[1] + side[1]), out_hw
+
+
+def _round_up(n, m):
+    return cdiv(n, m) * m
+
+
+def _window_gemm(src, w, bias, out, g, transposed, relu):
+    """Launch _window_gemm_kernel for one group (where _window says so): the forward (src = x,
+    out = y) or the input gradient (src = dy, out = dx)."""
+    # dx: dy padded by the reach less the padding, times the weights [C, Co, kh, kw] flipped
+    wk = w.permute(1, 0, 2, 3) if transposed else w
+    n_ch, k_ch = wk.shape[0], wk.shape[1]
+    corner, plane, out_hw = _window_plane(g, transposed)
+    precision = _precision(src.dtype)
+    presplit = precision == "tf32x3" and WINDOW_PRESPLIT
+    kind = _menu_kind(precision, src.dtype)
+    kp, wk_ch = _round_up(k_ch, 16), _round_up(k_ch, 64)  # (16-byte rows; no step over taps)
+    a = _padded_channels_last(src, corner, plane, kp, split=presplit)
+    b = _padded_channels_last(wk, (0, 0), (g.kh, g.kw), wk_ch, flip=transposed, split=presplit)
+    rows = g.n * plane[0] * plane[1]
+    grid = lambda meta: (cdiv(rows, meta["BLOCK_M"]), cdiv(n_ch, meta["BLOCK_N"]))  # noqa: E731
+    key = (f"window:{g.n}x{k_ch}x{n_ch}:{plane[0]}x{plane[1]}->{out_hw[0]}x{out_hw[1]}:"
+           f"k{g.kh}x{g.kw}:d{g.dh}{g.dw}:{precision}{'-split' if presplit else ''}:{kind}:"
+           f"{str(src.dtype)[6:]}")
+    _run_tuned(_window_gemm_kernel, _window_configs(n_ch, _block(k_ch, 64), kind), key,
+               grid, (
+        a, b, bias if bias is not None else b, out,
+        rows, kp, wk_ch, n_ch, plane[0], plane[1], out_hw[0], out_hw[1], g.kh, g.kw, g.dh, g.dw,
+        *out.stride(), bias.stride(0) if bias is not None else 0,
+        a[0].numel() if presplit else 0, b[0].numel() if presplit else 0),
+        dict(HAS_BIAS=bias is not None, RELU=relu, PRESPLIT=presplit,
+             INPUT_PRECISION="tf32" if presplit else precision,
+             DOT_FP32=_dot_fp32(src.dtype)), src.device)
 
 
 def _flat_shift(g, dy, x):
@@ -841,7 +1069,9 @@ def _tma_capable(device):
 def _implicit_gemm(src, w, bias, out, g, transposed, relu=False):
     """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y; relu: max(y, 0)
     in the epilogue) or the input gradient (src = dy, out = dx). Arrays may be strided views
-    (groups slice them)."""
+    (groups slice them). Stride-1 layers take the window GEMM where _window says so."""
+    if _window(g, src, transposed):
+        return _window_gemm(src, w, bias, out, g, transposed, relu)
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
         n_ch, k_ch, src_hw, out_hw = w.shape[1], w.shape[0], (g.oh, g.ow), (g.h, g.w)
         mul, off, dil, div = (1, 1), (g.ph, g.pw), (-g.dh, -g.dw), (g.sh, g.sw)
@@ -1090,7 +1320,8 @@ def _flat_pixels(t):
 
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
-        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA
+        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, WINDOW_GEMM, \
+        WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN
 
 
 @planned(settings=_settings, arrays=3)
