@@ -215,14 +215,14 @@ def window_space():
 
 
 def window_main(args):
-    """--window: the window GEMM (conv.WINDOW_GEMM) forward and input gradient config by config
-    against the implicit-GEMM kernel ("previous", its first plan) and cuDNN; at fp32 also
-    with tl.dot's own "tf32x3" instead of pre-split operands ("x3dot", the menu's first
-    config)."""
+    """--window: the window GEMM (conv.WINDOW_GEMM) forward and input gradient, and in half
+    precision its weight gradient (conv.WINDOW_WGRAD), config by config against the kernels
+    they replace ("previous", their first plan) and cuDNN; at fp32 also with tl.dot's own
+    "tf32x3" instead of pre-split operands ("x3dot", the menu's first config)."""
     from tritonad.kernels import conv
 
     layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
-    default_menu = dict(conv.WINDOW_MENU)
+    default_menu, default_wgrad = dict(conv.WINDOW_MENU), list(conv.WINDOW_WGRAD_MENU)
     items = []
     for layer in layers:
         for precision in args.precisions.split(","):
@@ -231,16 +231,27 @@ def window_main(args):
                           ("previous",) + (("x3dot",) if precision == "fp32" else ())]
                 items += [(layer, precision, direction, cfg)
                           for cfg in window_space()[_KINDS[precision]]]
+            if precision in ("bf16", "fp16"):  # the weight gradient's window form
+                items += [(layer, precision, "dw", cfg) for cfg in
+                          ["previous"] + window_wgrad_space()]
 
     def setup(layer, precision, cfg):
-        conv.WINDOW_GEMM = cfg != "previous"
+        conv.WINDOW_GEMM = conv.WINDOW_WGRAD = cfg != "previous"
         conv.WINDOW_PRESPLIT = cfg != "x3dot"
         conv.WINDOW_X3_MIN = 0
-        conv.WINDOW_MENU = default_menu
-        if isinstance(cfg, tuple):
+        conv.WINDOW_MENU, conv.WINDOW_WGRAD_MENU = default_menu, default_wgrad
+        if isinstance(cfg, tuple) and len(cfg) == 3:
+            conv.WINDOW_WGRAD_MENU = [cfg]
+        elif isinstance(cfg, tuple):
             conv.WINDOW_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
 
     _config_sweep(args, "window", items, setup, ("previous", "x3dot"))
+
+
+def window_wgrad_space():
+    """_window_wgrad_kernel's configs, (BLOCK_K pixels, warps, stages)."""
+    return [(64, 4, 4), (128, 8, 3), (64, 8, 4), (128, 4, 3), (32, 4, 4), (128, 8, 4),
+            (64, 4, 3)]
 
 
 _KINDS = {"tf32": "tf32", "fp32": "tf32x3", "bf16": "half", "fp16": "half"}
@@ -434,7 +445,8 @@ def main(argv=None):
         from tritonad.kernels import conv
         knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
                  "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
-                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN")
+                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_WGRAD",
+                 "WINDOW_WGRAD_MENU")
         defaults = {name: getattr(conv, name) for name in knobs}
         if args.wgrad:
             wgrad_main(args)

@@ -75,6 +75,7 @@ FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight g
 SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
 WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
+WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
 WINDOW_PRESPLIT = True   # window GEMM at float32 accuracy: operands split into TF32 head + tail
 WINDOW_X3_MIN = 128      # ... which it runs from this many reduced channels (H100 sweep: below,
 #                          the implicit GEMM's tl.dot "tf32x3" was as fast or faster)
@@ -528,6 +529,68 @@ def _window_gemm_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=ok[:, None] & n_ok[None, :])
 
 
+@triton.jit(do_not_specialize=["ROWS", "WP"])
+def _window_wgrad_kernel(
+        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        ROWS, COP, CP, C_OUT, C_IN, WP, KW, DH, DW,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_bs, stride_bo,
+        HAS_BIAS_GRAD: tl.constexpr, DOT_FP32: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # The window GEMM's weight gradient (half types): dw[s, o, c, i, j] = sum over the grid
+    # pixels p of split s of dy_grid[p, o] * x_pad[p + i*DH*WP + j*DW, c]; db[s, o] = the same
+    # pixels' sum of dy (programs of tap 0 and the first channel block). x_pad [ROWS, CP] is
+    # the forward's padded channels-last buffer; dy_grid [ROWS, COP] holds dy at the output
+    # pixels of the same grid and zeros elsewhere, so pixels off the output add nothing. Both
+    # tiles are TMA rectangles, channel-contiguous: [BLOCK_K pixels, channels], read by wgmma
+    # as M-major A (dy transposed) and N-major B, which it takes for 16-bit types only.
+    # One program: a [BLOCK_M out channels, BLOCK_N channels] tile of one tap, the pixels (the
+    # GEMM's K) in steps of BLOCK_K; split s takes an even share of the steps.
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    co_blocks = tl.cdiv(C_OUT, BLOCK_M)
+    c_blocks = tl.cdiv(C_IN, BLOCK_N)
+    tap = pid // (co_blocks * c_blocks)
+    r = pid - tap * co_blocks * c_blocks
+    pid_m = r // c_blocks
+    pid_n = r - pid_m * c_blocks
+    i = tap // KW
+    j = tap - i * KW
+    o0 = pid_m * BLOCK_M
+    c0 = pid_n * BLOCK_N
+    shift = i * DH * WP + j * DW
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[ROWS, COP], strides=[COP, 1],
+                                        block_shape=[BLOCK_K, BLOCK_M])
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[ROWS, CP], strides=[CP, 1],
+                                       block_shape=[BLOCK_K, BLOCK_N])
+    steps = tl.cdiv(ROWS, BLOCK_K)
+    share = tl.cdiv(steps, tl.num_programs(1))
+    lo = split * share
+    hi = tl.minimum(lo + share, steps)
+    with_db = HAS_BIAS_GRAD & (tap == 0) & (pid_n == 0)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_K, BLOCK_M], dtype=tl.float32)  # summed over pixels at the end
+    for step in range(lo, hi):
+        p0 = step * BLOCK_K
+        a = dy_desc.load([p0, o0])
+        b = x_desc.load([p0 + shift, c0])
+        if with_db:
+            db_acc += a.to(tl.float32)
+        if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a.T, b, acc=acc)
+
+    offs_m = o0 + tl.arange(0, BLOCK_M)
+    ch = c0 + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < C_OUT
+    dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
+        (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
+    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & (ch < C_IN)[None, :])
+    if with_db:
+        tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
+                 tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=m_ok)
+
+
 @triton.jit
 def _tf32_head(v):
     """v (float32) rounded to TF32 (10 mantissa bits, to nearest by adding half of the dropped
@@ -920,6 +983,31 @@ def _window_configs(n_ch, max_k, kind):
     return list(configs.values())
 
 
+# _window_wgrad_kernel: (K step in pixels, warps, stages), best first by the H100 sweep of
+# 2026-11-24 (benchmarks/sweep_conv.py --window). NOTE: tiles with 128 rows or columns run
+# with 8 warps: with 4 (one warpgroup), 64- and 128-pixel steps gave wrong weight gradients
+# at 256x128x28x28 in bf16 and fp16 on Triton 3.6 (errors 3e-2 to 1e-1 of the largest
+# element, against 3e-3 with 8 warps; 32-pixel steps were right), which
+# test_gpu_window_weight_grad_menu checks for every entry.
+WINDOW_WGRAD_MENU = [(128, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4)]
+
+
+def _window_wgrad_configs(block_m, block_n):
+    """Configs for _window_wgrad_kernel: the tile is fixed by the channel counts; the K step in
+    pixels, warps (8 for tiles with 128 rows or columns) and stages are tuned."""
+    if INTERPRET:
+        return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 32},
+                              num_warps=4, num_stages=1)]
+    least = 8 if max(block_m, block_n) >= 128 else 1
+    configs = {}
+    for bk, warps, stages in WINDOW_WGRAD_MENU:
+        warps = max(warps, least)
+        configs[bk, warps, stages] = triton.Config(
+            {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk}, num_warps=warps,
+            num_stages=stages)
+    return list(configs.values())
+
+
 def _source_hash():
     with open(__file__, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]
@@ -979,9 +1067,9 @@ def _padded_channels_last(t, corner, plane, channels, flip=False, split=False):
 def _window(g, src, transposed):
     """Whether the forward (or, transposed, the input gradient) of convolution g runs as
     _window_gemm_kernel: stride 1, at least CHANNEL_INNER_MIN reduced channels (WINDOW_X3_MIN
-    at float32 accuracy), TF32, 3xTF32 or half precision (not IEEE FMA), padding within the window's reach (the input gradient's
-    padding is reach - padding), a padded plane at most WINDOW_WASTE times the output's, and a
-    GPU whose TMA reads any row (Hopper; the interpreter runs it too)."""
+    at float32 accuracy), TF32, 3xTF32 or half precision (not IEEE FMA), padding within the
+    window's reach, a padded plane at most WINDOW_WASTE times the output's (_window_plane),
+    and a GPU whose TMA reads any row (Hopper; the interpreter runs it too)."""
     precision = _precision(src.dtype)
     if not (WINDOW_GEMM and (g.sh, g.sw) == (1, 1)) or precision == "ieee":
         return False
@@ -1009,6 +1097,15 @@ def _window_plane(g, transposed):
     else:
         side, src_hw, out_hw = (g.ph, g.pw), (g.h, g.w), (g.oh, g.ow)
     return side, (src_hw[0] + side[0], src_hw[1] + side[1]), out_hw
+
+
+def _window_wgrad(g, dy, x):
+    """Whether the weight gradient of convolution g runs as _window_wgrad_kernel: where the
+    forward would run as the window GEMM (_window), in half precision (wgmma reads the
+    channel-contiguous tiles as M- and N-major operands, which it does for 16-bit types
+    only), with at least CHANNEL_INNER_MIN output channels."""
+    return x.dtype in (torch.float16, torch.bfloat16) and dy.shape[1] >= CHANNEL_INNER_MIN \
+        and WINDOW_WGRAD and _window(g, x, False)
 
 
 def _round_up(n, m):
@@ -1129,8 +1226,9 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     the one buffer that holds dw then db. With one split the kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
     k_total = c * g.kh * g.kw
-    shift, use_tma = _flat_shift(g, dy, x)
-    channel_inner = c >= CHANNEL_INNER_MIN  # (always where shift)
+    window = _window_wgrad(g, dy, x)
+    shift, use_tma = (False, False) if window else _flat_shift(g, dy, x)
+    channel_inner = c >= CHANNEL_INNER_MIN  # (always where shift or window)
     block_m = _block(co)
     block_n = _block(c) if channel_inner else _block(k_total)
     tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if channel_inner
@@ -1151,7 +1249,19 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     if presplit:  # heads and tails: one memory-bound pass over each operand
         dy, lo_dy = _split_tf32(dy), dy.numel()
         x, lo_x = _split_tf32(x), x.numel()
-    if shift:
+    if window:
+        corner, plane, _ = _window_plane(g, False)
+        x_pad = _padded_channels_last(x, corner, plane, _round_up(c, 16))
+        dy_grid = _padded_channels_last(dy, (0, 0), plane, _round_up(co, 16))
+        key = (f"windoww:{g.n}x{co}x{c}:{plane[0]}x{plane[1]}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:"
+               f"d{g.dh}{g.dw}:{kind}:{str(x.dtype)[6:]}:split{splits}")
+        _run_tuned(_window_wgrad_kernel, _window_wgrad_configs(block_m, block_n), key,
+                   lambda meta: (tiles, splits), (
+            dy_grid, x_pad, part, dpart if dpart is not None else part,
+            g.n * plane[0] * plane[1], dy_grid.shape[-1], x_pad.shape[-1], co, c, plane[1],
+            g.kw, g.dh, g.dw, *part.stride(), *(dpart.stride() if dpart is not None else (0, 0))),
+            dict(HAS_BIAS_GRAD=db is not None, DOT_FP32=_dot_fp32(x.dtype)), x.device)
+    elif shift:
         key = (f"shiftw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
                f"{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}:"
                f"{'tma' if use_tma else 'ptr'}")
@@ -1321,7 +1431,7 @@ def _flat_pixels(t):
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, WINDOW_GEMM, \
-        WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN
+        WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, WINDOW_WGRAD
 
 
 @planned(settings=_settings, arrays=3)
