@@ -20,7 +20,10 @@ Two ways to run them, both kept and tested:
   (no column buffer). The forward and the input gradient share one kernel (TRANSPOSED flag); the
   weight gradient splits its long K = N*Ho*Wo over programs and sums the partial tiles in a fixed
   order afterwards (deterministic, no atomics), with the bias gradient fused in.
-CONV_ALGO picks one ("auto" chooses per direction by the rules in `_algorithm`).
+CONV_ALGO picks one ("auto" chooses per direction by the rules in `_algorithm`). On Hopper,
+stride-1 layers on the implicit path run the window GEMM instead (_window_gemm_kernel, see the
+comment above it): every tap's operand tile is one TMA rectangle of a padded channels-last
+copy of the source.
 
 GEMM orientation (what makes the implicit kernels fast on Hopper):
 - forward / input gradient: acc[pixels, out channels] = X_col^T[pixels, K] @ W^T[K, channels].
