@@ -1100,14 +1100,20 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 
 
+# (x shape, weight shape, padding, dilation) of the GPU window-GEMM tests: MNIST conv2, channel
+# counts that are not a tile multiple, rows padded with more than one tile of output channels,
+# dilation, and a ResNet-style layer (split-K in the weight gradient)
+_GPU_WINDOW_GEOMETRIES = [
+    ((100, 32, 14, 14), (64, 32, 5, 5), (2, 2), (1, 1)),
+    ((8, 48, 16, 16), (80, 48, 3, 3), (1, 1), (1, 1)),
+    ((4, 20, 9, 11), (150, 20, 3, 5), (0, 2), (1, 1)),
+    ((4, 24, 12, 13), (32, 24, 3, 3), (2, 1), (2, 1)),
+    ((16, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)),
+]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("geometry", [
-    ((100, 32, 14, 14), (64, 32, 5, 5), (2, 2), (1, 1)),     # MNIST conv2
-    ((8, 48, 16, 16), (80, 48, 3, 3), (1, 1), (1, 1)),       # channels not a tile multiple
-    ((4, 20, 9, 11), (150, 20, 3, 5), (0, 2), (1, 1)),       # rows padded, two column tiles
-    ((4, 24, 12, 13), (32, 24, 3, 3), (2, 1), (2, 1)),       # dilation
-    ((16, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)),   # ResNet-style
-])
+@pytest.mark.parametrize("geometry", _GPU_WINDOW_GEOMETRIES)
 @pytest.mark.parametrize("dtype, precision", [(torch.float32, "highest"),
                                               (torch.float32, "high"),
                                               (torch.bfloat16, "high"), (torch.float16, "high")])
@@ -1142,13 +1148,7 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("geometry", [
-    ((100, 32, 14, 14), (64, 32, 5, 5), (2, 2), (1, 1)),     # MNIST conv2
-    ((8, 48, 16, 16), (80, 48, 3, 3), (1, 1), (1, 1)),       # channels not a tile multiple
-    ((4, 20, 9, 11), (150, 20, 3, 5), (0, 2), (1, 1)),       # rows padded, two row tiles
-    ((4, 24, 12, 13), (32, 24, 3, 3), (2, 1), (2, 1)),       # dilation
-    ((16, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)),   # ResNet-style, split-K
-])
+@pytest.mark.parametrize("geometry", _GPU_WINDOW_GEOMETRIES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_window_weight_grad(geometry, dtype, monkeypatch):
     """The half-precision weight gradient from the window GEMM's buffers (TMA rectangles of
