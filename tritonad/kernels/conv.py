@@ -64,6 +64,7 @@ import triton.language as tl
 
 from ..backend import autotuning, conv_precision
 from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .pool import _nchw
 from .tuning import Tuner
 
 PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
@@ -648,12 +649,7 @@ def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    w = offs % W
-    t = offs // W
-    h = t % H
-    t = t // H
-    c = t % C
-    n = t // C
+    n, c, h, w = _nchw(offs, C, H, W)
     v = tl.load(src_ptr + n * stride_sn + c * stride_sc + h * stride_sh + w * stride_sw, mask=ok,
                 other=0.0)
     head = _tf32_head(v)
@@ -750,12 +746,7 @@ def _col2im_kernel(cols_ptr, x_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    v = offs % W
-    t = offs // W
-    h = t % H
-    t = t // H
-    c = t % C
-    n = t // C
+    n, c, h, v = _nchw(offs, C, H, W)
     base = cols_ptr + n.to(tl.int64) * stride_cn + (c * (KH * KW)).to(tl.int64) * stride_ck
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
