@@ -94,3 +94,73 @@ def test_gpu_training_steps_launch_everything_through_the_lean_launcher():
             opt.step()
         assert loss.item() == loss.item()
     assert not launch.FAST_SKIPPED, launch.FAST_SKIPPED
+    triton_launched = [kl.kernel.fn.__name__ for kl in _bound_launches() if kl._fast is None]
+    assert not triton_launched, triton_launched  # (kernels with scratch included)
+
+
+def _bound_launches():
+    """Every KernelLaunch of every recorded plan."""
+    for cache in launch.PlanCache.ALL:
+        for plan in list(cache.values()):
+            for kl, _ in getattr(plan, "steps", ()):
+                yield kl
+
+
+def _descriptor_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scaled_copy(out_ptr, x_ptr, rows, cols, scale, BLOCK_R: tl.constexpr,
+                    BLOCK_C: tl.constexpr):
+        # descriptors made on the device: Triton asks for global scratch at every launch
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[rows, cols], strides=[cols, 1],
+                                           block_shape=[BLOCK_R, BLOCK_C])
+        out_desc = tl.make_tensor_descriptor(out_ptr, shape=[rows, cols], strides=[cols, 1],
+                                             block_shape=[BLOCK_R, BLOCK_C])
+        r, c = tl.program_id(0) * BLOCK_R, tl.program_id(1) * BLOCK_C
+        out_desc.store([r, c], x_desc.load([r, c]) * scale)
+
+    return scaled_copy
+
+
+@gpu
+def test_gpu_the_lean_launcher_gives_descriptor_kernels_their_scratch():
+    """A kernel that builds TMA descriptors on the device needs global scratch (one tensormap
+    per descriptor and program): the lean launcher takes it from torch's allocator on each
+    launch. Replays with other arrays, eagerly and inside a CUDA graph, give the right results;
+    with FAST_SCRATCH off the launch stays on Triton's launcher and agrees."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("device-side tensor descriptors need Hopper")
+    kernel = _descriptor_kernel()
+    rows, cols = 300, 200  # (a ragged last tile in both directions)
+    grid = (launch.cdiv(rows, 64), launch.cdiv(cols, 64))
+    x, out = torch.randn(rows, cols, device="cuda"), torch.zeros(rows, cols, device="cuda")
+    launch.ensure_allocator()
+    kl = launch.KernelLaunch(kernel, grid, [out, x, rows, cols, 2.0],
+                             {"BLOCK_R": 64, "BLOCK_C": 64}, dynamic=(0, 1, 4))
+    assert kl._scratch > 0 and kl._fast is not None, launch.FAST_SKIPPED
+    torch.testing.assert_close(out, x * 2.0)
+    for _ in range(3):
+        x2, out2 = torch.randn(rows, cols, device="cuda"), torch.zeros(rows, cols, device="cuda")
+        kl(out2, x2, -0.5)
+        torch.testing.assert_close(out2, x2 * -0.5)
+    x3, out3 = torch.randn(rows, cols, device="cuda"), torch.zeros(rows, cols, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # (the scratch then comes from the graph's pool)
+        kl(out3, x3, 3.0)
+    for _ in range(2):
+        x3.copy_(torch.randn(rows, cols, device="cuda"))
+        graph.replay()
+        torch.testing.assert_close(out3, x3 * 3.0)
+    saved = launch.FAST_SCRATCH
+    launch.FAST_SCRATCH = False
+    try:
+        through_triton = launch.KernelLaunch(kernel, grid, [out, x, rows, cols, 1.0],
+                                             {"BLOCK_R": 64, "BLOCK_C": 64}, dynamic=(0, 1, 4))
+    finally:
+        launch.FAST_SCRATCH = saved
+    assert through_triton._fast is None
+    through_triton(out2, x2, 4.0)
+    torch.testing.assert_close(out2, x2 * 4.0)
+

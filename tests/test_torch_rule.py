@@ -38,8 +38,10 @@ ALLOWED_CUDA = {
     "max_memory_allocated", "reset_peak_memory_stats", "memory_reserved", "mem_get_info",
     "empty_cache", "device", "make_graphed_callables",
 }
-# the current device and stream, as Triton's own launcher reads them (the lean launch path)
-ALLOWED_C = {"_cuda_getCurrentRawStream", "_cuda_getDevice"}
+# the current device and stream, as Triton's own launcher reads them (the lean launch path), and
+# raw memory from torch's caching allocator (a descriptor kernel's scratch, as Triton takes it)
+ALLOWED_C = {"_cuda_getCurrentRawStream", "_cuda_getDevice",
+             "_cuda_cudaCachingAllocator_raw_alloc", "_cuda_cudaCachingAllocator_raw_delete"}
 # process groups and collectives: communication (the sums of an all-reduce happen inside the
 # collective); the rest of torch.distributed (nn, tensor, fsdp, optim, ...) computes
 ALLOWED_DISTRIBUTED = {

@@ -137,8 +137,10 @@ if not INTERPRET:
     try:
         _current_stream = torch._C._cuda_getCurrentRawStream
         _current_device = torch._C._cuda_getDevice
+        _RAW_ALLOC = torch._C._cuda_cudaCachingAllocator_raw_alloc    # (bytes, stream) -> address
+        _RAW_DELETE = torch._C._cuda_cudaCachingAllocator_raw_delete  # (address)
     except AttributeError:  # a CPU build of torch (scripts/compile_check.py imports us there)
-        _current_stream = _current_device = None
+        _current_stream = _current_device = _RAW_ALLOC = _RAW_DELETE = None
 
 from triton import knobs as _knobs  # noqa: E402  (Triton 3.6 and 3.9: launch hooks live here)
 
@@ -191,7 +193,8 @@ class KernelLaunch:
 
     __slots__ = ("kernel", "grid", "meta", "args", "dynamic", "compiled", "_run", "_function",
                  "_packed", "_bound", "_tail", "_prefix", "_device", "_g0", "_g1", "_g2",
-                 "_style", "_launch", "_coop", "_pdl", "_annotations", "_signature", "_fast")
+                 "_style", "_launch", "_coop", "_pdl", "_annotations", "_signature", "_fast",
+                 "_scratch")
 
     def __init__(self, kernel, grid, args, meta, dynamic=()):
         grid = tuple(grid)
@@ -250,14 +253,25 @@ class KernelLaunch:
         lean launcher too (_fast, see fastlaunch.c), which replaces Triton's C launcher."""
         self._style = 0
         self._fast = None
+        self._scratch = 0
         if type(launcher).__name__ != "CudaLauncher" or getattr(launcher, "gsan_enabled", False):
             return
-        if getattr(launcher, "global_scratch_size", 1) or \
-                getattr(launcher, "profile_scratch_size", 1):
+        if getattr(launcher, "profile_scratch_size", 1):
+            return
+        self._coop, self._pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+        scratch = getattr(launcher, "global_scratch_size", 1)
+        if scratch:  # (device-side tensor descriptors): only the lean launcher takes it on
+            if not FAST_SCRATCH or _ALLOCATOR is None:
+                return
+            if _ALLOCATOR.get() not in (_NO_ALLOCATOR, _scratch):  # (Triton's launcher calls it)
+                FAST_SKIPPED[self.kernel.fn.__name__] = "the program set its own Triton allocator"
+                return
+            self._scratch = self._g0 * self._g1 * self._g2 * scratch * \
+                getattr(self.compiled.metadata, "num_ctas", 1)
+            self._fast = _bind_fast(self)
             return
         params = list(inspect.signature(type(launcher).__call__).parameters)
         self._launch = launcher.launch
-        self._coop, self._pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
         if params[:7] == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]:
             self._style = 36  # launch(grid, stream, fn, coop, pdl, scratch x2, meta, hooks, *args)
         elif "kernel_metadata" in params and hasattr(launcher, "arg_annotations"):
@@ -292,7 +306,16 @@ class KernelLaunch:
         device = self._device
         fast = self._fast
         if fast is not None and _current_device() == device:
-            return _FAST_LAUNCH(fast, _current_stream(device), *values)
+            if not self._scratch:
+                return _FAST_LAUNCH(fast, _current_stream(device), *values)
+            # global scratch from torch's caching allocator on this stream, handed back once
+            # the launch is queued, as Triton's launcher does with its allocator's array
+            stream = _current_stream(device)
+            address = _RAW_ALLOC(self._scratch, stream)
+            try:
+                return _FAST_LAUNCH(fast, stream, *values, address)
+            finally:
+                _RAW_DELETE(address)
         if self._prefix:
             args = values + self._tail
         else:
@@ -346,6 +369,15 @@ class KernelLaunch:
 # count or size the driver disagrees with) keeps Triton's launcher too, noted in FAST_SKIPPED.
 
 FAST_LAUNCH = not INTERPRET and os.environ.get("TRITONAD_FAST_LAUNCH", "1") not in ("", "0")
+# Kernels that build tensor descriptors on the device (the TMA matmul, the window GEMM) need
+# global scratch at each launch: the lean launcher takes it from torch's caching allocator on
+# the launch's stream (raw_alloc / raw_delete, ~0.5 us) where Triton's launcher would call its
+# allocator (ensure_allocator's _scratch, ~2 us through torch.empty, after its own ~6 us).
+# Both hand the memory back as soon as the launch is queued: stream order makes that safe, and
+# under CUDA graph capture the memory is the graph's (torch's allocator serves capture streams
+# from the graph's pool). FAST_SCRATCH = False (read when a launch is bound) keeps such kernels
+# on Triton's launcher.
+FAST_SCRATCH = True
 FAST_SKIPPED: dict = {}   # kernel name -> why its launches go through Triton's launcher
 _FAST_MODULE = None       # the built module; False when it could not be built
 _FAST_LAUNCH = None       # its launch(bound, stream, *values)
@@ -423,9 +455,11 @@ def _bind_fast(kl):
     meta = compiled.metadata
     config = (compiled.function, kl._g0, kl._g1, kl._g2, 32 * meta.num_warps, meta.shared,
               getattr(meta, "num_ctas", 1), bool(kl._pdl), bool(kl._coop))
+    if kl._scratch:  # the global scratch pointer comes last among the values of a call
+        dynamic += (len(kinds),)
     error = None
-    for scratch in (2, 0):  # Triton appends two scratch pointers (global, profile)
-        try:
+    for scratch in (2, 0) if not kl._scratch else (2,):  # Triton appends two scratch pointers
+        try:  # (global, profile)
             return module.make(*config, "".join(kinds + ["p"] * scratch).encode(),
                                tuple(values + [0] * scratch), dynamic)
         except (ValueError, TypeError, OverflowError) as err:

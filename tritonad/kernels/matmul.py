@@ -615,9 +615,8 @@ def _input_precision(plan, kind):
 # Triton's launcher allocates at every launch through the allocator of triton.set_allocator
 # (launch.ensure_allocator sets one in each launching thread): memory of that one launch, never
 # an argument, so a replay gets its own as the first call did (and a CUDA graph capture takes
-# it from the graph's pool). Kernels with scratch skip the lean launcher
-# (launch.KernelLaunch._direct): ~2 us more per call, noise next to the milliseconds of the
-# problems that get TMA plans.
+# it from the graph's pool). The lean launcher (launch.KernelLaunch._direct) takes it from
+# torch's caching allocator the same way, per launch (launch.FAST_SCRATCH).
 
 
 def _tma_matrix(x: _Operand, rows):
