@@ -6,8 +6,9 @@
 On a GPU this tunes (td.autotune(True), into a fresh cache) every matmul and convolution the
 MNIST recipes run (the three models' training steps at their batch sizes and last partial
 batches, in the per-op path, and a test-set batch of 1000) and the benchmark sizes (the MNIST
-convolutions at both precisions, square products of every dtype; --quick leaves out the
-largest), writing the tuned choices under this GPU's key (tuning.gpu_key: name, compute
+convolutions at TF32 and 3xTF32, bench conv's ResNet-style 3x3 layers at TF32, bf16, 3xTF32
+and fp16, square products of every dtype; --quick leaves out the largest products and the
+3x3 layers' 3xTF32 and fp16), writing the tuned choices under this GPU's key (tuning.gpu_key: name, compute
 capability, Triton version) after each group. --merge adds such a file to the
 shipped table, replacing that GPU's entries.
 """
@@ -69,17 +70,26 @@ def tune(out, quick):
             model.eval()
             model(td.randn(1000, 1, 28, 28, device="cuda"))
         done(name)
-    # the benchmarks' problems: conv layers (both precisions, forward and backward), squares
-    layers = [((100, 1, 28, 28), 32, 5, 2), ((100, 32, 14, 14), 64, 5, 2)]
+    # the benchmarks' problems: conv layers (forward and both gradients) at float32's two
+    # precisions and in half precision, then squares. The MNIST layers, and bench conv's
+    # ResNet-style 3x3 layers (batch 256: 64 channels at 56x56, 128 at 28x28, 256 at 14x14);
+    # --quick: those at TF32 and bf16 only
+    mnist = [((100, 1, 28, 28), 32, 5, 2), ((100, 32, 14, 14), 64, 5, 2)]
+    resnet = [((256, 64, 56, 56), 64, 3, 1), ((256, 128, 28, 28), 128, 3, 1),
+              ((256, 256, 14, 14), 256, 3, 1)]
+    runs = [("high", td.float32, mnist + resnet), ("highest", td.float32, mnist),
+            ("high", td.bfloat16, resnet)]
     if not quick:
-        layers.append(((256, 64, 56, 56), 64, 3, 1))
-    for precision in ("high", "highest"):
+        runs += [("highest", td.float32, resnet), ("high", td.float16, resnet)]
+    for precision, dtype, layers in runs:
         td.set_conv_precision(precision)
         for shape, co, k, pad in layers:
-            x = td.randn(*shape, device="cuda", requires_grad=shape[1] > 1)
-            w = td.randn(co, shape[1], k, k, device="cuda", requires_grad=True)
-            F.conv2d(x, w, padding=pad).sum().backward()
-            done(f"conv {shape} -> {co} k{k} {precision}")
+            x = td.randn(*shape, device="cuda").to(dtype).requires_grad_(shape[1] > 1)
+            w = td.randn(co, shape[1], k, k, device="cuda").to(dtype).requires_grad_()
+            y = F.conv2d(x, w, padding=pad)
+            y.backward(td.ones_like(y))
+            del x, w, y
+            done(f"conv {shape} -> {co} k{k} {dtype.name} {precision}")
     td.set_conv_precision("high")
     sizes = [1024, 4096] if quick else [1024, 4096, 8192]
     for dtype, precision in ((td.float32, "highest"), (td.float32, "high"),

@@ -154,24 +154,35 @@ def test_sequential_fuses_linear_relu_with_the_same_result():
     assert_close(fused, plain, 1e-6, 1e-6)
 
 
-def test_sequential_fuses_conv_relu_with_the_same_result_and_gradients():
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(2), nn.MaxPool2d(3, 2, padding=1, ceil_mode=True),
+                                  nn.MaxPool2d(2, 1, dilation=2)])
+def test_sequential_fuses_conv_relu_max_pool_with_the_same_result_and_gradients(pool):
+    """Conv2d, ReLU, MaxPool2d run as one node whose pool backward applies relu' (the pool's
+    output as the gate): the values and the gradients of x, weight and bias are those of the
+    three modules one by one, to the bit, on tiling and overlapping windows."""
     td.manual_seed(3)
-    seq = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-    x = td.randn(2, 3, 6, 6, requires_grad=True)
+    seq = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), pool)
+    x = td.randn(2, 3, 7, 6, requires_grad=True)
     fused = seq(x)
-    assert fused.grad_fn.name == "MaxPool2dBackward"
+    assert fused.grad_fn.name == "Conv2dReluMaxPool2dBackward"
     inner = seq[0](x, activation="relu")
     assert inner.grad_fn.name == "Conv2dBackward"
     cot = td.randn(*fused.shape)
     (fused * cot).sum().backward()
-    got = [t.grad.numpy().copy() for t in (x, seq[0].weight, seq[0].bias)]
-    for t in (x, seq[0].weight, seq[0].bias):
+    params = (x, seq[0].weight, seq[0].bias)
+    got = [t.grad.numpy().copy() for t in params]
+    for t in params:
         t.grad = None
     plain = seq[2](seq[1](seq[0](x)))
-    assert_close(fused, plain, 1e-6, 1e-6)
+    assert plain.grad_fn.name == "MaxPool2dBackward"
+    np.testing.assert_array_equal(fused.numpy(), plain.numpy())
     (plain * cot).sum().backward()
-    for g, t in zip(got, (x, seq[0].weight, seq[0].bias)):
-        assert_close(g, t.grad, 1e-5, 1e-6)
+    for g, t in zip(got, params):
+        np.testing.assert_array_equal(g, t.grad.numpy())
+    with td.no_grad():  # nothing recorded: the convolution and the pool as they are
+        np.testing.assert_array_equal(seq(x).numpy(), plain.numpy())
+    seq[2].return_indices = True  # (the caller wants the indices: not fused)
+    assert seq(x)[0].grad_fn.name == "MaxPool2dBackward"
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

@@ -197,6 +197,29 @@ def test_max_pool_backward_of_overlapping_windows_against_torch(geometry):
     assert_close(dx, want, 1e-6, 1e-6, name="dx against torch")
 
 
+@pytest.mark.parametrize("geometry", OVERLAPPING + [((2, 2), (2, 2), (0, 0), (1, 1), False),
+                                                ((2, 2), (2, 2), (1, 1), (1, 1), True)])
+def test_max_pool_backward_gate(geometry):
+    """With a gate (the pool's output, when a relu came before it), only the windows whose
+    gate is > 0 give their dy: the same as the ungated backward of dy zeroed there (exactly:
+    the same sums in the same order). Gates of 0, -0.0, negatives and NaN shut a window;
+    strided dy and gate, tiling and overlapping windows."""
+    x = _spiky((2, 3, 9, 8), seed=21)
+    y, idx = check_primitive("max_pool2d", x, *geometry)
+    gate = random_array(tuple(y.shape), seed=22)
+    gate.view(-1)[:4] = torch.tensor([0.0, -0.0, float("nan"), float("inf")])
+    dy = random_array((y.shape[0], y.shape[1], y.shape[3], y.shape[2]), seed=23).transpose(2, 3)
+    gated = check_primitive("max_pool2d_backward", dy, idx, tuple(x.shape), *geometry,
+                            gate.transpose(2, 3).contiguous().transpose(2, 3))
+    want = pool.max_pool2d_backward(torch.where(gate > 0, dy, 0.0), idx, tuple(x.shape),
+                                    *geometry)
+    assert torch.equal(gated, want)
+    assert gated.abs().sum() < pool.max_pool2d_backward(dy, idx, tuple(x.shape),
+                                                        *geometry).abs().sum()
+    with pytest.raises(ValueError, match="gate"):
+        pool.max_pool2d_backward(dy, idx, tuple(x.shape), *geometry, gate[:, :1])
+
+
 def test_max_pool_backward_nan_goes_to_the_argmax_only():
     """A NaN input is its window's argmax; a NaN in dy reaches only the position its window
     picked, not the other positions of the window."""
@@ -404,6 +427,12 @@ def test_gpu_pooling_at_real_shapes(shape, kernel, stride, padding, dtype):
     # windows that overlap sum up to four terms, in another order than torch's
     tol = 0 if stride >= kernel else (1e-5 if dtype == torch.float32 else 1e-2)
     torch.testing.assert_close(dx, tdx, rtol=tol, atol=tol)
+    # gated by the pool's output (a relu before the pool): torch's gradient of max_pool(relu)
+    gated = pool.max_pool2d_backward(dy, idx, x.shape, (kernel, kernel), (stride, stride),
+                                     (padding, padding), (1, 1), False, y)
+    tgated = torch.where(x > 0, torch.ops.aten.max_pool2d_with_indices_backward(
+        dy, x, [kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False, tidx), 0)
+    torch.testing.assert_close(gated, tgated, rtol=tol, atol=tol)
     args = ((kernel, kernel), (stride, stride), (padding, padding), False, True, None)
     ya = pool.avg_pool2d(x, *args)
     tol = 1e-5 if dtype == torch.float32 else 1e-2

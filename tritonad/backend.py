@@ -300,11 +300,13 @@ class Backend:
         raise NotImplementedError
 
     def max_pool2d_backward(self, dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
-                            dilation=(1, 1), ceil_mode=False):
+                            dilation=(1, 1), ceil_mode=False, gate=None):
         """dx: [N, C, H, W] of max_pool2d with this geometry, for dy and the forward's indices
         [N, C, Ho, Wo]: each input position gets the sum of dy over the windows that hold it
         and whose index names it (overlapping windows add up), gathered in a fixed order, so
-        the same input gives the same bits on every run."""
+        the same input gives the same bits on every run. gate [N, C, Ho, Wo] or None: only
+        the windows where gate > 0 count (the pool's output as relu's gate, where the pool
+        follows a relu: relu' at a window's argmax is its maximum > 0)."""
         raise NotImplementedError
 
     def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,

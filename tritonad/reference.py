@@ -1444,9 +1444,10 @@ class NumpyBackend(Backend):
         return self._fresh(y, dtype), self._fresh(index, dtypes.int64)
 
     def max_pool2d_backward(self, dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
-                            dilation=(1, 1), ceil_mode=False):
+                            dilation=(1, 1), ceil_mode=False, gate=None):
         # dx[h, w] = the sum of dy over the windows that hold (h, w) and whose argmax it is:
-        # a gather, window offset by window offset (the order the kernel sums in)
+        # a gather, window offset by window offset (the order the kernel sums in); with a
+        # gate, the windows where gate <= 0 give nothing
         dtype = dtypes.get_dtype(dy.dtype)
         input_shape = tuple(int(s) for s in input_shape)
         n, c, h, w = input_shape
@@ -1454,6 +1455,11 @@ class NumpyBackend(Backend):
                                             ceil_mode)
         self._check_max_pool_backward(dy, indices, input_shape, out_hw)
         g = self._float_in(dy, dtype)
+        if gate is not None:
+            if tuple(gate.shape) != tuple(dy.shape):
+                raise ValueError(f"max_pool2d_backward: gate {tuple(gate.shape)} does not "
+                                 f"match dy {tuple(dy.shape)}")
+            g = np.where(to_numpy(gate) > 0, g, g.dtype.type(0))
         if g.size and self._tiled(kernel_size, stride, padding, dilation, extra):
             # tiled windows: each index that lies in its own window (all of them, from our
             # forward) is a distinct position, so the gather is one assignment dx[index] = dy

@@ -430,18 +430,19 @@ class Conv2d(Function):
         return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
 
 
-def _conv_geometry(op, x, kernel, stride, padding, dilation):
-    if x.ndim != 4:
-        raise ValueError(f"{op}: expected input [N, C, H, W], got shape {x.shape}")
+def _conv_geometry(op, shape, kernel, stride, padding, dilation):
+    """The output plane (Ho, Wo) of a window op on an input of `shape` [N, C, H, W]."""
+    if len(shape) != 4:
+        raise ValueError(f"{op}: expected input [N, C, H, W], got shape {tuple(shape)}")
     for name, v, low in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1)):
         if min(v) < low:
             raise ValueError(f"{op}: {name} must be >= {low}, got {v}")
     out = []
-    for size, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation):
+    for size, k, s, p, d in zip(shape[2:], kernel, stride, padding, dilation):
         span = size + 2 * p - d * (k - 1) - 1
         if span < 0:
             raise ValueError(f"{op}: kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger "
-                             f"than the padded input {tuple(x.shape[2:])} + 2 * {tuple(padding)}")
+                             f"than the padded input {tuple(shape[2:])} + 2 * {tuple(padding)}")
         out.append(span // s + 1)
     return tuple(out)
 
@@ -449,6 +450,15 @@ def _conv_geometry(op, x, kernel, stride, padding, dilation):
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
     """2-d convolution: x [N, C_in, H, W], weight [C_out, C_in / groups, kh, kw], bias [C_out];
     activation="relu" applies relu in the same kernel (nn.Sequential fuses Conv2d + ReLU so)."""
+    stride, padding, dilation, _ = _conv_args(x, weight, bias, stride, padding, dilation, groups,
+                                              activation)
+    if activation is None:
+        return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def _conv_args(x, weight, bias, stride, padding, dilation, groups, activation):
+    """conv2d's checks: (stride, padding, dilation) as pairs and the output plane (Ho, Wo)."""
     stride, padding, dilation = pair(stride, "stride"), pair(padding, "padding"), \
         pair(dilation, "dilation")
     if weight.ndim != 4:
@@ -464,10 +474,59 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     if activation not in (None, "relu"):
         raise ValueError(f"conv2d: unknown activation {activation!r} (None or 'relu')")
     _same_float("conv2d", x, weight, bias)
-    _conv_geometry("conv2d", x, weight.shape[2:], stride, padding, dilation)
-    if activation is None:
-        return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
-    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups, activation)
+    out_hw = _conv_geometry("conv2d", x.shape, weight.shape[2:], stride, padding, dilation)
+    return stride, padding, dilation, out_hw
+
+
+class Conv2dReluMaxPool2d(Function):
+    """max_pool2d(relu(conv2d(x, w, b))) as one node. Forward: the convolution with relu in its
+    epilogue, then the pool. Backward: relu' is applied as the pool's backward reads its
+    gradient, with the pool's output as the gate (relu' at a window's argmax is the window's
+    maximum > 0), so the convolution's backward receives the gradient gated and makes no pass
+    of its own. It keeps the pool's output and indices rather than the convolution's output."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, x, w, b, stride, padding, dilation, groups, kernel, pool_stride,
+                pool_padding, pool_dilation, ceil_mode):
+        be = _b()
+        y = be.conv2d(x, w, b, stride, padding, dilation, groups, "relu")
+        p, indices = be.max_pool2d(y, kernel, pool_stride, pool_padding, pool_dilation,
+                                   ceil_mode, True)
+        ctx.conv = stride, padding, dilation, groups
+        ctx.pool = tuple(y.shape), (kernel, pool_stride, pool_padding, pool_dilation, ceil_mode)
+        ctx.save_for_backward(x, w, p, indices)
+        return p
+
+    @staticmethod
+    def backward(ctx, dp):
+        x, w, p, indices = ctx.saved
+        needs = ctx.needs_input_grad
+        be = _b()
+        shape, pool = ctx.pool
+        dy = be.max_pool2d_backward(dp._data, indices._data, shape, *pool, p._data)
+        dx, dw, db = be.conv2d_backward(dy, x._data, w._data, *ctx.conv, needs[0], needs[1],
+                                        needs[2])
+        wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
+        return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
+
+
+def conv2d_relu_max_pool2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                           kernel_size=2, pool_stride=None, pool_padding=0, pool_dilation=1,
+                           ceil_mode=False):
+    """max_pool2d(relu(conv2d(x, weight, bias, ...)), kernel_size, pool_stride, ...), the same
+    values and gradients, with relu' folded into the pool's backward where a gradient is
+    recorded (Conv2dReluMaxPool2d). nn.Sequential runs Conv2d, ReLU, MaxPool2d so."""
+    stride, padding, dilation, out_hw = _conv_args(x, weight, bias, stride, padding, dilation,
+                                                   groups, "relu")
+    needs = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    if not (needs and is_grad_enabled()):
+        y = Conv2d.apply(x, weight, bias, stride, padding, dilation, groups, "relu")
+        return max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode)
+    pool = _pool_args("max_pool2d", (x.shape[0], weight.shape[0]) + out_hw, kernel_size,
+                      pool_stride, pool_padding, pool_dilation)
+    return Conv2dReluMaxPool2d.apply(x, weight, bias, stride, padding, dilation, groups, *pool,
+                                     ceil_mode)
 
 
 class Unfold(Function):
@@ -498,7 +557,7 @@ class Fold(Function):
 def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
     """Sliding local blocks as columns (torch.nn.functional.unfold)."""
     args = pair(kernel_size), pair(stride), pair(padding), pair(dilation)
-    _conv_geometry("unfold", x, args[0], args[1], args[2], args[3])
+    _conv_geometry("unfold", x.shape, args[0], args[1], args[2], args[3])
     return Unfold.apply(x, *args)
 
 
@@ -521,8 +580,8 @@ def fold(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
 _POOL_ARGS = {}  # (op, shape, arguments) -> normalised arguments: checked once per signature
 
 
-def _pool_args(op, x, kernel_size, stride, padding, dilation):
-    key = (op, x._data.shape, kernel_size, stride, padding, dilation)
+def _pool_args(op, shape, kernel_size, stride, padding, dilation):
+    key = (op, shape, kernel_size, stride, padding, dilation)
     try:
         known = _POOL_ARGS.get(key)
     except TypeError:  # unhashable arguments (lists): check every time
@@ -538,7 +597,7 @@ def _pool_args(op, x, kernel_size, stride, padding, dilation):
         if p > (d * (k - 1) + 1) // 2:
             raise ValueError(f"{op}: padding {padding} must be at most half the kernel size "
                              f"{kernel}")
-    _conv_geometry(op, x, kernel, stride, padding, dilation)
+    _conv_geometry(op, shape, kernel, stride, padding, dilation)
     result = kernel, stride, padding, dilation
     if key is not None:
         if len(_POOL_ARGS) > 4096:
@@ -574,7 +633,7 @@ class MaxPool2d(Function):
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """Max over windows; gradient to the first maximum of each window (as torch)."""
-    args = _pool_args("max_pool2d", x, kernel_size, stride, padding, dilation)
+    args = _pool_args("max_pool2d", x.shape, kernel_size, stride, padding, dilation)
     _same_float("max_pool2d", x)
     # the indices are only for a backward, or for a caller who asks: evaluation skips them
     with_indices = return_indices or (is_grad_enabled() and x.requires_grad)
@@ -601,7 +660,8 @@ class AvgPool2d(Function):
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
-    kernel, stride, padding, _ = _pool_args("avg_pool2d", x, kernel_size, stride, padding, 1)
+    kernel, stride, padding, _ = _pool_args("avg_pool2d", x.shape, kernel_size, stride, padding,
+                                            1)
     _same_float("avg_pool2d", x)
     if divisor_override is not None and divisor_override <= 0:
         raise ValueError(f"avg_pool2d: divisor_override must be positive, got {divisor_override}")

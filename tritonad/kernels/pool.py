@@ -86,16 +86,19 @@ def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
 
 
 @triton.jit
-def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
+def _max_pool_bwd_kernel(dy_ptr, idx_ptr, gate_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
                          stride_dn, stride_dc, stride_dh, stride_dw,
                          stride_in, stride_ic, stride_ih, stride_iw,
+                         stride_gn, stride_gc, stride_gh, stride_gw,
                          KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                          PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-                         TILED: tl.constexpr, ACC_FP64: tl.constexpr, INDEX_64: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         TILED: tl.constexpr, GATED: tl.constexpr, ACC_FP64: tl.constexpr,
+                         INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
     # dx[n, c, h, w] = sum over the windows (p, q) that hold (h, w) (p*SH - PH + i*DH = h for
     # some i < KH, likewise q) and whose index is h * W + w, of dy[n, c, p, q], summed in the
-    # order (i, j): a gather, deterministic. One program: BLOCK elements of the contiguous dx.
+    # order (i, j): a gather, deterministic. GATED: only windows whose gate[n, c, p, q] > 0
+    # count (relu' of a pooled relu: the gate is the pool's output, which is the relu's output
+    # at the argmax). One program: BLOCK elements of the contiguous dx.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if INDEX_64:
         offs = offs.to(tl.int64)
@@ -103,6 +106,7 @@ def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
     n, c, h, w = _nchw(offs, C, H, W)
     dy_base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
     idx_base = idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic
+    gate_base = gate_ptr + n.to(tl.int64) * stride_gn + c.to(tl.int64) * stride_gc
     here = h * W + w
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
@@ -117,7 +121,11 @@ def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
         inside = ok & (p < OUT_H) & (q < OUT_W)
         at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=inside, other=-1)
         g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=inside, other=0.0)
-        acc += tl.where(at == here, g.to(acc.dtype), 0.0)
+        hit = at == here
+        if GATED:
+            hit &= tl.load(gate_base + p * stride_gh + q * stride_gw, mask=inside,
+                           other=0.0) > 0
+        acc += tl.where(hit, g.to(acc.dtype), 0.0)
     else:
         for i in range(0, KH):
             th = h + PH - i * DH  # = p * SH if window p holds h at tap i (NOTE: never divide < 0)
@@ -129,6 +137,9 @@ def _max_pool_bwd_kernel(dy_ptr, idx_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
                 inside = p_ok & (tw >= 0) & (q * SW == tw) & (q < OUT_W)
                 at = tl.load(idx_base + p * stride_ih + q * stride_iw, mask=inside, other=-1)
                 hit = inside & (at == here)
+                if GATED:
+                    hit &= tl.load(gate_base + p * stride_gh + q * stride_gw, mask=hit,
+                                   other=0.0) > 0
                 g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=hit, other=0.0)
                 acc += g.to(acc.dtype)
     tl.store(dx_ptr + offs, acc.to(dx_ptr.dtype.element_ty), mask=ok)
@@ -288,10 +299,10 @@ def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
 
 @planned(arrays=2)
 def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(0, 0),
-                        dilation=(1, 1), ceil_mode=False):
+                        dilation=(1, 1), ceil_mode=False, gate=None):
     """dx [N, C, H, W] of max_pool2d with this geometry: each input position gathers dy
     [N, C, Ho, Wo] from the windows that hold it and whose index names it (no atomics: the
-    same bits on every run)."""
+    same bits on every run); with `gate` [N, C, Ho, Wo] only the windows where gate > 0."""
     op = "max_pool2d_backward"
     _check_float(op, dy)
     input_shape = tuple(int(s) for s in input_shape)
@@ -303,13 +314,18 @@ def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(
                          f"match the output {(n, c, oh, ow)} of input {input_shape}")
     if indices.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{op}: indices must be int64, got {indices.dtype}")
+    if gate is not None and tuple(gate.shape) != tuple(dy.shape):
+        raise ValueError(f"{op}: gate {tuple(gate.shape)} does not match dy {tuple(dy.shape)}")
     dx = empty(input_shape, dy.dtype, dy.device)
     if dx.numel():
         grid, block, index_64, warps = _flat_launch(dx.numel())
-        run(_max_pool_bwd_kernel, grid, dy, indices, dx, dx.numel(), c, h, w, oh, ow,
-            *dy.stride(), *indices.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh,
-            DW=dw, TILED=(kh, kw, dh, dw) == (sh, sw, 1, 1), ACC_FP64=dy.dtype == torch.float64,
-            INDEX_64=index_64, BLOCK=block, num_warps=warps)
+        gated = gate is not None
+        run(_max_pool_bwd_kernel, grid, dy, indices, gate if gated else dy, dx, dx.numel(), c,
+            h, w, oh, ow, *dy.stride(), *indices.stride(),
+            *(gate.stride() if gated else (0, 0, 0, 0)), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph,
+            PW=pw, DH=dh, DW=dw, TILED=(kh, kw, dh, dw) == (sh, sw, 1, 1), GATED=gated,
+            ACC_FP64=dy.dtype == torch.float64, INDEX_64=index_64, BLOCK=block,
+            num_warps=warps)
     return dx
 
 

@@ -196,8 +196,9 @@ class Dropout(Module):
 
 class Sequential(Module):
     """Modules applied in order. A Linear or Conv2d followed by a ReLU runs as one fused kernel
-    (the product, bias and relu; relu' applied as the backward reads the gradient), with the
-    same result."""
+    (the product, bias and relu; relu' applied as the backward reads the gradient), and a
+    Conv2d, ReLU, MaxPool2d as one node whose pool backward applies relu'
+    (nn_ops.conv2d_relu_max_pool2d), with the same results."""
 
     def __init__(self, *modules):
         super().__init__()
@@ -227,6 +228,14 @@ class Sequential(Module):
             module = items[i]
             fuse = type(module) in (Linear, Conv2d) and i + 1 < len(items) and \
                 type(items[i + 1]) is ReLU
+            pool = items[i + 2] if fuse and i + 2 < len(items) else None
+            if type(module) is Conv2d and type(pool) is MaxPool2d and not pool.return_indices:
+                x = nn_ops.conv2d_relu_max_pool2d(
+                    x, module.weight, module.bias, module.stride, module.padding,
+                    module.dilation, module.groups, pool.kernel_size, pool.stride, pool.padding,
+                    pool.dilation, pool.ceil_mode)
+                i += 3
+                continue
             x = module(x, activation="relu") if fuse else module(x)
             i += 2 if fuse else 1
         return x
