@@ -12,27 +12,10 @@ import argparse
 import cProfile
 import io
 import pstats
-import time
 
 import torch
 
-
-def per_call_us(fn, calls, rounds, sync):
-    """Best over rounds of the mean time per call; sync: the round ends when the GPU is done."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if sync:
-            torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    torch.cuda.synchronize()
-    return best
+from probe_host import per_call_us
 
 
 def gpu_us(fn, calls=20):

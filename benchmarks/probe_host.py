@@ -35,8 +35,9 @@ def _few_args_kernel(out_ptr, x_ptr, n, GDC: tl.constexpr):
     tl.store(out_ptr, tl.load(x_ptr) + n)
 
 
-def per_call_us(fn, calls, rounds):
-    """Best over rounds of the mean host time per call (synchronised between rounds)."""
+def per_call_us(fn, calls, rounds, sync=False):
+    """Best over rounds of the mean host time per call (synchronised between rounds); sync: a
+    round ends when the GPU is done (the larger of host and GPU time)."""
     for _ in range(50):
         fn()
     best = float("inf")
@@ -45,6 +46,8 @@ def per_call_us(fn, calls, rounds):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
+        if sync:
+            torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / calls * 1e6)
     torch.cuda.synchronize()
     return best
