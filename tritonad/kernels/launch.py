@@ -371,9 +371,10 @@ class KernelLaunch:
 FAST_LAUNCH = not INTERPRET and os.environ.get("TRITONAD_FAST_LAUNCH", "1") not in ("", "0")
 # Kernels that build tensor descriptors on the device (the TMA matmul, the window GEMM) need
 # global scratch at each launch: the lean launcher takes it from torch's caching allocator on
-# the launch's stream (raw_alloc / raw_delete, ~0.5 us) where Triton's launcher would call its
-# allocator (ensure_allocator's _scratch, ~2 us through torch.empty, after its own ~6 us).
-# Both hand the memory back as soon as the launch is queued: stream order makes that safe, and
+# the launch's stream (raw_alloc / raw_delete) where Triton's launcher would call its allocator
+# (ensure_allocator's _scratch, a torch.empty) from its Python wrapper (H100: an eager conv2
+# forward on the window GEMM took 36 us of host time a call this way, 45 through Triton's
+# launcher; benchmarks/probe_conv_host.py). Both hand the memory back as soon as the launch is queued: stream order makes that safe, and
 # under CUDA graph capture the memory is the graph's (torch's allocator serves capture streams
 # from the graph's pool). FAST_SCRATCH = False (read when a launch is bound) keeps such kernels
 # on Triton's launcher.
