@@ -59,6 +59,7 @@ MAGIC = b"TRITONAD"  # how files of format 1 start
 _LEGACY_PREAMBLE = struct.Struct("<8sIQI")  # magic, version, header length, header CRC-32
 _LEGACY_ALIGN = 64
 _LENGTH = struct.Struct("<Q")  # a safetensors file's header length
+_MAX_HEADER = 100_000_000  # the safetensors format's own bound on that length
 # tritonad dtype -> the little-endian numpy type of its stored bytes
 _STORED = {d.name: d.numpy.newbyteorder("<") for d in dtypes.ALL if d is not dtypes.bfloat16}
 _STORED["bfloat16"] = np.dtype("<i2")
@@ -261,6 +262,10 @@ def _read_safetensors(data: bytes, path):
         raise CheckpointError(f"{path} is not a checkpoint: neither a safetensors file (8-byte "
                               f"length, then a JSON header) nor one of tritonad's first format "
                               f"(it starts with {data[:8]!r})")
+    if header_len > _MAX_HEADER:
+        raise CheckpointError(f"{path} is not a checkpoint: its first 8 bytes give a header of "
+                              f"{header_len} bytes, more than a safetensors file allows "
+                              f"({_MAX_HEADER})")
     if len(data) < end:
         raise CheckpointError(f"{path} is truncated: the header needs {end} bytes, the file has "
                               f"{len(data)}")
@@ -390,6 +395,10 @@ def _read_legacy_header(data: bytes, path):
                               f"says it is format {version}; it is corrupt or from an unknown "
                               "tritonad")
     end = _LEGACY_PREAMBLE.size + header_len
+    if header_len > _MAX_HEADER:
+        raise CheckpointError(f"{path} is not a checkpoint: its first 8 bytes give a header of "
+                              f"{header_len} bytes, more than a safetensors file allows "
+                              f"({_MAX_HEADER})")
     if len(data) < end:
         raise CheckpointError(f"{path} is truncated: the header needs {end} bytes, the file has "
                               f"{len(data)}")
