@@ -174,32 +174,29 @@ def shift_space():
 def shift_main(args):
     """--shift: the flat-shift weight gradient (conv.FLAT_SHIFT) config by config against the
     implicit-GEMM weight gradient (its first plan: "previous"), the flat-shift kernel without
-    TMA ("ptr") and with the split count rounded up as before ("ceil"), and cuDNN, with each
-    result's error against cuDNN's."""
+    TMA ("ptr") and with tiles whose columns span several taps at any channel count ("taps";
+    conv.SHIFT_TAPS_BELOW), and cuDNN, with each result's error against cuDNN's."""
     from tritonad.kernels import conv
 
-    layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
-    default_menu = dict(conv.SHIFT_WGRAD_MENU)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    items = []  # (layer, precision, direction, config or "previous" / "ptr" / "ceil")
+    layers = args.layers.split(",") if args.layers else list(LAYERS)
+    default_menu, default_below = dict(conv.SHIFT_WGRAD_MENU), conv.SHIFT_TAPS_BELOW
+    items = []  # (layer, precision, direction, config or "previous" / "ptr" / "taps")
     for layer in layers:
         for precision in args.precisions.split(","):
-            items += [(layer, precision, "dw", v) for v in ("previous", "ptr", "ceil")]
+            items += [(layer, precision, "dw", v) for v in ("previous", "ptr", "taps")]
             items += [(layer, precision, "dw", cfg) for cfg in shift_space()[_KINDS[precision]]]
 
     def setup(layer, precision, cfg):
         conv.FLAT_SHIFT = cfg != "previous"
         conv.SHIFT_TMA = cfg != "ptr"
+        conv.SHIFT_TAPS_BELOW = 1 << 30 if cfg == "taps" else default_below
+        conv.WINDOW_WGRAD = False
         conv.SHIFT_WGRAD_MENU = default_menu
         conv.DW_SPLIT = None
         if isinstance(cfg, tuple):
             conv.SHIFT_WGRAD_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
-        if cfg == "ceil":
-            (n, c, h, w), co, k, _ = LAYERS[layer]
-            tiles = -(-co // conv._block(co)) * k * k * -(-c // conv._block(c))
-            conv.DW_SPLIT = max(1, min(-(-2 * sms // tiles), n * h * w // 256))
 
-    _config_sweep(args, "shift", items, setup, ("previous", "ptr", "ceil"))
+    _config_sweep(args, "shift", items, setup, ("previous", "ptr", "taps"))
 
 
 def window_space():
@@ -444,8 +441,8 @@ def main(argv=None):
     if args.wgrad or args.table or args.shift or args.window:
         from tritonad.kernels import conv
         knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
-                 "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
-                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_WGRAD",
+                 "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_TAPS_BELOW",
+                 "SHIFT_MIN_CHANNELS", "SHIFT_WGRAD_MENU", "WINDOW_GEMM", "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_WGRAD",
                  "WINDOW_WGRAD_MENU")
         defaults = {name: getattr(conv, name) for name in knobs}
         if args.wgrad:

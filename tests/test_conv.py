@@ -608,21 +608,26 @@ def _launched(monkeypatch):
 
 # (N, C, H, W, Co, k, splits): odd planes, channel counts that are not a tile multiple (the
 # tile's rows past C read the next image's channels), several channel tiles, a plane smaller
-# than one pixel step, 1x1 / 3x3 / 5x5 kernels, split-K
+# than one pixel step, 1x1 / 3x3 / 5x5 kernels, split-K; tiles whose columns span several taps
+# (C below a tile: 16, 20, 1 channels) and tiles of one tap each (C = 128, and the 1x1 kernel)
 _SHIFT_GEOMETRIES = [(2, 16, 5, 7, 24, 3, None), (3, 20, 6, 6, 40, 5, 3),
-                     (2, 16, 4, 9, 136, 1, 2), (1, 16, 3, 3, 8, 3, None)]
+                     (2, 16, 4, 9, 136, 1, 2), (1, 16, 3, 3, 8, 3, None),
+                     (1, 128, 3, 4, 8, 3, None), (2, 1, 7, 6, 12, 5, 3)]
 
 
 @pytest.mark.parametrize("geometry", _SHIFT_GEOMETRIES)
 @pytest.mark.parametrize("dtype, precision", [(td.float32, "highest"), (td.float32, "high"),
                                               (td.bfloat16, "high")])
-def test_flat_shift_weight_grad(geometry, dtype, precision, monkeypatch):
+@pytest.mark.parametrize("taps_below", [16, 1 << 30], ids=["tiles-by-channels", "tiles-by-taps"])
+def test_flat_shift_weight_grad(geometry, dtype, precision, taps_below, monkeypatch):
     """The flat-shift weight gradient (and its fused bias gradient) against float64 torch and
     against the implicit-GEMM kernel it replaces at stride-1 "same" convolutions; at float32
-    accuracy through its pre-split 3xTF32 form."""
+    accuracy through its pre-split 3xTF32 form; with tiles of one tap's channels and with
+    tiles whose columns span taps (conv.SHIFT_TAPS_BELOW: few channels, at any count here)."""
     n, c, h, w_, co, k, splits = geometry
     monkeypatch.setattr(conv, "DW_SPLIT", splits)
     monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
+    monkeypatch.setattr(conv, "SHIFT_TAPS_BELOW", taps_below)
     x = random_array((n, c, h, w_), dtype, low=-1, high=1, seed=1)
     w = random_array((co, c, k, k), dtype, low=-1, high=1, seed=2)
     dy = random_array((n, co, h, w_), dtype, low=-1, high=1, seed=3)
@@ -654,9 +659,9 @@ def test_flat_shift_weight_grad(geometry, dtype, precision, monkeypatch):
 
 
 def test_flat_shift_only_where_a_tap_is_a_flat_shift():
-    """_flat_shift takes stride-1, undilated, same-size, single-group convolutions of at least
-    CHANNEL_INNER_MIN input channels over contiguous arrays; everything else keeps the
-    implicit-GEMM weight gradient."""
+    """_flat_shift takes stride-1, undilated, same-size, single-group convolutions over
+    contiguous arrays, of any channel count (few channels: tiles spanning taps); everything
+    else keeps the implicit-GEMM weight gradient."""
     def takes(xs, ws, stride=1, padding=1, dilation=1, groups=1, dy_view=False):
         g = conv._Geometry("t", xs, ws, stride, padding, dilation, groups)
         x = random_array(xs)
@@ -672,7 +677,8 @@ def test_flat_shift_only_where_a_tap_is_a_flat_shift():
     assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dilation=2, padding=2)
     assert not takes((2, 16, 6, 6), (8, 16, 3, 3), padding=0)       # "valid": the plane shrinks
     assert not takes((2, 16, 6, 6), (8, 8, 3, 3), groups=2)
-    assert not takes((2, 8, 6, 6), (8, 8, 3, 3))                    # few channels: flat (c, i, j)
+    assert takes((2, 8, 6, 6), (8, 8, 3, 3))                        # few channels
+    assert takes((2, 1, 6, 6), (8, 1, 5, 5), padding=2)             # one (MNIST conv1)
     assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dy_view=True)    # not contiguous
 
 
@@ -1066,7 +1072,9 @@ def test_gpu_conv_half_precision(algo, dtype):
 @pytest.mark.parametrize("shape", [
     ((8, 48, 16, 16), (80, 48, 3, 3)),      # channel counts that are not a tile multiple
     ((16, 128, 28, 28), (128, 128, 3, 3)),  # a 128x128 tile (8 warps), split-K
-    ((100, 32, 14, 14), (64, 32, 5, 5)),    # MNIST conv2
+    ((100, 32, 14, 14), (64, 32, 5, 5)),    # MNIST conv2 (tiles of four taps)
+    ((100, 1, 28, 28), (32, 1, 5, 5)),      # MNIST conv1 (all 25 taps in one tile)
+    ((8, 64, 20, 20), (64, 64, 3, 3)),      # tiles of two taps
 ])
 @pytest.mark.parametrize("dtype, precision", [(torch.float32, "highest"),
                                               (torch.float32, "high"),

@@ -77,6 +77,8 @@ CHANNELS_LAST = False    # channel-inner implicit GEMM: gathered source copied t
 DW_PRESPLIT = True       # 3xTF32 weight gradient: operands split into TF32 head + tail first
 FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight gradient
 SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
+SHIFT_TAPS_BELOW = 16    # ... a tile's columns span several taps below this many channels
+SHIFT_MIN_CHANNELS = 1   # ... from this many input channels
 WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
 WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
@@ -351,37 +353,75 @@ def _flat_tile(ptr, row, col, keep, ROWS, COLS, BR: tl.constexpr, BC: tl.constex
 _SHIFT_SIZES = ["N_IMG", "H", "W"]
 
 
+@triton.jit
+def _shifted_taps_tile(ptr, row0, pix0, shift, dq, C_IN, HW, W, col_ok,
+                       BR: tl.constexpr, BC: tl.constexpr):
+    """The [BR, BC] tile of x [N*C, HW] whose row r is channel row0 + r's row of the (image,
+    channel) matrix at pixels pix0 + shift[r] + k (shift and dq, the tap's column offset, per
+    row: rows of several taps), zero where that pixel leaves the plane, wraps into the next row
+    (q + dq outside [0, W)) or where pix0 + k is past the plane (dy's zeros there)."""
+    pix = pix0 + tl.arange(0, BC)
+    q = pix % W
+    src = pix[None, :] + shift[:, None]
+    qs = q[None, :] + dq[:, None]
+    ok = col_ok[:, None] & (pix < HW)[None, :] & (src >= 0) & (src < HW) & (qs >= 0) & (qs < W)
+    return tl.load(ptr + row0.to(tl.int64)[:, None] * HW + src, mask=ok, other=0.0)
+
+
+_SHIFT_SIZES = ["N_IMG", "H", "W"]
+
+
 @triton.jit(do_not_specialize=_SHIFT_SIZES)
 def _shift_wgrad_kernel(
         dy_ptr, x_ptr, dw_ptr, db_ptr,
         N_IMG, C_OUT, C_IN, H, W, KH, KW, PH, PW,
         stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_bs, stride_bo, lo_dy, lo_x,
         HAS_BIAS_GRAD: tl.constexpr, PRESPLIT: tl.constexpr, USE_TMA: tl.constexpr,
-        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        ONE_TAP: tl.constexpr, INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] *
     # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested in x's load mask); db[s, o] = the same
-    # pixels' sum of dy (programs of the first column tile). dy [N, Co, H*W] and x [N, C, H*W] contiguous. One program: a
-    # [BLOCK_M out channels, BLOCK_N channels of one tap (i, j)] tile of split s, the pixels
-    # (the GEMM's K) in steps of BLOCK_K within one image; split s takes an even share of the
-    # (image, step) units. Both operands are K-major. Rows of a tile past the channel count
-    # read the next image's channels: they only reach rows and columns never stored.
+    # pixels' sum of dy (programs of the first column tile). dy [N, Co, H*W] and x [N, C, H*W]
+    # contiguous. One program: a [BLOCK_M out channels, BLOCK_N columns] tile of split s, the
+    # columns a block of the flat (tap, channel) axis of length KH*KW*C, the pixels (the GEMM's
+    # K) in steps of BLOCK_K within one image; split s takes an even share of the (image, step)
+    # units. Both operands are K-major. ONE_TAP: a tile's columns are channels of one tap, so
+    # x's tile is one shifted rectangle with a per-pixel mask; else (few channels: MNIST's
+    # conv1 has one) a tile spans several taps, each row shifted by its own tap with a
+    # per-element mask, and one dy tile serves them all. Rows of a one-tap tile past the
+    # channel count read the next image's channels: they only reach columns never stored.
     # PRESPLIT: dy and x are TF32 heads with tails lo_dy / lo_x elements on (_split_tf32), three
     # TF32 products per step as _conv_wgrad_kernel.
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    ch_blocks = tl.cdiv(C_IN, BLOCK_N)
-    tiles_n = KH * KW * ch_blocks
+    COLS = KH * KW * C_IN
+    if ONE_TAP:
+        ch_blocks = tl.cdiv(C_IN, BLOCK_N)
+        tiles_n = KH * KW * ch_blocks
+    else:
+        tiles_n = tl.cdiv(COLS, BLOCK_N)
     pid_m = pid // tiles_n
     pid_n = pid - pid_m * tiles_n
-    tap = pid_n // ch_blocks
-    i = tap // KW
-    j = tap - i * KW
     o0 = pid_m * BLOCK_M
-    c0 = (pid_n - tap * ch_blocks) * BLOCK_N
+    if ONE_TAP:
+        tap = pid_n // ch_blocks
+        i = tap // KW
+        j = tap - i * KW
+        c0 = (pid_n - tap * ch_blocks) * BLOCK_N
+        ch = c0 + tl.arange(0, BLOCK_N)
+        col_ok = ch < C_IN
+        shift = (i - PH) * W + (j - PW)
+        dw_ = j - PW
+    else:
+        col = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = col < COLS
+        tap = col // C_IN
+        ch = col - tap * C_IN
+        i = tap // KW
+        j = tap - i * KW
+        shifts = (i - PH) * W + (j - PW)
+        dqs = j - PW
     HW = H * W
-    shift = (i - PH) * W + (j - PW)
-    dw_ = j - PW
     if USE_TMA:
         dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[N_IMG * C_OUT, HW], strides=[HW, 1],
                                             block_shape=[BLOCK_M, BLOCK_K])
@@ -400,23 +440,31 @@ def _shift_wgrad_kernel(
     for u in range(u_lo, u_hi):
         n = u // blocks
         pix0 = (u - n * blocks) * BLOCK_K
-        q = (pix0 + offs_k) % W
-        keep = (q + dw_ >= 0) & (q + dw_ < W)
         row_a = n * C_OUT + o0
-        row_b = n * C_IN + c0
         if USE_TMA:
             a = dy_desc.load([row_a, pix0])
         else:
             a = _flat_tile(dy_ptr, row_a, pix0, True, N_IMG * C_OUT, HW, BLOCK_M, BLOCK_K)
-        b = _flat_tile(x_ptr, row_b, pix0 + shift, keep, N_IMG * C_IN, HW, BLOCK_N, BLOCK_K)
+        if ONE_TAP:
+            q = (pix0 + offs_k) % W
+            keep = (q + dw_ >= 0) & (q + dw_ < W) & (pix0 + offs_k < HW)
+            b = _flat_tile(x_ptr, n * C_IN + c0, pix0 + shift, keep, N_IMG * C_IN, HW,
+                           BLOCK_N, BLOCK_K)
+        else:
+            b = _shifted_taps_tile(x_ptr, n * C_IN + ch, pix0, shifts, dqs, C_IN, HW, W, col_ok,
+                                   BLOCK_N, BLOCK_K)
         if PRESPLIT:
             if USE_TMA:
                 a_lo = dy_lo_desc.load([row_a, pix0])
             else:
                 a_lo = _flat_tile(dy_ptr + lo_dy, row_a, pix0, True, N_IMG * C_OUT, HW,
                                   BLOCK_M, BLOCK_K)
-            b_lo = _flat_tile(x_ptr + lo_x, row_b, pix0 + shift, keep, N_IMG * C_IN, HW,
-                              BLOCK_N, BLOCK_K)
+            if ONE_TAP:
+                b_lo = _flat_tile(x_ptr + lo_x, n * C_IN + c0, pix0 + shift, keep, N_IMG * C_IN,
+                                  HW, BLOCK_N, BLOCK_K)
+            else:
+                b_lo = _shifted_taps_tile(x_ptr + lo_x, n * C_IN + ch, pix0, shifts, dqs, C_IN,
+                                          HW, W, col_ok, BLOCK_N, BLOCK_K)
             if HAS_BIAS_GRAD:
                 db_acc += a + a_lo  # head + tail = dy exactly
             # NOTE: as _conv_wgrad_kernel, a step's products start from zero and join acc by a
@@ -434,11 +482,10 @@ def _shift_wgrad_kernel(
             acc = tl.dot(a, b.T, acc=acc, input_precision=INPUT_PRECISION)
 
     offs_m = o0 + tl.arange(0, BLOCK_M)
-    ch = c0 + tl.arange(0, BLOCK_N)
     m_ok = offs_m < C_OUT
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
-    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & (ch < C_IN)[None, :])
+    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
     if HAS_BIAS_GRAD:
         tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
                  tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
@@ -1138,11 +1185,11 @@ def _window_gemm(src, w, bias, out, g, transposed, relu):
 def _flat_shift(g, dy, x):
     """(use _shift_wgrad_kernel?, load dy through TMA?) for the weight gradient of convolution
     g: stride 1, no dilation, output plane = input plane, one group of at least
-    CHANNEL_INNER_MIN input channels, contiguous dy and x. On a GPU only where TMA can read dy
+    SHIFT_MIN_CHANNELS input channels, contiguous dy and x. On a GPU only where TMA can read dy
     (Hopper: compute capability 9+, 16-byte aligned arrays and planes): the pointer-load form
     is slower there than _conv_wgrad_kernel. The interpreter runs the pointer-load form."""
     if not (FLAT_SHIFT and g.groups == 1 and (g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1) and
-            (g.oh, g.ow) == (g.h, g.w) and g.c >= CHANNEL_INNER_MIN and
+            (g.oh, g.ow) == (g.h, g.w) and g.c >= SHIFT_MIN_CHANNELS and
             dy.is_contiguous() and x.is_contiguous()):
         return False, False
     if INTERPRET:
@@ -1222,11 +1269,16 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     k_total = c * g.kh * g.kw
     window = _window_wgrad(g, dy, x)
     shift, use_tma = (False, False) if window else _flat_shift(g, dy, x)
-    channel_inner = c >= CHANNEL_INNER_MIN  # (always where shift or window)
+    channel_inner = c >= CHANNEL_INNER_MIN  # (always where window)
     block_m = _block(co)
-    block_n = _block(c) if channel_inner else _block(k_total)
-    tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if channel_inner
-                                 else cdiv(k_total, block_n))
+    # the flat shift's tiles: columns of one tap where C fills a tile's worth (tiles spanning
+    # taps, with a shift and a wrap test per row, measured 1.2-1.3x slower at 32 and 64
+    # channels, H100); of several where C is small (MNIST conv1: 2.2x faster than the implicit
+    # kernel, all 25 taps in one tile)
+    spans = shift and c < SHIFT_TAPS_BELOW
+    block_n = _block(k_total) if spans or not channel_inner else _block(c)
+    tiles = cdiv(co, block_m) * (cdiv(k_total, block_n) if spans or not channel_inner
+                                 else g.kh * g.kw * cdiv(c, block_n))
     pixels = g.n * g.oh * g.ow
     splits = _wgrad_splits(tiles, pixels, dy.device)
     if splits == 1:
@@ -1258,14 +1310,14 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     elif shift:
         key = (f"shiftw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
                f"{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}:"
-               f"{'tma' if use_tma else 'ptr'}")
+               f"{'tma' if use_tma else 'ptr'}:cols{block_n}")
         _run_tuned(_shift_wgrad_kernel, _shift_wgrad_configs(block_m, block_n, kind), key,
                    lambda meta: (tiles, splits), (
             dy, x, part, dpart if dpart is not None else part,
             g.n, co, c, g.h, g.w, g.kh, g.kw, g.ph, g.pw, *part.stride(),
             *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x),
             dict(HAS_BIAS_GRAD=db is not None, PRESPLIT=presplit, USE_TMA=use_tma,
-                 INPUT_PRECISION="tf32" if presplit else precision,
+                 ONE_TAP=not spans, INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     else:
         key = (f"wgrad:{g.n}x{co}x{c}:{g.h}x{g.w}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:s{g.sh}:"
@@ -1424,8 +1476,8 @@ def _flat_pixels(t):
 
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
-        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, WINDOW_GEMM, \
-        WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, WINDOW_WGRAD
+        PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, SHIFT_TAPS_BELOW, \
+        SHIFT_MIN_CHANNELS, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, WINDOW_WGRAD
 
 
 @planned(settings=_settings, arrays=3)
