@@ -174,29 +174,34 @@ def shift_space():
 def shift_main(args):
     """--shift: the flat-shift weight gradient (conv.FLAT_SHIFT) config by config against the
     implicit-GEMM weight gradient (its first plan: "previous"), the flat-shift kernel without
-    TMA ("ptr") and with tiles whose columns span several taps at any channel count ("taps";
-    conv.SHIFT_TAPS_BELOW), and cuDNN, with each result's error against cuDNN's."""
+    TMA ("ptr"), with tiles whose columns span several taps at any channel count ("taps";
+    conv.SHIFT_TAPS_BELOW), with x's tiles as masked loads instead of TMA rectangles of the
+    shifted planes ("masked"; conv.SHIFT_PLANES), and cuDNN, with each result's error against
+    cuDNN's."""
     from tritonad.kernels import conv
 
     layers = args.layers.split(",") if args.layers else list(LAYERS)
     default_menu, default_below = dict(conv.SHIFT_WGRAD_MENU), conv.SHIFT_TAPS_BELOW
-    items = []  # (layer, precision, direction, config or "previous" / "ptr" / "taps")
+    variants = ("previous", "ptr", "taps", "masked")
+    items = []  # (layer, precision, direction, config or one of the variants)
     for layer in layers:
         for precision in args.precisions.split(","):
-            items += [(layer, precision, "dw", v) for v in ("previous", "ptr", "taps")]
+            items += [(layer, precision, "dw", v) for v in variants]
             items += [(layer, precision, "dw", cfg) for cfg in shift_space()[_KINDS[precision]]]
 
     def setup(layer, precision, cfg):
         conv.FLAT_SHIFT = cfg != "previous"
         conv.SHIFT_TMA = cfg != "ptr"
         conv.SHIFT_TAPS_BELOW = 1 << 30 if cfg == "taps" else default_below
+        conv.SHIFT_PLANES = cfg != "masked"  # (the configs: planes wherever they fit)
+        conv.SHIFT_PLANES_MAX_PIXELS, conv.SHIFT_PLANES_MIN_CHANNELS = 1 << 30, 0
         conv.WINDOW_WGRAD = False
         conv.SHIFT_WGRAD_MENU = default_menu
         conv.DW_SPLIT = None
         if isinstance(cfg, tuple):
             conv.SHIFT_WGRAD_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
 
-    _config_sweep(args, "shift", items, setup, ("previous", "ptr", "taps"))
+    _config_sweep(args, "shift", items, setup, variants)
 
 
 def window_space():
@@ -442,7 +447,9 @@ def main(argv=None):
         from tritonad.kernels import conv
         knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
                  "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_TAPS_BELOW",
-                 "SHIFT_MIN_CHANNELS", "SHIFT_WGRAD_MENU", "WINDOW_GEMM", "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_WGRAD",
+                 "SHIFT_MIN_CHANNELS", "SHIFT_PLANES", "SHIFT_PLANES_MAX_PIXELS",
+                 "SHIFT_PLANES_MIN_CHANNELS", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
+                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_WGRAD",
                  "WINDOW_WGRAD_MENU")
         defaults = {name: getattr(conv, name) for name in knobs}
         if args.wgrad:

@@ -658,6 +658,64 @@ def test_flat_shift_weight_grad(geometry, dtype, precision, taps_below, monkeypa
                      atol=tol * float(bs.grad.abs().max()))
 
 
+@pytest.mark.parametrize("geometry", _SHIFT_GEOMETRIES)
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeypatch):
+    """The flat-shift weight gradient with every tile a TMA rectangle (as on Hopper): x as one
+    zero-padded plane per kernel column (_shifted_planes; odd widths take a wider pitch, and
+    dy with them), against float64 torch; at float32 accuracy the planes carry TF32 heads and
+    tails. Also the planes themselves against a numpy construction."""
+    n, c, h, w_, co, k, splits = geometry
+    monkeypatch.setattr(conv, "DW_SPLIT", splits)
+    monkeypatch.setattr(conv, "SHIFT_TAPS_BELOW", 0)  # (planes: tiles of one tap)
+    monkeypatch.setattr(conv, "SHIFT_PLANES_MIN_CHANNELS", 0)  # (TF32: a rule for speed)
+    real_shift = conv._flat_shift
+    monkeypatch.setattr(conv, "_flat_shift", lambda g, dy, x: (real_shift(g, dy, x)[0], True))
+    seen = []
+    real_run = conv.run
+
+    def spy(kernel, grid, *args, **meta):
+        seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__,
+                     meta.get("X_TMA")))
+        return real_run(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(conv, "run", spy)
+    x = random_array((n, c, h, w_), td.float32, low=-1, high=1, seed=1)
+    w = random_array((co, c, k, k), td.float32, low=-1, high=1, seed=2)
+    dy = random_array((n, co, h, w_), td.float32, low=-1, high=1, seed=3)
+    args = ((1, 1), (k // 2, k // 2), (1, 1))
+    td.set_conv_precision(precision)
+    try:
+        _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+    finally:
+        td.set_conv_precision("high")
+    assert ("_shift_wgrad_kernel", True) in seen
+    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
+                   for t in (x, w, dy))
+    bs = torch.zeros(co, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
+    tol = 1e-5 if precision == "highest" else 1e-2
+    assert_close(to_numpy(dw).astype(np.float64), ws.grad.numpy(), rtol=tol,
+                 atol=tol * float(ws.grad.abs().max()))
+    assert_close(to_numpy(db).astype(np.float64), bs.grad.numpy(), rtol=tol,
+                 atol=tol * float(bs.grad.abs().max()))
+
+    # the planes: plane j holds x shifted left by j - pad, pad zero rows on top, zero past W
+    pad, wp, hp = k // 2, -(-w_ // 4) * 4, h + k - 1
+    xv = x[:, :, :, 1:] if w_ > 1 else x  # (a view: any strides)
+    xn = to_numpy(xv)
+    planes, lo = conv._shifted_planes(xv, k, pad, pad, hp, wp, split=True)
+    want = np.zeros((k, n * c, hp, wp), np.float32)
+    for j in range(k):
+        for q in range(min(wp, xn.shape[3])):
+            if 0 <= q + j - pad < xn.shape[3]:
+                want[j, :, pad:pad + h, q] = xn[:, :, :, q + j - pad].reshape(n * c, h)
+    got = to_numpy(planes)
+    assert lo == want.size and got.shape == (2,) + want.shape
+    assert np.array_equal(got[0] + got[1], want)  # head + tail, exactly
+    assert np.array_equal(got[0].view(np.uint32) & 0x1FFF, np.zeros(want.shape, np.uint32))
+
+
 def test_flat_shift_only_where_a_tap_is_a_flat_shift():
     """_flat_shift takes stride-1, undilated, same-size, single-group convolutions over
     contiguous arrays, of any channel count (few channels: tiles spanning taps); everything

@@ -79,6 +79,10 @@ FLAT_SHIFT = True        # stride-1 "same" convolutions: the flat-shift weight g
 SHIFT_TMA = True         # flat-shift weight gradient: dy through TMA (Hopper)
 SHIFT_TAPS_BELOW = 16    # ... a tile's columns span several taps below this many channels
 SHIFT_MIN_CHANNELS = 1   # ... from this many input channels
+SHIFT_PLANES = True      # ... float32: x read as one shifted plane per kernel column, via TMA
+SHIFT_PLANES_MAX_PIXELS = 256     # ... for planes of at most this many pixels
+SHIFT_PLANES_MIN_CHANNELS = 128   # ... and this many channels (any at float32 accuracy)
+SHIFT_PLANES_MAX_BYTES = 1 << 30  # ... taking at most this much memory
 WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
 WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
@@ -374,10 +378,11 @@ _SHIFT_SIZES = ["N_IMG", "H", "W"]
 @triton.jit(do_not_specialize=_SHIFT_SIZES)
 def _shift_wgrad_kernel(
         dy_ptr, x_ptr, dw_ptr, db_ptr,
-        N_IMG, C_OUT, C_IN, H, W, KH, KW, PH, PW,
+        N_IMG, C_OUT, C_IN, H, W, KH, KW, PH, PW, WP, HP,
         stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_bs, stride_bo, lo_dy, lo_x,
         HAS_BIAS_GRAD: tl.constexpr, PRESPLIT: tl.constexpr, USE_TMA: tl.constexpr,
-        ONE_TAP: tl.constexpr, INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+        ONE_TAP: tl.constexpr, X_TMA: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+        DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] *
     # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested in x's load mask); db[s, o] = the same
@@ -390,6 +395,11 @@ def _shift_wgrad_kernel(
     # conv1 has one) a tile spans several taps, each row shifted by its own tap with a
     # per-element mask, and one dy tile serves them all. Rows of a one-tap tile past the
     # channel count read the next image's channels: they only reach columns never stored.
+    # X_TMA (one-tap tiles, with USE_TMA): x comes as KW planes shifted by each kernel column
+    # (_shifted_planes: [KW, N*C, HP, WP], zero where the shift leaves a row, PH zero rows above,
+    # pitch WP), and dy on the same pitch ([N*Co, H*WP]), so that tap (i, j) of the pixels
+    # p = h*WP + q is row (j*N + n)*C + c at p + i*WP: one TMA rectangle at a 16-byte aligned
+    # column, no mask (the zeros are in memory). Without X_TMA, WP = W.
     # PRESPLIT: dy and x are TF32 heads with tails lo_dy / lo_x elements on (_split_tf32), three
     # TF32 products per step as _conv_wgrad_kernel.
     pid = tl.program_id(0)
@@ -421,7 +431,7 @@ def _shift_wgrad_kernel(
         j = tap - i * KW
         shifts = (i - PH) * W + (j - PW)
         dqs = j - PW
-    HW = H * W
+    HW = H * WP  # dy's plane
     if USE_TMA:
         dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[N_IMG * C_OUT, HW], strides=[HW, 1],
                                             block_shape=[BLOCK_M, BLOCK_K])
@@ -429,6 +439,13 @@ def _shift_wgrad_kernel(
             dy_lo_desc = tl.make_tensor_descriptor(dy_ptr + lo_dy, shape=[N_IMG * C_OUT, HW],
                                                    strides=[HW, 1],
                                                    block_shape=[BLOCK_M, BLOCK_K])
+    if X_TMA:
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[KW * N_IMG * C_IN, HP * WP],
+                                           strides=[HP * WP, 1], block_shape=[BLOCK_N, BLOCK_K])
+        if PRESPLIT:
+            x_lo_desc = tl.make_tensor_descriptor(x_ptr + lo_x, shape=[KW * N_IMG * C_IN, HP * WP],
+                                                  strides=[HP * WP, 1],
+                                                  block_shape=[BLOCK_N, BLOCK_K])
     blocks = tl.cdiv(HW, BLOCK_K)
     units = N_IMG * blocks
     share = tl.cdiv(units, tl.num_programs(1))
@@ -445,7 +462,9 @@ def _shift_wgrad_kernel(
             a = dy_desc.load([row_a, pix0])
         else:
             a = _flat_tile(dy_ptr, row_a, pix0, True, N_IMG * C_OUT, HW, BLOCK_M, BLOCK_K)
-        if ONE_TAP:
+        if X_TMA:
+            b = x_desc.load([(j * N_IMG + n) * C_IN + c0, pix0 + i * WP])
+        elif ONE_TAP:
             q = (pix0 + offs_k) % W
             keep = (q + dw_ >= 0) & (q + dw_ < W) & (pix0 + offs_k < HW)
             b = _flat_tile(x_ptr, n * C_IN + c0, pix0 + shift, keep, N_IMG * C_IN, HW,
@@ -459,7 +478,9 @@ def _shift_wgrad_kernel(
             else:
                 a_lo = _flat_tile(dy_ptr + lo_dy, row_a, pix0, True, N_IMG * C_OUT, HW,
                                   BLOCK_M, BLOCK_K)
-            if ONE_TAP:
+            if X_TMA:
+                b_lo = x_lo_desc.load([(j * N_IMG + n) * C_IN + c0, pix0 + i * WP])
+            elif ONE_TAP:
                 b_lo = _flat_tile(x_ptr + lo_x, n * C_IN + c0, pix0 + shift, keep, N_IMG * C_IN,
                                   HW, BLOCK_N, BLOCK_K)
             else:
@@ -675,6 +696,36 @@ def _channels_last_kernel(src_ptr, out_ptr, C, H, W, CP, HP, WP, TOP, LEFT, lo,
                 (ch * stride_sc)[None, :], mask=ok & inside[:, None] & (ch < C)[None, :],
                 other=0.0)
     dst = out_ptr + n * HP * WP * CP + (pix * CP)[:, None] + ch[None, :]
+    if SPLIT:
+        head = _tf32_head(v)
+        tl.store(dst, head, mask=ok)
+        tl.store(dst + lo, v - head, mask=ok)
+    else:
+        tl.store(dst, v, mask=ok)
+
+
+@triton.jit
+def _shifted_planes_kernel(src_ptr, out_ptr, ROWS, NC, C, H, W, HP, WP, TOP, LEFT, lo,
+                           stride_sn, stride_sc, stride_sh, stride_sw,
+                           SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    # out[j, n*C + c, r, q] = src[n, c, r - TOP, q + j - LEFT] where that is inside src and
+    # q < W, zero elsewhere: src [N, C, H, W] (any strides) to contiguous [KW, N*C, HP, WP]
+    # planes, one per kernel column j (ROWS = KW*N*C*HP rows of WP). SPLIT (float32): TF32
+    # heads, and their tails lo elements further on (_tf32_head).
+    # One program: BLOCK_R rows of BLOCK_W >= WP columns.
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    q = tl.arange(0, BLOCK_W)
+    plane = rows // HP
+    h = rows - plane * HP - TOP
+    j = plane // NC
+    nc = plane - j * NC
+    n = nc // C
+    w = q[None, :] + (j - LEFT)[:, None]
+    ok = (rows < ROWS)[:, None] & (q < WP)[None, :]
+    inside = ok & ((h >= 0) & (h < H))[:, None] & (q < W)[None, :] & (w >= 0) & (w < W)
+    v = tl.load(src_ptr + (n.to(tl.int64) * stride_sn + (nc - n * C) * stride_sc +
+                           h * stride_sh)[:, None] + w * stride_sw, mask=inside, other=0.0)
+    dst = out_ptr + rows.to(tl.int64)[:, None] * WP + q[None, :]
     if SPLIT:
         head = _tf32_head(v)
         tl.store(dst, head, mask=ok)
@@ -1276,9 +1327,10 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     # channels, H100); of several where C is small (MNIST conv1: 2.2x faster than the implicit
     # kernel, all 25 taps in one tile)
     spans = shift and c < SHIFT_TAPS_BELOW
-    block_n = _block(k_total) if spans or not channel_inner else _block(c)
-    tiles = cdiv(co, block_m) * (cdiv(k_total, block_n) if spans or not channel_inner
-                                 else g.kh * g.kw * cdiv(c, block_n))
+    by_tap = not spans if shift else channel_inner  # (else columns of the flat (c, i, j))
+    block_n = _block(c) if by_tap else _block(k_total)
+    tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if by_tap
+                                 else cdiv(k_total, block_n))
     pixels = g.n * g.oh * g.ow
     splits = _wgrad_splits(tiles, pixels, dy.device)
     if splits == 1:
@@ -1292,7 +1344,14 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     kind = _menu_kind(precision, x.dtype)
     presplit = precision == "tf32x3" and DW_PRESPLIT
     lo_dy = lo_x = 0
-    if presplit:  # heads and tails: one memory-bound pass over each operand
+    planes = use_tma and not spans and _use_shifted_planes(g, x, presplit)
+    wp, hp = g.w, g.h
+    if planes:  # x as KW shifted planes of pitch wp (and dy on that pitch): every tile TMA
+        wp, hp = _round_up(g.w, 4), g.h + g.kh - 1
+        x, lo_x = _shifted_planes(x, g.kw, g.ph, g.pw, hp, wp, presplit)
+        if wp != g.w or presplit:
+            dy, lo_dy = _shifted_planes(dy, 1, 0, 0, g.h, wp, presplit)
+    elif presplit:  # heads and tails: one memory-bound pass over each operand
         dy, lo_dy = _split_tf32(dy), dy.numel()
         x, lo_x = _split_tf32(x), x.numel()
     if window:
@@ -1310,14 +1369,14 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     elif shift:
         key = (f"shiftw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
                f"{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}:"
-               f"{'tma' if use_tma else 'ptr'}:cols{block_n}")
+               f"{'tma' if use_tma else 'ptr'}{'-planes' if planes else ''}:cols{block_n}")
         _run_tuned(_shift_wgrad_kernel, _shift_wgrad_configs(block_m, block_n, kind), key,
                    lambda meta: (tiles, splits), (
             dy, x, part, dpart if dpart is not None else part,
-            g.n, co, c, g.h, g.w, g.kh, g.kw, g.ph, g.pw, *part.stride(),
+            g.n, co, c, g.h, g.w, g.kh, g.kw, g.ph, g.pw, wp, hp, *part.stride(),
             *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x),
             dict(HAS_BIAS_GRAD=db is not None, PRESPLIT=presplit, USE_TMA=use_tma,
-                 ONE_TAP=not spans, INPUT_PRECISION="tf32" if presplit else precision,
+                 ONE_TAP=not spans, X_TMA=planes, INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     else:
         key = (f"wgrad:{g.n}x{co}x{c}:{g.h}x{g.w}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:s{g.sh}:"
@@ -1340,6 +1399,40 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
     else:
         _sum_splits(part.view(splits, co, k_total), dw.view(co, k_total))
         _sum_splits(dpart.view(splits, 1, co), db.view(1, co))
+
+
+def _use_shifted_planes(g, x, presplit):
+    """Whether the flat-shift weight gradient (one-tap tiles, dy through TMA) reads x as
+    shifted planes (_shifted_planes): SHIFT_PLANES, float32 (half types take the window form),
+    planes of at most SHIFT_PLANES_MAX_PIXELS, 3xTF32 or at least SHIFT_PLANES_MIN_CHANNELS
+    channels, the planes' memory at most SHIFT_PLANES_MAX_BYTES.
+
+    The rule is the H100 sweep's (benchmarks/sweep_conv.py --shift, 2026-11-24; ms, masked
+    loads -> planes): 14x14 k3 at 256 channels 0.614 -> 0.553 (TF32), 1.356 -> 1.052
+    (3xTF32); MNIST conv2 3xTF32 0.110 -> 0.098, TF32 0.061 -> 0.064 (32 channels: x's tile
+    is the small one); 28x28 and 56x56 TF32 0.50 -> 0.74 and 0.67 -> 1.20: kw copies of a
+    large plane cost more than the masks they save."""
+    size = g.kw * g.n * g.c * (g.h + g.kh - 1) * _round_up(g.w, 4) * 4 * (1 + int(presplit))
+    return SHIFT_PLANES and x.dtype == torch.float32 and \
+        (presplit or g.c >= SHIFT_PLANES_MIN_CHANNELS) and \
+        g.h * g.w <= SHIFT_PLANES_MAX_PIXELS and size <= SHIFT_PLANES_MAX_BYTES
+
+
+def _shifted_planes(t, kw, top, left, hp, wp, split):
+    """t [N, C, H, W] (any strides) as kw planes [N*C, hp, wp], plane j shifted left by
+    j - left columns and down by top rows, zero where that leaves t or past column W
+    (_shifted_planes_kernel). Returns (the contiguous [kw, N*C, hp, wp] buffer, the elements
+    from it to the tails: split (float32) makes it TF32 heads, tails one buffer further on)."""
+    n, c, h, w = t.shape
+    out = empty((1 + int(split), kw, n * c, hp, wp), t.dtype, t.device)
+    rows = kw * n * c * hp
+    if rows:
+        block_w = next_power_of_2(wp)
+        block_r = max(1, (4096 if not INTERPRET else 16384) // block_w)
+        run(_shifted_planes_kernel, (cdiv(rows, block_r),), t, out, rows, n * c, c, h, w, hp,
+            wp, top, left, out[0].numel(), *t.stride(), SPLIT=split, BLOCK_R=block_r,
+            BLOCK_W=block_w, num_warps=4)
+    return out, out[0].numel()
 
 
 def _split_tf32(t):
@@ -1477,7 +1570,9 @@ def _flat_pixels(t):
 def _settings():
     return conv_precision(), CONV_ALGO, DW_SPLIT, CHANNEL_INNER_MIN, autotuning(), \
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, SHIFT_TAPS_BELOW, \
-        SHIFT_MIN_CHANNELS, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, WINDOW_WGRAD
+        SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
+        SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
+        WINDOW_WGRAD
 
 
 @planned(settings=_settings, arrays=3)
