@@ -34,9 +34,12 @@ GEMM orientation (what makes the implicit kernels fast on Hopper):
   vectors too (a copy pass of the activations; measured by benchmarks/sweep_conv.py).
 - weight gradient: acc[Co, K columns] = dY[Co, pixels] @ X_col[pixels, K]: both operands are
   K-major (pixel-contiguous) in NCHW as they stand. Stride-1 "same" convolutions (the
-  ResNet-style 3x3 layers, MNIST's conv2) take the flat-shift kernel instead, where a tap is
-  one constant shift of the flattened plane: dy's tiles come through TMA on Hopper and x's are
-  single shifted rectangles (_shift_wgrad_kernel, FLAT_SHIFT).
+  ResNet-style 3x3 layers, MNIST's conv1 and conv2) take the flat-shift kernel instead, where
+  a tap is one constant shift of the flattened plane: dy's tiles come through TMA on Hopper
+  and x's are single shifted rectangles (_shift_wgrad_kernel, FLAT_SHIFT); with few channels
+  a tile's columns span taps (conv1: all 25 in one tile); float32 on small planes reads x as
+  one zero-padded plane per kernel column, so that its tiles are TMA rectangles too
+  (_shifted_planes, SHIFT_PLANES).
 - index arithmetic: the per-pixel (n, p, q) decomposition runs once per program, outside the K
   loop; inside it a tap adds scalar offsets. The weight gradient walks its pixels in blocks of
   whole output rows of one image, so a pixel's (p, q) is a shift and a mask (BLOCK_Q, a power
