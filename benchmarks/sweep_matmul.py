@@ -28,7 +28,12 @@ PROBLEMS = [
     ("cnn fc1 fwd", 100, 512, 3136, "k", "k"),
     ("cnn fc1 dx", 100, 3136, 512, "k", "mn"),
     ("cnn fc1 dW", 512, 3136, 100, "mn", "mn"),
+    ("cnn fc1 dx gated", 100, 3136, 512, "k", "mn"),
+    ("cnn fc1 dW gated", 512, 3136, 100, "mn", "mn"),
 ]
+# the epilogues of the products as the step runs them: relu's gate applied to a as it is read
+# (a linear layer's backward), the gated rows of a summed (its bias gradient)
+EPILOGUES = {"cnn fc1 dx gated": ("gate",), "cnn fc1 dW gated": ("gate", "rows")}
 
 
 def problem_operands(M, N, K, la, lb):
@@ -85,6 +90,7 @@ def main(argv=None):
     import tritonad as td
     from profile_step import graph_us
     from tritonad.kernels import matmul as mm
+    from tritonad.kernels.tuning import shipped_plans
 
     td.set_backend("triton")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -95,14 +101,27 @@ def main(argv=None):
         a, b = problem_operands(M, N, K, la, lb)
         out = torch.empty(M, N, device="cuda")
         groups = mm._batch_groups(a, b, out)
+        epilogue = EPILOGUES.get(name, ())
+        gate = torch.randn(a.shape[::-1], device="cuda").t() if la != "k" else \
+            torch.randn(a.shape, device="cuda")
+        gate = gate if "gate" in epilogue else None
+        row_sums = torch.empty(M, device="cuda") if "rows" in epilogue else None
+        if gate is not None:
+            a = torch.where(gate > 0, a, 0.0)  # the reference product's a (same layout)
+            a = a if la == "k" else a.t().contiguous().t()
 
         def run(plan):
             for B0, B1, a_g, b_g, out_g in groups:
-                mm._launch(plan, B0, B1, a_g, b_g, out_g, None, False, "ieee")
+                mm._launch(plan, B0, B1, a_g, b_g, out_g, None, False, "ieee", gate,
+                           row_sums)
 
         start = time.perf_counter()
         timed = []
         menu = mm.candidate_plans(1, M, N, K, "ieee", la == "k", lb == "k", sms)
+        key = f"1x{M}x{N}x{K}:float32:ieee:{la}{lb}" + "".join(f":{e}" for e in epilogue)
+        table = shipped_plans("matmul").get(key)
+        if table is not None and table not in menu:
+            menu.append(table)
         bks = tuple(int(v) for v in args.bk.split(","))
         for plan in sweep_plans(M, N, K, sms, mm, args.x3, la, lb, bks, args.x3_only) + menu:
             try:
@@ -124,6 +143,9 @@ def main(argv=None):
                 print(f"  best {tag}: {kind[0][0]:.2f} us {mm.describe(kind[0][1])}, worst error "
                       f"of its kind {max(t[2] for t in kind):.1e}")
         print(f"  menu best {best_menu[0]:.2f} us  {mm.describe(best_menu[1])}", flush=True)
+        for us, plan, _ in timed:
+            if plan == table:
+                print(f"  this GPU's table plan ({key}): {us:.2f} us  {mm.describe(plan)}")
         rows.append({"problem": name, "best_us": timed[0][0], "best": mm.describe(timed[0][1]),
                      "best_error": timed[0][2],
                      "menu_us": best_menu[0], "menu": mm.describe(best_menu[1])})
