@@ -401,6 +401,74 @@ def test_error_conv_shapes(backend_name):
         F.conv2d(td.ones(1, 2, 3, 3), td.ones(1, 3, 1, 1))
 
 
+def test_weight_gradients_run_beside_the_pass_where_they_land_in_buffers(backend_name,
+                                                                          monkeypatch):
+    """In a side region (on a GPU: while a CUDA graph is captured), the weight and bias
+    gradients that go straight into an optimizer's buffers, of a layer whose input gradient
+    continues the pass, are written inside Backend.beside, given every array they read; the
+    input gradients, a first layer's weight gradient (no input gradient) and a weight used
+    twice stay in order; the region closes before the leaves' gradients are read. Here a
+    recording stand-in for the second stream: the gradients must be those of a pass without."""
+    from tritonad import nn, optim
+    from tritonad.autodiff import function
+
+    events, side_open = [], [False]
+    x_values = arr(2, 2, 10, 10)
+
+    class Beside:
+        def __init__(self, reads):
+            self.reads = reads
+
+        def __enter__(self):
+            events.append(("beside", tuple(tuple(r.shape) for r in self.reads if r is not None)))
+
+        def __exit__(self, *exc):
+            events.append("back")
+
+    class Region:
+        def __enter__(self):
+            side_open[0] = True
+
+        def __exit__(self, *exc):
+            side_open[0] = False
+            events.append("join")
+
+    def run(region, input_grad):
+        td.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(),        # relu's gate
+                              nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2),  # fused with pool
+                              nn.Flatten(), nn.Linear(64, 6), nn.ReLU(), nn.Linear(6, 5))
+        optim.SGD(model.parameters(), lr=0.1)
+        shared = nn.Linear(5, 5)  # used twice: its gradient is a sum, made in order
+        x = td.tensor(x_values, dtype=td.float32, requires_grad=input_grad)
+        with monkeypatch.context() as m:
+            if region:
+                m.setattr(function, "side_region", Region)
+                m.setattr(type(td.get_backend()), "beside",
+                          lambda self, *reads: Beside(reads) if side_open[0] else None)
+            shared(shared(model(x))).sum().backward()
+        for p in model.parameters():
+            assert p.grad._data is p._grad_buffer
+        return [p.grad.numpy() for p in model.parameters()] + \
+            [shared.weight.grad.numpy(), shared.bias.grad.numpy()] + \
+            ([x.grad.numpy()] if input_grad else [])
+
+    # backward order: linear 2 (dy, x), linear 1 (dy, x, relu's gate), the fused conv-pool
+    # (its gated dy, x), the first conv (dy after relu's gate, x; only when x needs a
+    # gradient); then the join
+    layers = [("beside", ((2, 5), (2, 6))), "back", ("beside", ((2, 6), (2, 64), (2, 6))),
+              "back", ("beside", ((2, 4, 8, 8), (2, 3, 10, 10))), "back"]
+    first = [("beside", ((2, 3, 10, 10), (2, 2, 10, 10))), "back"]
+    for input_grad, expected in ((True, layers + first + ["join"]), (False, layers + ["join"])):
+        want = run(False, input_grad)
+        assert events == []
+        got = run(True, input_grad)
+        for g, w in zip(got, want):
+            assert_close(g, w, 1e-5, 1e-6)
+        assert events == expected
+        events.clear()
+
+
 def test_gradients_land_in_optimizer_buffers_without_copies(backend_name):
     """With an optimizer's flat gradient buffer, a Linear layer's backward writes dW and db
     straight into it; a weight used twice still gets the sum of both uses."""

@@ -50,6 +50,21 @@ def test_captured_training_matches_eager(name):
         assert_close(graphed[key], eager[key], 1e-4, 1e-5, name=key)
 
 
+def test_captured_cnn_step_runs_weight_gradients_beside_the_chain():
+    """While the cnn step is captured, the weight gradients of its layers after the first go
+    to the side stream (kernels/streams.py), once per capture, and never in the eager steps;
+    the trained weights are still those of eager steps (test_captured_training_matches_eager)."""
+    from tritonad.kernels import streams
+
+    before = streams.forks
+    _train_steps("cnn", graph=False, steps=3)
+    assert streams.forks == before
+    _, trainer = _train_steps("cnn", graph=True, steps=4)
+    assert trainer.captured_step.captured
+    assert streams.forks == before + 3
+    assert not streams.is_open() and not streams._REGION.kept
+
+
 def test_captured_partial_batch_matches_eager():
     """Three epochs: the last, partial batch of each runs eagerly twice, then as its own graph
     (lr from sync(), the scheduler still stepping); weights, loss and accuracy as eager."""

@@ -471,6 +471,39 @@ def test_conv2d_channel_inner_tiles_and_split_k(algo, window, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("split", [1, 3])
+def test_conv2d_backward_writes_into_given_buffers(split, monkeypatch):
+    """dw_out / db_out (an optimizer's flat gradient buffer): the gradients are written there
+    and returned as those arrays, the same bits as into new arrays, whether db follows dw or
+    lies apart (the split sum writes both in one launch); the reference backend agrees; a
+    buffer of the wrong shape, dtype or layout is a clear error."""
+    monkeypatch.setattr(conv, "DW_SPLIT", split)
+    x = random_array((2, 20, 6, 7), low=-1, high=1, seed=5)
+    w = random_array((18, 20, 3, 3), low=-1, high=1, seed=6)
+    dy = random_array((2, 18, 6, 7), low=-1, high=1, seed=7)
+    geometry = (1, 1), (1, 1), (1, 1), 1, True, True, True, None
+    want = conv.conv2d_backward(dy, x, w, *geometry)
+    for gap in (0, 5, 0):  # (the third call replays the first's plan on other memory)
+        flat = torch.full((w.numel() + gap + 18 + 3,), float("nan"))
+        dw_out, db_out = flat[:w.numel()].view(w.shape), flat[w.numel() + gap:][:18]
+        got = conv.conv2d_backward(dy, x, w, *geometry, dw_out, db_out)
+        assert got[1] is dw_out and got[2] is db_out
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+        assert torch.isnan(flat[w.numel():w.numel() + gap]).all() and torch.isnan(flat[-3:]).all()
+    ref = NumpyBackend()
+    dw_ref, db_ref = torch.empty(w.shape), torch.empty(18)
+    got = ref.conv2d_backward(dy, x, w, *geometry, dw_ref, db_ref)
+    assert got[1] is dw_ref and got[2] is db_ref
+    assert_close(dw_ref, want[1], 1e-4, 1e-5)
+    assert_close(db_ref, want[2], 1e-4, 1e-5)
+    for backend in (conv, ref):
+        with pytest.raises(ValueError, match=r"dw_out must be a contiguous \(18, 20, 3, 3\)"):
+            backend.conv2d_backward(dy, x, w, *geometry, torch.empty(18, 20, 9), None)
+        with pytest.raises(ValueError, match="db_out must be a contiguous"):
+            backend.conv2d_backward(dy, x, w, *geometry, None, torch.empty(36)[::2])
+
+
 @pytest.mark.parametrize("pack, channels_last", [(False, False), (True, True)])
 def test_conv2d_operand_layouts(pack, channels_last, monkeypatch):
     """The implicit GEMM with the weights read in place or packed K-major, and the gathered

@@ -30,6 +30,9 @@ from . import dtypes
 from .dtypes import DType
 
 
+_NO_CONTEXT = contextlib.nullcontext()
+
+
 class Backend:
     """The primitives. Subclasses implement every method that raises NotImplementedError."""
 
@@ -48,6 +51,17 @@ class Backend:
         """Raise an error that a kernel found in the data on `device` since the last call
         (backends that check asynchronously; see set_sync_checks). Called where the host reads
         the device anyway."""
+
+    def side_region(self):
+        """The context the engine runs a backward pass in (see `beside`); none by default."""
+        return _NO_CONTEXT
+
+    def beside(self, *reads):
+        """Inside a backward pass: a context to write a weight gradient in beside the rest of
+        the pass (a second stream), given the arrays it reads; None to write it in order (the
+        default, and outside a side region). The backend joins what it ran beside before the
+        pass ends."""
+        return None
 
     # ---------------------------------------------------------------- memory, fills, casts
     def empty(self, shape, dtype: DType, device) -> torch.Tensor:
@@ -275,10 +289,13 @@ class Backend:
         raise NotImplementedError
 
     def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                        groups=1, input_grad=True, weight_grad=True, bias_grad=True, gate=None):
+                        groups=1, input_grad=True, weight_grad=True, bias_grad=True, gate=None,
+                        dw_out=None, db_out=None):
         """(dx, dw, db) of conv2d for dy: [N, Co, Ho, Wo]; an entry is None when not asked for.
         gate (dy's shape and dtype: the output of conv2d with activation="relu"): dy is taken as
-        where(gate > 0, dy, 0), relu's backward, applied as dy is read where the backend can."""
+        where(gate > 0, dy, 0), relu's backward, applied as dy is read where the backend can.
+        dw_out, db_out: contiguous arrays of w's shape (and [Co]) and dtype that dw and db are
+        written into and returned as (an optimizer's gradient buffer)."""
         raise NotImplementedError
 
     def im2col(self, x, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
@@ -563,6 +580,18 @@ def check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads
     return batch
 
 
+def check_weight_grad_outputs(op, w, dw_out, db_out):
+    """The checks of a backward's `dw_out` / `db_out` (conv2d_backward), shared by the
+    backends: contiguous, w's dtype, w's shape and [w.shape[0]]."""
+    for name, out, shape in (("dw_out", dw_out, tuple(w.shape)), ("db_out", db_out,
+                                                                   (w.shape[0],))):
+        if out is not None and (tuple(out.shape) != shape or out.dtype != w.dtype or
+                                not out.is_contiguous()):
+            raise ValueError(f"{op}: {name} must be a contiguous {shape} "
+                             f"{dtypes.get_dtype(w.dtype).name} array, got "
+                             f"{tuple(out.shape)} {dtypes.get_dtype(out.dtype).name}")
+
+
 def check_take_row(table, cursor, out):
     """The argument checks of Backend.take_row_, shared by the backends."""
     if table.dim() < 1 or table.shape[0] == 0 or tuple(table.shape[1:]) != tuple(out.shape):
@@ -710,6 +739,13 @@ def get_backend() -> Backend:
 
 
 backend = get_backend
+
+
+def side_region():
+    """The context the engine runs a backward pass in: the GPU backend's (Backend.side_region),
+    where there is one."""
+    cuda = _state.cuda
+    return cuda.side_region() if cuda is not None else _NO_CONTEXT
 
 
 def backend_for(device) -> Backend:

@@ -31,7 +31,7 @@ import torch
 
 from . import dtypes
 from .backend import (Backend, check_gather_rows_at, check_metrics, check_mlp_cross_entropy,
-                      check_take_row, register_backend)
+                      check_take_row, check_weight_grad_outputs, register_backend)
 from .dtypes import DType
 
 # ------------------------------------------------------------------------ numpy <-> raw arrays
@@ -1149,7 +1149,19 @@ class NumpyBackend(Backend):
         return self._fresh(y.reshape(n, co, *out_hw), dtype)
 
     def conv2d_backward(self, dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                        groups=1, input_grad=True, weight_grad=True, bias_grad=True, gate=None):
+                        groups=1, input_grad=True, weight_grad=True, bias_grad=True, gate=None,
+                        dw_out=None, db_out=None):
+        check_weight_grad_outputs("conv2d_backward", w, dw_out, db_out)
+        dx, dw, db = self._conv2d_backward(dy, x, w, stride, padding, dilation, groups,
+                                           input_grad, weight_grad, bias_grad, gate)
+        if dw is not None and dw_out is not None:
+            dw = self.copy_(dw_out, dw)
+        if db is not None and db_out is not None:
+            db = self.copy_(db_out, db)
+        return dx, dw, db
+
+    def _conv2d_backward(self, dy, x, w, stride, padding, dilation, groups, input_grad,
+                         weight_grad, bias_grad, gate):
         dtype = dtypes.get_dtype(x.dtype)
         g, v, k = (self._float_in(a, dtype) for a in (dy, x, w))
         if gate is not None:

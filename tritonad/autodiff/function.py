@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 
 from .. import dtypes
-from ..backend import _state, backend_of, get_backend
+from ..backend import _NO_CONTEXT, _state, backend_of, get_backend, side_region
 from ..tensor import Tensor
 from .grad_mode import set_grad_enabled
 
@@ -410,7 +410,9 @@ def run_backward(tensors, grad_tensors, retain_graph=False, create_graph=False, 
     dependencies, leaf_uses = _graph_order(roots)
     direct = inputs is None and not create_graph  # may gradients go straight to leaf buffers?
     ready = deque(ctx for ctx in dependencies if dependencies[ctx] == 0)
-    with set_grad_enabled(create_graph):
+    # (weight gradients written straight into leaf buffers may run beside the pass: the
+    # region joins them before it ends, so before the leaves' accumulation below)
+    with set_grad_enabled(create_graph), side_region() if direct else _NO_CONTEXT:
         while ready:
             ctx = ready.popleft()
             grads_in = buffers.pop(ctx, {})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import dtypes, generator
-from ..backend import backend_of, get_backend
+from ..backend import _NO_CONTEXT, backend_of, get_backend
 from ..tensor import Tensor, arange
 from .function import Function
 from .grad_mode import is_grad_enabled
@@ -124,8 +124,6 @@ class Linear(Function):
         backend, needs = _b(), ctx.needs_input_grad
         gate = y._data if ctx.activation == "relu" else None
         dx = dw = db = None
-        if needs[0]:
-            dx = Tensor._wrap(backend.matmul(dy._data, w._data, a_gate=gate))
         db_out = None
         if needs[2]:
             db_out = ctx.gradient_buffer(2)
@@ -133,12 +131,20 @@ class Linear(Function):
                 db_out = backend.empty((w.shape[0],), dy.dtype, dy.device)
             db = Tensor._wrap(db_out)
         if needs[1]:
-            dw = Tensor._wrap(backend.matmul(
-                dy._data.t(), x._data, out=ctx.gradient_buffer(1), a_row_sums=db_out,
-                a_gate=gate.t() if gate is not None else None))
+            dw_out = ctx.gradient_buffer(1)
+            # straight into the engine's buffers (bias too) while dx continues the chain: it
+            # may run beside the pass (Backend.beside), so it is queued first (the fork)
+            side = backend.beside(dy._data, x._data, gate) if needs[0] and dw_out is not None \
+                and (not needs[2] or db_out is ctx.gradient_buffer(2)) else None
+            with side or _NO_CONTEXT:
+                dw = Tensor._wrap(backend.matmul(
+                    dy._data.t(), x._data, out=dw_out, a_row_sums=db_out,
+                    a_gate=gate.t() if gate is not None else None))
         elif needs[2]:
             dz = dy._data if gate is None else backend.relu_backward(dy._data, gate)
             backend.sum(dz, (0,), out=db_out)
+        if needs[0]:
+            dx = Tensor._wrap(backend.matmul(dy._data, w._data, a_gate=gate))
         return dx, dw, db, None
 
     @staticmethod
@@ -418,16 +424,44 @@ class Conv2d(Function):
     @staticmethod
     def backward(ctx, dy):
         x, w, *gate = ctx.saved
-        needs = ctx.needs_input_grad
-        b = _b()
-        if gate:
-            dx, dw, db = b.conv2d_backward(dy._data, x._data, w._data, *ctx.args,
-                                           needs[0], needs[1], needs[2], gate[0]._data)
+        return _conv_grads(ctx, dy._data, x._data, w._data, ctx.args,
+                           gate[0]._data if gate else None)
+
+
+def _conv_grads(ctx, dy, x, w, conv, gate=None):
+    """The gradients a convolution's backward returns, from raw dy, x, w (and relu's gate).
+
+    The weight and bias gradients go straight into the engine's buffers where it offers them
+    (no copy after). Inside a side region (Backend.beside), when the input gradient continues
+    the chain, they run beside it: dy is gated here, the weight gradients are queued on the
+    side (the fork), then the input gradient in order. (A first layer, with no input gradient,
+    keeps its weight gradient in order: nothing in the pass waits behind it, and the side
+    stream may still be busy with the layers after it.)"""
+    b, needs = _b(), ctx.needs_input_grad
+    dw_out = ctx.gradient_buffer(1) if needs[1] else None
+    db_out = ctx.gradient_buffer(2) if needs[2] else None
+    if (dw_out is not None and dw_out.dtype != w.dtype) or \
+            (db_out is not None and db_out.dtype != w.dtype):
+        dw_out = db_out = None  # (the engine converts)
+    side = None
+    if needs[0] and dw_out is not None and (db_out is not None or not needs[2]):
+        side = b.beside(dy, x)
+        if side is not None and gate is not None:
+            dy = b.relu_backward(dy, gate)
+            gate, side = None, b.beside(dy, x)
+    if side is None:
+        if gate is None and dw_out is None and db_out is None:  # (by position: the lean path)
+            dx, dw, db = b.conv2d_backward(dy, x, w, *conv, needs[0], needs[1], needs[2])
         else:
-            dx, dw, db = b.conv2d_backward(dy._data, x._data, w._data, *ctx.args,
-                                           needs[0], needs[1], needs[2])  # (by position: lean)
-        wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
-        return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
+            dx, dw, db = b.conv2d_backward(dy, x, w, *conv, needs[0], needs[1], needs[2], gate,
+                                           dw_out, db_out)
+    else:
+        with side:
+            _, dw, db = b.conv2d_backward(dy, x, w, *conv, False, needs[1], needs[2], None,
+                                          dw_out, db_out)
+        dx = b.conv2d_backward(dy, x, w, *conv, True, False, False)[0]
+    wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
+    return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
 
 
 def _conv_geometry(op, shape, kernel, stride, padding, dilation):
@@ -501,14 +535,9 @@ class Conv2dReluMaxPool2d(Function):
     @staticmethod
     def backward(ctx, dp):
         x, w, p, indices = ctx.saved
-        needs = ctx.needs_input_grad
-        be = _b()
         shape, pool = ctx.pool
-        dy = be.max_pool2d_backward(dp._data, indices._data, shape, *pool, p._data)
-        dx, dw, db = be.conv2d_backward(dy, x._data, w._data, *ctx.conv, needs[0], needs[1],
-                                        needs[2])
-        wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
-        return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
+        dy = _b().max_pool2d_backward(dp._data, indices._data, shape, *pool, p._data)
+        return _conv_grads(ctx, dy, x._data, w._data, ctx.conv)
 
 
 def conv2d_relu_max_pool2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,

@@ -11,7 +11,7 @@ import importlib
 import torch
 
 from . import launch  # sets TRITON_INTERPRET before triton is imported, where there is no GPU
-from . import errors
+from . import errors, streams
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
@@ -41,6 +41,15 @@ class TritonBackend(Backend):
 
     def check_errors(self, device):
         errors.check(device)
+
+    def side_region(self):
+        # weight gradients beside the chain only while a CUDA graph is captured (streams.py)
+        if not launch.INTERPRET and torch.cuda.is_current_stream_capturing():
+            return streams.region()
+        return super().side_region()
+
+    def beside(self, *reads):
+        return streams.Beside(reads) if streams.is_open() else None
 
 
 def _bind_families():

@@ -65,7 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..backend import autotuning, conv_precision
+from ..backend import autotuning, check_weight_grad_outputs, conv_precision
 from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
 from .pool import _nchw
 from .tuning import Tuner
@@ -759,11 +759,13 @@ def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
 
 
 @triton.jit
-def _sum_splits_kernel(part_ptr, out_ptr, S, ROWS, COLS,
+def _sum_splits_kernel(part_ptr, out_ptr, tail_ptr, S, ROWS, COLS, FIRST,
                        stride_ps, stride_pr, stride_pc, stride_or, stride_oc,
                        BLOCK_S: tl.constexpr, BLOCK: tl.constexpr):
     # out[r, c] = sum_s part[s, r, c]: BLOCK_S splits at a time, summed down a [BLOCK_S, BLOCK]
-    # tile, the chunks in increasing order (the same result every run).
+    # tile, the chunks in increasing order (the same result every run). Flat (r, c) positions
+    # from FIRST on go to tail[position - FIRST] instead (contiguous; FIRST = ROWS * COLS when
+    # there is no tail): a weight gradient and its bias gradient in two buffers, one launch.
     # One program: BLOCK (r, c) elements.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < ROWS * COLS
@@ -777,7 +779,11 @@ def _sum_splits_kernel(part_ptr, out_ptr, S, ROWS, COLS,
         v = tl.load(src[None, :] + s[:, None] * stride_ps, mask=(s[:, None] < S) & ok[None, :],
                     other=0.0)
         acc += tl.sum(v.to(tl.float32), axis=0)
-    tl.store(out_ptr + r * stride_or + c * stride_oc, acc.to(out_ptr.dtype.element_ty), mask=ok)
+    head = offs < FIRST
+    tl.store(out_ptr + r * stride_or + c * stride_oc, acc.to(out_ptr.dtype.element_ty),
+             mask=ok & head)
+    tl.store(tail_ptr + (offs - FIRST), acc.to(tail_ptr.dtype.element_ty),
+             mask=ok & (offs >= FIRST))
 
 
 @triton.jit
@@ -1313,12 +1319,13 @@ def _sm_count(device):
     return 1 if INTERPRET else torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _implicit_wgrad(dy, x, dw, db, g, both=None):
-    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM.
+def _implicit_wgrad(dy, x, dw, db, g):
+    """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM;
+    dw and db contiguous.
 
     Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co] (the db partials
-    after the dw ones); one fixed-order sum then writes both, a single launch when `both` is
-    the one buffer that holds dw then db. With one split the kernel writes dw and db itself."""
+    after the dw ones); one fixed-order sum then writes both, in one launch. With one split the
+    kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
     k_total = c * g.kh * g.kw
     window = _window_wgrad(g, dy, x)
@@ -1397,11 +1404,7 @@ def _implicit_wgrad(dy, x, dw, db, g, both=None):
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     if splits == 1:
         return
-    if db is None or both is not None:
-        _sum_splits(work.view(splits, 1, -1), (dw if db is None else both).view(1, -1))
-    else:
-        _sum_splits(part.view(splits, co, k_total), dw.view(co, k_total))
-        _sum_splits(dpart.view(splits, 1, co), db.view(1, co))
+    _sum_splits(work.view(splits, 1, -1), dw.view(1, -1), db)
 
 
 def _use_shifted_planes(g, x, presplit):
@@ -1451,8 +1454,9 @@ def _split_tf32(t):
     return out[0]
 
 
-def _sum_splits(part, out):
-    """out [R, K] = sum over the leading axis of part [S, R, K] (any strides), fixed order."""
+def _sum_splits(part, out, tail=None):
+    """out [R, K] = sum over the leading axis of part [S, R, K] (any strides), fixed order.
+    With `tail` (contiguous): part is [S, 1, F + T], out [1, F] and tail [T] take the sums."""
     s, rows, cols = part.shape
     if rows * cols == 0:
         return out
@@ -1464,9 +1468,10 @@ def _sum_splits(part, out):
         block_s = min(32, next_power_of_2(s))
         block = max(32, min(4096 // block_s, next_power_of_2(cdiv(rows * cols,
                                                                    2 * _sm_count(out.device)))))
+    first = rows * cols if tail is None else out.numel()
     run(_sum_splits_kernel, (cdiv(rows * cols, block),),
-        part, out, s, rows, cols, *part.stride(), *out.stride(), BLOCK_S=block_s, BLOCK=block,
-        num_warps=4)
+        part, out, out if tail is None else tail, s, rows, cols, first, *part.stride(),
+        *out.stride(), BLOCK_S=block_s, BLOCK=block, num_warps=4)
 
 
 def _bias_grad(dy, db):
@@ -1610,10 +1615,12 @@ def conv2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), grou
 
 @planned(settings=_settings, arrays=3)
 def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
-                    input_grad=True, weight_grad=True, bias_grad=True, gate=None):
+                    input_grad=True, weight_grad=True, bias_grad=True, gate=None, dw_out=None,
+                    db_out=None):
     """(dx [N, C, H, W], dw [Co, C // groups, kh, kw], db [Co]) of conv2d for dy [N, Co, Ho, Wo];
     an entry is None when not asked for. gate (dy's shape; the output of a conv2d with
-    activation="relu"): dy is taken as where(gate > 0, dy, 0), relu's backward."""
+    activation="relu"): dy is taken as where(gate > 0, dy, 0), relu's backward. dw_out, db_out:
+    contiguous arrays of w's dtype to write dw and db into (an optimizer's gradient buffer)."""
     g = _Geometry("conv2d_backward", x.shape, w.shape, stride, padding, dilation, groups)
     _check_float("conv2d_backward", dy, x, w)
     if tuple(dy.shape) != (g.n, g.co, g.oh, g.ow):
@@ -1632,13 +1639,7 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         from .elementwise import relu_backward
         dy = relu_backward(dy, gate)
     dx = empty(x.shape, x.dtype, x.device) if input_grad else None
-    both = None
-    if weight_grad and bias_grad:  # one buffer, dw then db: their split sums are one launch
-        both = empty((w.numel() + g.co,), w.dtype, w.device)
-        dw, db = both[:w.numel()].view(w.shape), both[w.numel():]
-    else:
-        dw = empty(w.shape, w.dtype, w.device) if weight_grad else None
-        db = empty((g.co,), w.dtype, w.device) if bias_grad else None
+    dw, db = _weight_grad_outputs(w, g.co, weight_grad, bias_grad, dw_out, db_out)
     cg, cog = g.c // g.groups, g.co // g.groups
     if dx is not None and dx.numel():
         if _algorithm("input", g) == "im2col":
@@ -1667,9 +1668,19 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         for k in range(g.groups):
             _implicit_wgrad(dy[:, k * cog:(k + 1) * cog], x[:, k * cg:(k + 1) * cg],
                             dw[k * cog:(k + 1) * cog],
-                            None if db is None else db[k * cog:(k + 1) * cog], g,
-                            both if g.groups == 1 else None)
+                            None if db is None else db[k * cog:(k + 1) * cog], g)
     return dx, dw, db
+
+
+def _weight_grad_outputs(w, co, weight_grad, bias_grad, dw_out, db_out):
+    """(dw, db) for conv2d_backward: the given outputs (checked) or new arrays; None where not
+    asked for."""
+    check_weight_grad_outputs("conv2d_backward", w, dw_out, db_out)
+    dw = (dw_out if dw_out is not None else empty(w.shape, w.dtype, w.device)) \
+        if weight_grad else None
+    db = (db_out if db_out is not None else empty((co,), w.dtype, w.device)) \
+        if bias_grad else None
+    return dw, db
 
 
 @planned()
