@@ -10,7 +10,7 @@ from helpers import assert_close, check_op, check_primitive, random_array
 
 import tritonad as td
 import tritonad.nn.functional as F
-from tritonad.kernels import pool
+from tritonad.kernels import launch, pool
 from tritonad.reference import NumpyBackend, to_numpy
 
 # ----------------------------------------------------------------------------- references
@@ -197,6 +197,37 @@ def test_max_pool_backward_of_overlapping_windows_against_torch(geometry):
     assert_close(dx, want, 1e-6, 1e-6, name="dx against torch")
 
 
+@pytest.mark.parametrize("dtype", [td.float32, td.float16, td.float64])
+@pytest.mark.parametrize("kernel, size", [((2, 2), (28, 28)), ((3, 2), (9, 8)), ((1, 3), (2, 6)),
+                                          ((2, 2), (2, 4))])
+def test_max_pool_backward_window_by_window(kernel, size, dtype, monkeypatch):
+    """Windows that tile the input exactly take the window-by-window backward: the bits of the
+    element-by-element gather (dy of -0.0, NaN and inf at argmaxes, ties, a gate with 0, -0.0,
+    NaN; strided dy, indices and gate), every element written, and the reference's values."""
+    x = _spiky((2, 3) + size, seed=31).to(dtype.torch)
+    y, idx = check_primitive("max_pool2d", x, kernel, kernel)
+    dy = random_array((y.shape[0], y.shape[1], y.shape[3], y.shape[2]), dtype, seed=32)
+    dy.view(-1)[:4] = torch.tensor([-0.0, float("nan"), float("inf"), 0.0])
+    dy = dy.transpose(2, 3)
+    gate = random_array(tuple(y.shape), dtype, seed=33)
+    gate.view(-1)[4:8] = torch.tensor([0.0, -0.0, float("nan"), -1.0])
+    strided_idx = idx.transpose(2, 3).contiguous().transpose(2, 3)
+    launched = []
+    real = pool.run
+    monkeypatch.setattr(pool, "run", lambda kernel, *a, **k: (
+        launched.append(kernel.fn.__name__), real(kernel, *a, **k))[1])
+    for g in (None, gate):
+        got = check_primitive("max_pool2d_backward", dy, strided_idx, tuple(x.shape), kernel,
+                              kernel, gate=g)
+        monkeypatch.setattr(pool, "WINDOW_BACKWARD", False)
+        launch.clear_plans()  # (the switch is not in the plans' keys)
+        want = pool.max_pool2d_backward(dy, idx, tuple(x.shape), kernel, kernel, gate=g)
+        monkeypatch.setattr(pool, "WINDOW_BACKWARD", True)
+        launch.clear_plans()
+        assert _same_bits(got, want)
+    assert launched == ["_max_pool_bwd_windows_kernel", "_max_pool_bwd_kernel"] * 2
+
+
 @pytest.mark.parametrize("geometry", OVERLAPPING + [((2, 2), (2, 2), (0, 0), (1, 1), False),
                                                 ((2, 2), (2, 2), (1, 1), (1, 1), True)])
 def test_max_pool_backward_gate(geometry):
@@ -257,9 +288,9 @@ def test_reference_max_pool_keeps_the_first_maximum_bits():
 
 
 def _same_bits(a, b):
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.view({4: torch.int32, 8: torch.int64}[a.element_size()]),
-        b.view({4: torch.int32, 8: torch.int64}[b.element_size()]))
+        a.view(bits[a.element_size()]), b.view(bits[b.element_size()]))
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (2, 2), (3, 3), (2, 3), (4, 1)])
@@ -459,3 +490,25 @@ def test_gpu_max_pool_backward_is_deterministic(dtype):
                                                             [1, 1], [1, 1], [1, 1], False, idx)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(runs[0].double(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_max_pool_backward_window_by_window_is_the_gather(dtype, monkeypatch):
+    """MNIST's pool1 and pool2: the window-by-window backward gives the element-by-element
+    gather's bits, with dy of -0.0, NaN and inf and a gate (compiled, where -0.0 + 0.0 and the
+    store of a zero could differ from the interpreter)."""
+    for shape in ((100, 32, 28, 28), (100, 64, 14, 14)):
+        x = torch.randn(shape, device="cuda").round().to(dtype)  # ties
+        y, idx = pool.max_pool2d(x, (2, 2), (2, 2))
+        dy = torch.randn(y.shape, device="cuda").to(dtype)
+        dy.view(-1)[:6] = torch.tensor([-0.0, float("nan"), float("inf"), -0.0, 0.0, -1.0])
+        for gate in (None, y):
+            got = pool.max_pool2d_backward(dy, idx, shape, (2, 2), (2, 2), gate=gate)
+            monkeypatch.setattr(pool, "WINDOW_BACKWARD", False)
+            launch.clear_plans()
+            want = pool.max_pool2d_backward(dy, idx, shape, (2, 2), (2, 2), gate=gate)
+            monkeypatch.setattr(pool, "WINDOW_BACKWARD", True)
+            launch.clear_plans()
+            assert torch.equal(got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                               want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))

@@ -27,6 +27,11 @@ from .launch import INTERPRET, cdiv, dtype_of, empty, planned, run
 
 PRIMITIVES = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
 
+# the max-pool backward of windows that tile the input exactly, window by window
+# (_max_pool_bwd_windows_kernel); False: every geometry element by element (tests compare;
+# the switch is not in the launch plans' keys: launch.clear_plans() after changing it)
+WINDOW_BACKWARD = True
+
 _FLOATS = ("float32", "float16", "bfloat16", "float64")
 
 
@@ -143,6 +148,47 @@ def _max_pool_bwd_kernel(dy_ptr, idx_ptr, gate_ptr, dx_ptr, TOTAL, C, H, W, OUT_
                 g = tl.load(dy_base + p * stride_dh + q * stride_dw, mask=hit, other=0.0)
                 acc += g.to(acc.dtype)
     tl.store(dx_ptr + offs, acc.to(dx_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _max_pool_bwd_windows_kernel(dy_ptr, idx_ptr, gate_ptr, dx_ptr, TOTAL, C, OUT_H, OUT_W,
+                                 stride_dn, stride_dc, stride_dh, stride_dw,
+                                 stride_in, stride_ic, stride_ih, stride_iw,
+                                 stride_gn, stride_gc, stride_gh, stride_gw,
+                                 KH: tl.constexpr, KW: tl.constexpr, KW_P2: tl.constexpr,
+                                 GATED: tl.constexpr, ACC_FP64: tl.constexpr,
+                                 INDEX_64: tl.constexpr, BLOCK: tl.constexpr):
+    # dx of a max pool whose windows tile the input exactly (kernel = stride, no padding or
+    # dilation, H = OUT_H * KH, W = OUT_W * KW), window by window: each window's index, dy
+    # (and gate) are loaded once, and its KH x KW elements of the contiguous dx written, dy at
+    # the index (where gate > 0), 0 elsewhere. Every element lies in one window: the values of
+    # the gather (_max_pool_bwd_kernel's TILED path), with a quarter of its loads and index
+    # arithmetic for 2x2 windows. One program: BLOCK windows (n, c, p, q), flat.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if INDEX_64:
+        offs = offs.to(tl.int64)
+    ok = offs < TOTAL
+    n, c, p, q = _nchw(offs, C, OUT_H, OUT_W)
+    at = tl.load(idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic +
+                 p * stride_ih + q * stride_iw, mask=ok, other=-1)
+    g = tl.load(dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc +
+                p * stride_dh + q * stride_dw, mask=ok, other=0.0)
+    if GATED:
+        gate = tl.load(gate_ptr + n.to(tl.int64) * stride_gn + c.to(tl.int64) * stride_gc +
+                       p * stride_gh + q * stride_gw, mask=ok, other=0.0)
+        at = tl.where(gate > 0, at, -1)
+    W = OUT_W * KW
+    plane = dx_ptr + (n * C + c).to(tl.int64) * (OUT_H * KH * W)
+    j = tl.arange(0, KW_P2)
+    for i in tl.static_range(KH):
+        here = (p * KH + i) * W
+        here = here[:, None] + (q * KW)[:, None] + j[None, :]
+        acc = tl.zeros([BLOCK, KW_P2], dtype=tl.float32)
+        if ACC_FP64:
+            acc = acc.to(tl.float64)
+        acc += tl.where(at[:, None] == here, g[:, None].to(acc.dtype), 0.0)
+        tl.store(plane[:, None] + here, acc.to(dx_ptr.dtype.element_ty),
+                 mask=ok[:, None] & (j < KW)[None, :])
 
 
 @triton.jit
@@ -317,9 +363,17 @@ def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(
     if gate is not None and tuple(gate.shape) != tuple(dy.shape):
         raise ValueError(f"{op}: gate {tuple(gate.shape)} does not match dy {tuple(dy.shape)}")
     dx = empty(input_shape, dy.dtype, dy.device)
-    if dx.numel():
+    gated = gate is not None
+    if dx.numel() and WINDOW_BACKWARD and (kh, kw, dh, dw, ph, pw) == (sh, sw, 1, 1, 0, 0) and \
+            (h, w) == (oh * kh, ow * kw):
+        block = 1024 if INTERPRET else 128  # windows a program (512 elements of dx at 2x2)
+        run(_max_pool_bwd_windows_kernel, (cdiv(dy.numel(), block),), dy, indices,
+            gate if gated else dy, dx, dy.numel(), c, oh, ow, *dy.stride(), *indices.stride(),
+            *(gate.stride() if gated else (0, 0, 0, 0)), KH=kh, KW=kw,
+            KW_P2=triton.next_power_of_2(kw), GATED=gated, ACC_FP64=dy.dtype == torch.float64,
+            INDEX_64=dy.numel() + block >= 2 ** 31, BLOCK=block, num_warps=4)
+    elif dx.numel():
         grid, block, index_64, warps = _flat_launch(dx.numel())
-        gated = gate is not None
         run(_max_pool_bwd_kernel, grid, dy, indices, gate if gated else dy, dx, dx.numel(), c,
             h, w, oh, ow, *dy.stride(), *indices.stride(),
             *(gate.stride() if gated else (0, 0, 0, 0)), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph,
