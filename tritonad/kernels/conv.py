@@ -674,6 +674,17 @@ def _tf32_head(v):
 
 
 @triton.jit
+def _store_split(dst, v, lo, mask, SPLIT: tl.constexpr):
+    """Store v at dst; SPLIT: its TF32 head there and the tail (v - head) lo elements on."""
+    if SPLIT:
+        head = _tf32_head(v)
+        tl.store(dst, head, mask=mask)
+        tl.store(dst + lo, v - head, mask=mask)
+    else:
+        tl.store(dst, v, mask=mask)
+
+
+@triton.jit
 def _channels_last_kernel(src_ptr, out_ptr, C, H, W, CP, HP, WP, TOP, LEFT, lo,
                           stride_sn, stride_sc, stride_sh, stride_sw,
                           FLIP: tl.constexpr, SPLIT: tl.constexpr,
@@ -698,13 +709,8 @@ def _channels_last_kernel(src_ptr, out_ptr, C, H, W, CP, HP, WP, TOP, LEFT, lo,
     v = tl.load(src_ptr + n * stride_sn + (h * stride_sh + w * stride_sw)[:, None] +
                 (ch * stride_sc)[None, :], mask=ok & inside[:, None] & (ch < C)[None, :],
                 other=0.0)
-    dst = out_ptr + n * HP * WP * CP + (pix * CP)[:, None] + ch[None, :]
-    if SPLIT:
-        head = _tf32_head(v)
-        tl.store(dst, head, mask=ok)
-        tl.store(dst + lo, v - head, mask=ok)
-    else:
-        tl.store(dst, v, mask=ok)
+    _store_split(out_ptr + n * HP * WP * CP + (pix * CP)[:, None] + ch[None, :], v, lo, ok,
+                 SPLIT)
 
 
 @triton.jit
@@ -728,13 +734,7 @@ def _shifted_planes_kernel(src_ptr, out_ptr, ROWS, NC, C, H, W, HP, WP, TOP, LEF
     inside = ok & ((h >= 0) & (h < H))[:, None] & (q < W)[None, :] & (w >= 0) & (w < W)
     v = tl.load(src_ptr + (n.to(tl.int64) * stride_sn + (nc - n * C) * stride_sc +
                            h * stride_sh)[:, None] + w * stride_sw, mask=inside, other=0.0)
-    dst = out_ptr + rows.to(tl.int64)[:, None] * WP + q[None, :]
-    if SPLIT:
-        head = _tf32_head(v)
-        tl.store(dst, head, mask=ok)
-        tl.store(dst + lo, v - head, mask=ok)
-    else:
-        tl.store(dst, v, mask=ok)
+    _store_split(out_ptr + rows.to(tl.int64)[:, None] * WP + q[None, :], v, lo, ok, SPLIT)
 
 
 @triton.jit
