@@ -226,6 +226,7 @@ class Tensor:
             raw = self._data  # (the seed straight from the backend: no checks to repeat)
             gradient = Tensor._wrap(backend_of(raw).full(raw.shape, 1.0,
                                                          dtypes.get_dtype(raw.dtype), raw.device))
+            gradient._const = (1.0, gradient._version_box[0])  # (a backward may skip x 1)
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
