@@ -43,12 +43,14 @@ def problem_operands(M, N, K, la, lb):
     return a, b
 
 
-def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k", bks=(16, 32), x3_only=False):
-    """Small tiles x warps x splits; with x3, each also on tensor cores as 3xTF32 (K-major
-    staged too where an operand's K stride is not 1). x3_only: 3xTF32 plans alone, BLOCK_K up
-    to K (one K step for short products)."""
+def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k", bks=(16, 32), x3_only=False,
+                bms=(16, 32, 64), bns=(32, 64), mults=()):
+    """Small tiles x warps x splits (split_k_heuristic's, its half, and its multiples `mults`:
+    more programs than SMs, for latency-bound tiles); with x3, each also on tensor cores as
+    3xTF32 (K-major staged too where an operand's K stride is not 1). x3_only: 3xTF32 plans
+    alone, BLOCK_K up to K (one K step for short products)."""
     plans = []
-    for bm, bn, bk in itertools.product((16, 32, 64), (32, 64), bks):
+    for bm, bn, bk in itertools.product(bms, bns, bks):
         if bk > max(16, mm.next_power_of_2(K)):
             continue
         if bm > max(16, 2 * M) or bn > max(32, 2 * N):
@@ -57,7 +59,7 @@ def sweep_plans(M, N, K, sms, mm, x3=False, la="k", lb="k", bks=(16, 32), x3_onl
             base = mm._plan(bm, bn, bk, warps, 3)
             split = mm.split_k_heuristic(1, M, N, K, bm, bn, bk, sms)
             plans.append(base)
-            for s in sorted({split, max(2, split // 2)}):
+            for s in sorted({split, max(2, split // 2)} | {split * m for m in mults}):
                 if s > 1 and mm.cdiv(K, bk) >= 2 * s:
                     plans.append({**base, "split": s})
     if x3_only:
@@ -85,7 +87,11 @@ def main(argv=None):
         p.add_argument("--top", type=int, default=6),
         p.add_argument("--x3", action="store_true", help="also try 3xTF32 tensor-core plans"),
         p.add_argument("--x3-only", action="store_true", help="3xTF32 plans only"),
-        p.add_argument("--bk", default="16,32", help="BLOCK_K values to sweep")))
+        p.add_argument("--bk", default="16,32", help="BLOCK_K values to sweep"),
+        p.add_argument("--bm", default="16,32,64", help="BLOCK_M values to sweep"),
+        p.add_argument("--bn", default="32,64", help="BLOCK_N values to sweep"),
+        p.add_argument("--split-mult", default="",
+                       help="also split-K counts of these multiples of the heuristic's")))
     common.require_gpu("sweep_matmul")
     import tritonad as td
     from profile_step import graph_us
@@ -123,7 +129,10 @@ def main(argv=None):
         if table is not None and table not in menu:
             menu.append(table)
         bks = tuple(int(v) for v in args.bk.split(","))
-        for plan in sweep_plans(M, N, K, sms, mm, args.x3, la, lb, bks, args.x3_only) + menu:
+        ints = [tuple(int(v) for v in arg.split(",") if v) for arg in
+                (args.bm, args.bn, args.split_mult)]
+        for plan in sweep_plans(M, N, K, sms, mm, args.x3, la, lb, bks, args.x3_only,
+                                *ints) + menu:
             try:
                 run(plan)
                 torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
