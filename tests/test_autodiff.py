@@ -326,6 +326,7 @@ def test_a_filled_constant_is_forgotten_when_a_view_changes_it(backend_name):
     p = np.exp([1.0, 2.0, 0.5]) / np.exp([1.0, 2.0, 0.5]).sum()
     assert_close(logits.grad.numpy(), 3.0 * (p - np.array([0, 1, 0]))[None], rtol=1e-5)
 
+
 def test_the_implicit_seed_is_the_constant_one(backend_name, monkeypatch):
     # backward() with no gradient seeds with 1, known as a constant: cross-entropy's backward
     # hands its saved gradient on without the multiply (one kernel less in a training step)
