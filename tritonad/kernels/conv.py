@@ -1461,13 +1461,16 @@ def _sum_splits(part, out, tail=None):
     if rows * cols == 0:
         return out
     # many splits of a small output (conv1's weight gradient: 264 x 832) are summed as tiles,
-    # BLOCK_S splits per load, over enough programs to keep the SMs busy
+    # BLOCK_S splits per load, over enough programs to keep the SMs busy; with few programs
+    # (a small output) a tile takes up to 8192 elements, so that each program loads its
+    # splits in one or two steps, not one dependent load after another
     if INTERPRET:
         block_s, block = min(16, next_power_of_2(s)), 4096
     else:
         block_s = min(32, next_power_of_2(s))
         block = max(32, min(4096 // block_s, next_power_of_2(cdiv(rows * cols,
                                                                    2 * _sm_count(out.device)))))
+        block_s = min(next_power_of_2(s), max(block_s, 8192 // block))
     first = rows * cols if tail is None else out.numel()
     run(_sum_splits_kernel, (cdiv(rows * cols, block),),
         part, out, out if tail is None else tail, s, rows, cols, first, *part.stride(),
