@@ -326,6 +326,37 @@ class Backend:
         follows a relu: relu' at a window's argmax is its maximum > 0)."""
         raise NotImplementedError
 
+    def conv2d_relu_max_pool2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0),
+                               dilation=(1, 1), groups=1, kernel_size=(2, 2), pool_stride=(2, 2),
+                               pool_padding=(0, 0), pool_dilation=(1, 1), ceil_mode=False,
+                               with_indices=True):
+        """(p, indices) = max_pool2d(relu(conv2d(x, w, bias, stride, padding, dilation,
+        groups)), kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode): the values
+        and indices of the two primitives (indices into the convolution's output planes). A
+        backend may compute it without writing the convolution's output; by default it runs
+        the two."""
+        y = self.conv2d(x, w, bias, stride, padding, dilation, groups, "relu")
+        return self.max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation,
+                               ceil_mode, with_indices)
+
+    def conv2d_relu_max_pool2d_backward(self, dp, indices, p, x, w, stride=(1, 1),
+                                        padding=(0, 0), dilation=(1, 1), groups=1,
+                                        kernel_size=(2, 2), pool_stride=(2, 2),
+                                        pool_padding=(0, 0), pool_dilation=(1, 1),
+                                        ceil_mode=False, input_grad=True, weight_grad=True,
+                                        bias_grad=True, dw_out=None, db_out=None):
+        """(dx, dw, db) of conv2d_relu_max_pool2d for dp (p's shape), given its indices and
+        its output p (relu's gate: relu' at a window's argmax is p > 0); None where not asked
+        for; dw_out, db_out as conv2d_backward's. A backend may compute the weight and bias
+        gradients from dp directly (a first layer: no input gradient); by default the pool's
+        backward gathers the convolution's gradient, which conv2d_backward then reads."""
+        shape = (x.shape[0], w.shape[0]) + conv_output_hw(x.shape, w.shape, stride, padding,
+                                                          dilation)
+        dy = self.max_pool2d_backward(dp, indices, shape, kernel_size, pool_stride,
+                                      pool_padding, pool_dilation, ceil_mode, p)
+        return self.conv2d_backward(dy, x, w, stride, padding, dilation, groups, input_grad,
+                                    weight_grad, bias_grad, None, dw_out, db_out)
+
     def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,
                    count_include_pad=True, divisor_override=None):
         """Window means with torch's padding and divisor rules."""
@@ -578,6 +609,13 @@ def check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads
         raise RuntimeError(f"{op}: arrays on {sorted(str(d) for d in devices)}: all on one "
                            "device")
     return batch
+
+
+def conv_output_hw(x_shape, w_shape, stride, padding, dilation):
+    """The output plane (Ho, Wo) of a convolution of an x [N, C, H, W] by a w [Co, C', kh, kw]
+    (stride, padding, dilation: pairs), by torch's rule."""
+    return tuple((size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in
+                 zip(x_shape[2:], w_shape[2:], stride, padding, dilation))
 
 
 def check_weight_grad_outputs(op, w, dw_out, db_out):

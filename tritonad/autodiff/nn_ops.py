@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import dtypes, generator
-from ..backend import _NO_CONTEXT, backend_of, get_backend
+from ..backend import _NO_CONTEXT, backend_of, conv_output_hw, get_backend
 from ..tensor import Tensor, arange
 from .function import Function
 from .grad_mode import is_grad_enabled
@@ -438,11 +438,7 @@ def _conv_grads(ctx, dy, x, w, conv, gate=None):
     keeps its weight gradient in order: nothing in the pass waits behind it, and the side
     stream may still be busy with the layers after it.)"""
     b, needs = _b(), ctx.needs_input_grad
-    dw_out = ctx.gradient_buffer(1) if needs[1] else None
-    db_out = ctx.gradient_buffer(2) if needs[2] else None
-    if (dw_out is not None and dw_out.dtype != w.dtype) or \
-            (db_out is not None and db_out.dtype != w.dtype):
-        dw_out = db_out = None  # (the engine converts)
+    dw_out, db_out = _weight_grad_buffers(ctx, w)
     side = None
     if needs[0] and dw_out is not None and (db_out is not None or not needs[2]):
         side = b.beside(dy, x)
@@ -462,6 +458,18 @@ def _conv_grads(ctx, dy, x, w, conv, gate=None):
         dx = b.conv2d_backward(dy, x, w, *conv, True, False, False)[0]
     wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
     return (wrap(dx), wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
+
+
+def _weight_grad_buffers(ctx, w):
+    """(dw_out, db_out): the engine's buffers for the weight's and bias's gradients, where it
+    offers them in w's dtype (else None: the engine converts)."""
+    needs = ctx.needs_input_grad
+    dw_out = ctx.gradient_buffer(1) if needs[1] else None
+    db_out = ctx.gradient_buffer(2) if needs[2] else None
+    if (dw_out is not None and dw_out.dtype != w.dtype) or \
+            (db_out is not None and db_out.dtype != w.dtype):
+        return None, None
+    return dw_out, db_out
 
 
 def _conv_geometry(op, shape, kernel, stride, padding, dilation):
@@ -513,30 +521,38 @@ def _conv_args(x, weight, bias, stride, padding, dilation, groups, activation):
 
 
 class Conv2dReluMaxPool2d(Function):
-    """max_pool2d(relu(conv2d(x, w, b))) as one node. Forward: the convolution with relu in its
-    epilogue, then the pool. Backward: relu' is applied as the pool's backward reads its
-    gradient, with the pool's output as the gate (relu' at a window's argmax is the window's
-    maximum > 0), so the convolution's backward receives the gradient gated and makes no pass
-    of its own. It keeps the pool's output and indices rather than the convolution's output."""
+    """max_pool2d(relu(conv2d(x, w, b))) as one node, by the backend's conv2d_relu_max_pool2d
+    (which may compute it without writing the convolution's output). Backward: relu' is applied
+    as the pool's backward reads its gradient, with the pool's output as the gate (relu' at a
+    window's argmax is the window's maximum > 0), so the convolution's backward receives the
+    gradient gated and makes no pass of its own; where x needs no gradient (a first layer) the
+    backend may compute the weight and bias gradients from the pool's gradient directly. It
+    keeps the pool's output and indices rather than the convolution's output."""
     once_differentiable = True
 
     @staticmethod
     def forward(ctx, x, w, b, stride, padding, dilation, groups, kernel, pool_stride,
                 pool_padding, pool_dilation, ceil_mode):
-        be = _b()
-        y = be.conv2d(x, w, b, stride, padding, dilation, groups, "relu")
-        p, indices = be.max_pool2d(y, kernel, pool_stride, pool_padding, pool_dilation,
-                                   ceil_mode, True)
         ctx.conv = stride, padding, dilation, groups
-        ctx.pool = tuple(y.shape), (kernel, pool_stride, pool_padding, pool_dilation, ceil_mode)
+        ctx.pool = kernel, pool_stride, pool_padding, pool_dilation, ceil_mode
+        record = bool(ctx.needs_input_grad)  # (no indices when nothing is recorded)
+        p, indices = _b().conv2d_relu_max_pool2d(x, w, b, *ctx.conv, *ctx.pool, record)
         ctx.save_for_backward(x, w, p, indices)
         return p
 
     @staticmethod
     def backward(ctx, dp):
         x, w, p, indices = ctx.saved
-        shape, pool = ctx.pool
-        dy = _b().max_pool2d_backward(dp._data, indices._data, shape, *pool, p._data)
+        be, needs = _b(), ctx.needs_input_grad
+        if not needs[0]:
+            dw_out, db_out = _weight_grad_buffers(ctx, w._data)
+            _, dw, db = be.conv2d_relu_max_pool2d_backward(
+                dp._data, indices._data, p._data, x._data, w._data, *ctx.conv, *ctx.pool,
+                False, needs[1], needs[2], dw_out, db_out)
+            wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
+            return (None, wrap(dw), wrap(db)) + (None,) * (len(needs) - 3)
+        shape = (x.shape[0], w.shape[0]) + conv_output_hw(x.shape, w.shape, *ctx.conv[:3])
+        dy = be.max_pool2d_backward(dp._data, indices._data, shape, *ctx.pool, p._data)
         return _conv_grads(ctx, dy, x._data, w._data, ctx.conv)
 
 
@@ -548,10 +564,6 @@ def conv2d_relu_max_pool2d(x, weight, bias=None, stride=1, padding=0, dilation=1
     recorded (Conv2dReluMaxPool2d). nn.Sequential runs Conv2d, ReLU, MaxPool2d so."""
     stride, padding, dilation, out_hw = _conv_args(x, weight, bias, stride, padding, dilation,
                                                    groups, "relu")
-    needs = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-    if not (needs and is_grad_enabled()):
-        y = Conv2d.apply(x, weight, bias, stride, padding, dilation, groups, "relu")
-        return max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode)
     pool = _pool_args("max_pool2d", (x.shape[0], weight.shape[0]) + out_hw, kernel_size,
                       pool_stride, pool_padding, pool_dilation)
     return Conv2dReluMaxPool2d.apply(x, weight, bias, stride, padding, dilation, groups, *pool,
