@@ -8,9 +8,9 @@ MNIST recipes run (the three models' training steps at their batch sizes and las
 batches, in the per-op path, and a test-set batch of 1000) and the benchmark sizes (the MNIST
 convolutions at TF32 and 3xTF32, bench conv's ResNet-style 3x3 layers at TF32, bf16, 3xTF32
 and fp16, square products of every dtype; --quick leaves out the largest products and the
-3x3 layers' 3xTF32 and fp16), writing the tuned choices under this GPU's key (tuning.gpu_key: name, compute
-capability, Triton version) after each group. --merge adds such a file to the
-shipped table, replacing that GPU's entries.
+3x3 layers' 3xTF32 and fp16), writing the tuned choices under this GPU's key
+(tuning.gpu_key: name, compute capability, Triton version) after each group. --merge adds
+such a file to the shipped table, replacing that GPU's entries.
 """
 from __future__ import annotations
 
@@ -43,13 +43,13 @@ def tune(out, quick):
     import tritonad as td
     import tritonad.nn.functional as F
     from tritonad import models, optim
-    from tritonad.kernels import conv, matmul, tuning
+    from tritonad.kernels import conv, conv_pool, matmul, tuning
     from tritonad.kernels.tuning import gpu_key
 
     # the table being made replaces this GPU's shipped entries: time every problem afresh
     # rather than take the shipped plan (which would leave the new table empty)
     tuning.shipped_plans = lambda *args, **kwargs: {}
-    gpu, tuners, start = gpu_key(), (matmul.tuner, conv.tuner), time.perf_counter()
+    gpu, tuners, start = gpu_key(), (matmul.tuner, conv.tuner, conv_pool.tuner), time.perf_counter()
     td.autotune(True)
 
     def done(what):
