@@ -238,6 +238,16 @@ def test_other_cases_take_the_two_primitives(case, monkeypatch, launches):
     assert fused == expect
 
 
+def test_an_empty_batch_gives_zero_gradients():
+    x, w, b = torch.zeros(0, 1, 8, 8), _ints((4, 1, 3, 3), 2), _ints((4,), 3)
+    x = x.to(w.device)
+    args = ((1, 1), (1, 1), (1, 1), 1, (2, 2), (2, 2), (0, 0), (1, 1), False)
+    p, idx = conv_pool.conv2d_relu_max_pool2d(x, w, b, *args)
+    assert p.shape == (0, 4, 4, 4) and idx.shape == (0, 4, 4, 4)
+    _, dw, db = conv_pool.conv2d_relu_max_pool2d_backward(p, idx, p, x, w, *args, False)
+    assert torch.equal(dw, torch.zeros_like(w)) and torch.equal(db, torch.zeros_like(b))
+
+
 def test_bad_arguments_are_named_errors():
     x, w = _ints((2, 1, 8, 8), 1), _ints((4, 1, 3, 3), 2)
     args = ((1, 1), (1, 1), (1, 1), 1, (2, 2), (2, 2), (0, 0), (1, 1), False)
