@@ -421,7 +421,9 @@ def test_split_k_heuristic():
 def test_candidate_plans(kind, shape):
     m, n, k = shape
     plans = mm.candidate_plans(1, m, n, k, kind, True, False, 132)
-    assert plans and len(plans) <= 24  # each is compiled and timed once per GPU
+    # each is compiled and timed once per GPU and shape (td.autotune): 28 at most (the
+    # 3xTF32 tiles' doubled splits took the MNIST menus from 24 to 26)
+    assert plans and len(plans) <= 28
     assert len({tuple(sorted(p.items())) for p in plans}) == len(plans), "duplicate plans"
     for p in plans:
         assert set(p) == set(mm.INTERPRET_PLAN)  # (TMA plans only with tma=True)

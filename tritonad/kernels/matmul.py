@@ -443,7 +443,15 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False):
                 bases.append(_plan(bm, bn, bk, 4 if bm * bn >= 2048 else 2, 3, x3=True))
             for base in bases:
                 split = split_k_heuristic(batch, M, N, K, bm, bn, base["BK"], sms)
-                for s in dict.fromkeys((split, 1)):
+                splits = [split, 1]
+                if base["x3"] and split > 1:
+                    # latency-bound 3xTF32 tiles want more programs than SMs: twice the
+                    # heuristic's slices too, each still two K steps or more (MNIST cnn fc1's
+                    # forward on an H200, CUDA graphs: 16.8 us at 32x64 split 4, 14.7 at 64x32
+                    # split 8, the cnn step 219.9 -> 217.8 us)
+                    if cdiv(K, base["BK"]) >= 4 * split:
+                        splits.append(2 * split)
+                for s in dict.fromkeys(splits):
                     plans.append({**base, "split": s})
     if kind == "tf32" and not (a_kmajor and b_kmajor):
         staged_plans = [{**p, **staged} for p in plans[:3]]
