@@ -342,6 +342,64 @@ def test_the_implicit_seed_is_the_constant_one(backend_name, monkeypatch):
     assert_close(logits.grad.numpy(), (p - np.array([[0, 1, 0], [0, 0, 1]])) / 2, rtol=1e-5)
 
 
+def _fills(monkeypatch):
+    """The values the backend fills arrays with from now on (full and fill_)."""
+    backend, values = td.get_backend(), []
+    real = backend.fill_
+    monkeypatch.setattr(backend, "fill_", lambda x, v: values.append(v) or real(x, v))
+    return values
+
+
+def test_the_seed_of_cross_entropy_is_not_filled(backend_name, monkeypatch):
+    # cross-entropy's backward never reads a seed of ones, so backward() does not fill one: a
+    # training step launches one kernel less
+    logits = td.tensor([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], requires_grad=True)
+    loss = F.cross_entropy(logits, td.tensor([1, 2]))
+    fills = _fills(monkeypatch)
+    loss.backward()
+    assert fills == []
+    e = np.exp([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+    p = e / e.sum(axis=1, keepdims=True)
+    assert_close(logits.grad.numpy(), (p - np.array([[0, 1, 0], [0, 0, 1]])) / 2, rtol=1e-5)
+
+
+def test_an_unfilled_seed_is_not_read_without_reduction(backend_name, monkeypatch):
+    # a batch of one without reduction is a one-element loss: backward() seeds it implicitly,
+    # and cross-entropy's backward must not multiply by the unfilled seed
+    logits = td.tensor([[1.0, 2.0, 0.5]], requires_grad=True)
+    loss = F.cross_entropy(logits, td.tensor([1]), reduction="none")
+    fills = _fills(monkeypatch)
+    loss.backward()
+    assert fills == []
+    p = np.exp([1.0, 2.0, 0.5]) / np.exp([1.0, 2.0, 0.5]).sum()
+    assert_close(logits.grad.numpy(), (p - np.array([0, 1, 0]))[None], rtol=1e-5)
+
+
+@pytest.mark.parametrize("seen_by", ["retain_grad", "inputs", "create_graph", "reduction none"])
+def test_a_seed_that_someone_sees_is_filled(backend_name, monkeypatch, seen_by):
+    # the root kept by retain_grad(), asked for in `inputs`, a graph of the backward, and a
+    # backward that reads its gradient (cross-entropy without reduction, batch of one) each see
+    # the seed: it holds ones there
+    logits = td.tensor([[1.0, 2.0, 0.5]], requires_grad=True)
+    reduction = "none" if seen_by == "reduction none" else "mean"
+    loss = F.cross_entropy(logits, td.tensor([1]), reduction=reduction)
+    if seen_by == "reduction none":
+        loss = loss.sum()  # (sum's backward reads the seed)
+    fills = _fills(monkeypatch)
+    if seen_by == "retain_grad":
+        loss.retain_grad()
+        loss.backward()
+        assert loss.grad.item() == 1.0
+    elif seen_by == "inputs":
+        loss.backward(inputs=[loss, logits])
+        assert loss.grad.item() == 1.0
+    else:
+        loss.backward(create_graph=seen_by == "create_graph")
+    assert fills == [1.0]
+    p = np.exp([1.0, 2.0, 0.5]) / np.exp([1.0, 2.0, 0.5]).sum()
+    assert_close(logits.grad.numpy(), (p - np.array([0, 1, 0]))[None], rtol=1e-5)
+
+
 # ------------------------------------------------------------------------ bad input, clear errors
 
 

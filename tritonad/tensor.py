@@ -224,9 +224,18 @@ class Tensor:
                                    f"scalar output, but this tensor has shape {self.shape}; pass "
                                    "gradient=<tensor of that shape>")
             raw = self._data  # (the seed straight from the backend: no checks to repeat)
-            gradient = Tensor._wrap(backend_of(raw).full(raw.shape, 1.0,
-                                                         dtypes.get_dtype(raw.dtype), raw.device))
-            gradient._const = (1.0, gradient._version_box[0])  # (a backward may skip x 1)
+            backend, dtype = backend_of(raw), dtypes.get_dtype(raw.dtype)
+            # a backward may skip the multiply by a seed of ones; one that says it then never
+            # reads the seed (skips_unit_gradient: cross-entropy's) leaves it unfilled, one fill
+            # kernel less a step, unless someone else sees the seed: the root kept by
+            # retain_grad(), asked for in `inputs`, or a graph of the backward itself
+            ctx = self.grad_fn
+            unread = ctx is not None and inputs is None and not create_graph and \
+                getattr(ctx.function, "skips_unit_gradient", False) and \
+                self._output_index not in ctx._retained
+            gradient = Tensor._wrap(backend.empty(raw.shape, dtype, raw.device) if unread
+                                    else backend.full(raw.shape, 1.0, dtype, raw.device))
+            gradient._const = (1.0, gradient._version_box[0])
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:

@@ -152,6 +152,9 @@ class Function:
     once_differentiable = False
     runs_on_backend = True  # False for host <-> device transfers, which need no kernel
     is_view = False         # True: the output is a view of the first argument's memory
+    # True: backward never reads the data of an incoming gradient whose _constant() is 1 (it
+    # skips the multiply), so backward() from this op may seed it with unfilled memory
+    skips_unit_gradient = False
     # the backend primitive that forward amounts to when nothing is recorded (forward called
     # with the same arguments), or None: apply then calls the primitive itself, the lean path
     # of eager ops that need no gradient (inference, optimizer updates, backward passes)

@@ -251,6 +251,7 @@ class CrossEntropy(Function):
     """Fused softmax cross-entropy. The forward kernel writes d(loss)/d(logits) in the same pass,
     so the backward only scales it by the incoming gradient (and skips that when it is 1)."""
     once_differentiable = True
+    skips_unit_gradient = True  # (Function.skips_unit_gradient)
 
     @staticmethod
     def forward(ctx, logits, target, reduction, ignore_index, label_smoothing, metrics=None):
@@ -265,10 +266,10 @@ class CrossEntropy(Function):
     @staticmethod
     def backward(ctx, dloss):
         (grad,) = ctx.saved
+        if dloss._constant() == 1:  # (not read: it may be an unfilled seed, see Tensor.backward)
+            return grad, None, None, None, None
         if ctx.reduction == "none":
             return grad * dloss.reshape((-1, 1)), None, None, None, None
-        if dloss._constant() == 1:
-            return grad, None, None, None, None
         return grad * dloss, None, None, None, None
 
 
