@@ -26,6 +26,9 @@ PROBLEMS = [
     ("mlp fc2 dW", 100, 256, 128, "mn", "mn"),
     ("mlp fc1 dW", 256, 784, 128, "mn", "mn"),
     ("cnn fc1 fwd", 100, 512, 3136, "k", "k"),
+    ("cnn fc2 fwd", 100, 10, 512, "k", "k"),
+    ("cnn fc2 dx", 100, 512, 10, "k", "mn"),
+    ("cnn fc2 dW", 10, 512, 100, "mn", "mn"),
     ("cnn fc1 dx", 100, 3136, 512, "k", "mn"),
     ("cnn fc1 dW", 512, 3136, 100, "mn", "mn"),
     ("cnn fc1 dx gated", 100, 3136, 512, "k", "mn"),
@@ -33,7 +36,8 @@ PROBLEMS = [
 ]
 # the epilogues of the products as the step runs them: relu's gate applied to a as it is read
 # (a linear layer's backward), the gated rows of a summed (its bias gradient)
-EPILOGUES = {"cnn fc1 dx gated": ("gate",), "cnn fc1 dW gated": ("gate", "rows")}
+EPILOGUES = {"cnn fc1 dx gated": ("gate",), "cnn fc1 dW gated": ("gate", "rows"),
+             "cnn fc2 dW": ("rows",)}
 
 
 def problem_operands(M, N, K, la, lb):
