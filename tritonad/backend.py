@@ -251,6 +251,26 @@ class Backend:
         """
         raise NotImplementedError
 
+    def linear_cross_entropy(self, x, w, bias, target, reduction="mean", ignore_index=-100,
+                             label_smoothing=0.0, compute_grad=True, input_grad=True,
+                             metrics=None):
+        """A classifier head: cross_entropy(x @ w^T + bias, target, ...) without handing the
+        logits back; returns (loss, dlogits or None, dx or None).
+
+        x: [N, K], w: [C, K], bias: [C] or None, one floating dtype; target, reduction,
+        ignore_index, label_smoothing and metrics as cross_entropy. The product follows
+        matmul's rules (float32 accumulation, `matmul_precision()`). With compute_grad, dlogits
+        = d(loss)/d(logits) [N, C] (x's dtype, as cross_entropy returns it: dw = dlogits^T @ x
+        and db = its column sums are the caller's), and with input_grad also dx = dlogits @ w
+        [N, K]. Default: those three steps (matmul, cross_entropy, matmul); a backend may do
+        them in one kernel, since everything but dw and db is row-local."""
+        logits = self.matmul(x, w.t(), bias=bias)
+        loss, dlogits = self.cross_entropy(logits, target, reduction, ignore_index,
+                                           label_smoothing, compute_grad=compute_grad,
+                                           metrics=metrics)
+        dx = self.matmul(dlogits, w) if compute_grad and input_grad else None
+        return loss, dlogits, dx
+
     def check_targets(self, target, n_classes, ignore_index=-100, op="nll_loss"):
         """Check class indices: a value of target ([N] int64/int32) outside [0, n_classes),
         other than ignore_index, raises ValueError naming `op` (at the next read of the device

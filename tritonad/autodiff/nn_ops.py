@@ -273,6 +273,100 @@ class CrossEntropy(Function):
         return grad * dloss, None, None, None, None
 
 
+class LinearCrossEntropy(Function):
+    """cross_entropy(x @ w^T + b, target) as one node: a classifier head (Backend.linear_
+    cross_entropy). Its forward writes dlogits and, when x needs a gradient, dx = dlogits @ w in
+    the same kernel (everything but dw and db is row-local), so that the backward of a unit
+    gradient only writes dw = dlogits^T @ x and db, beside the rest of the pass as Linear's."""
+    once_differentiable = True
+    skips_unit_gradient = True  # (Function.skips_unit_gradient)
+
+    @staticmethod
+    def forward(ctx, x, w, b, target, reduction, ignore_index, label_smoothing, metrics=None):
+        needs = ctx.needs_input_grad or (False, False, False)
+        loss, dlogits, dx = _b().linear_cross_entropy(
+            x, w, b, target, reduction, ignore_index, label_smoothing,
+            compute_grad=needs[0] or needs[1] or needs[2], input_grad=needs[0], metrics=metrics)
+        ctx.reduction = reduction
+        ctx.save_for_backward(x if needs[1] else None, w if needs[0] else None, dlogits, dx)
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        x, w, dlogits, dx = ctx.saved
+        backend, needs = _b(), ctx.needs_input_grad
+        if dloss._constant() != 1:  # (not read when 1: it may be an unfilled seed)
+            dlogits = dlogits * (dloss.reshape((-1, 1)) if ctx.reduction == "none" else dloss)
+            dx = Tensor._wrap(backend.matmul(dlogits._data, w._data)) if needs[0] else None
+        dy = dlogits._data
+        dw = db = db_out = None
+        if needs[2]:
+            db_out = ctx.gradient_buffer(2)
+            if db_out is None:
+                db_out = backend.empty((dy.shape[1],), dloss.dtype, dy.device)
+            db = Tensor._wrap(db_out)
+        if needs[1]:
+            dw_out = ctx.gradient_buffer(1)
+            # beside the pass, as Linear's weight gradient (dx is already written)
+            side = backend.beside(dy, x._data) if needs[0] and dw_out is not None \
+                and (not needs[2] or db_out is ctx.gradient_buffer(2)) else None
+            with side or _NO_CONTEXT:
+                dw = Tensor._wrap(backend.matmul(dy.t(), x._data, out=dw_out, a_row_sums=db_out))
+        elif needs[2]:
+            backend.sum(dy, (0,), out=db_out)
+        return dx, dw, db, None, None, None, None
+
+
+def _check_head(op, x, weight, bias, target, reduction, label_smoothing):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if not isinstance(x, Tensor) or not isinstance(weight, Tensor) or \
+            (bias is not None and not isinstance(bias, Tensor)):
+        raise TypeError(f"{op}: input, weight and bias must be tensors")
+    if weight.ndim != 2 or x.ndim != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"{op}: expected input [N, in] and weight [classes, in], got input "
+                         f"{x.shape} and weight {weight.shape}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"{op}: bias of shape {bias.shape} does not match weight of shape "
+                         f"{weight.shape}")
+    _same_float(op, x, weight, bias)
+    if not isinstance(target, Tensor) or target.dtype not in (dtypes.int64, dtypes.int32):
+        got = target.dtype if isinstance(target, Tensor) else type(target).__name__
+        raise TypeError(f"{op}: target must be an int64 (or int32) tensor of class indices, "
+                        f"got {got}")
+    if target.shape != x.shape[:1]:
+        raise ValueError(f"{op}: expected input [N, in] and target [N], got input {x.shape} "
+                         f"and target {target.shape}")
+
+
+def linear_cross_entropy(input, weight, bias, target, reduction="mean", ignore_index=-100,
+                         label_smoothing=0.0):
+    """cross_entropy(linear(input, weight, bias), target, ...) without the logits: a classifier
+    head as one node (one kernel where the classes fit the backend's fused path). input [N, in],
+    weight [classes, in], bias [classes] or None, target [N] class indices."""
+    _check_head("linear_cross_entropy", input, weight, bias, target, reduction, label_smoothing)
+    return LinearCrossEntropy.apply(input, weight, bias, target, reduction, ignore_index,
+                                    float(label_smoothing))
+
+
+def linear_cross_entropy_with_metrics(input, weight, bias, target, loss_total, correct,
+                                      reduction="mean"):
+    """linear_cross_entropy(input, weight, bias, target), adding a training loop's running
+    totals on the device as cross_entropy_with_metrics does."""
+    op = "linear_cross_entropy"
+    _check_head(op, input, weight, bias, target, reduction, 0.0)
+    for name, t in (("loss_total", loss_total), ("correct", correct)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
+    loss = LinearCrossEntropy.apply(input, weight, bias, target, reduction, -100, 0.0,
+                                    metrics=(loss_total._data, correct._data))
+    loss_total._bump_version()
+    correct._bump_version()
+    return loss
+
+
 def _check_target(op, logits, target):
     if not isinstance(target, Tensor) or target.dtype not in (dtypes.int64, dtypes.int32):
         got = target.dtype if isinstance(target, Tensor) else type(target).__name__

@@ -15,7 +15,7 @@ from . import errors, streams
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
-            "conv_pool", "optim", "mlp", "augment")
+            "conv_pool", "optim", "mlp", "augment", "head")
 
 
 class TritonBackend(Backend):

@@ -1,7 +1,9 @@
 """Functional forms of the layers: `import tritonad.nn.functional as F`."""
 from ..autodiff.nn_ops import (avg_pool2d, conv2d, cross_entropy, dropout, fold, linear,
-                               log_softmax, max_pool2d, mse_loss, nll_loss, softmax, unfold)
+                               linear_cross_entropy, log_softmax, max_pool2d, mse_loss, nll_loss,
+                               softmax, unfold)
 from ..autodiff.ops import relu, sigmoid, tanh
 
 __all__ = ["relu", "sigmoid", "tanh", "linear", "conv2d", "max_pool2d", "avg_pool2d", "softmax",
-           "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "dropout", "unfold", "fold"]
+           "log_softmax", "cross_entropy", "linear_cross_entropy", "nll_loss", "mse_loss", "dropout",
+           "unfold", "fold"]

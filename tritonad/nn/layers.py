@@ -222,7 +222,11 @@ class Sequential(Module):
         return self
 
     def forward(self, x):
-        items = list(self._modules.values())
+        return self._forward_items(x, len(self._modules))
+
+    def _forward_items(self, x, stop):
+        """x through the first `stop` modules (the Trainer runs a last Linear with its loss)."""
+        items = list(self._modules.values())[:stop]
         i = 0
         while i < len(items):
             module = items[i]
