@@ -26,7 +26,7 @@ PROBLEMS = {  # rows, features, classes
     "wide": (1024, 2048, 64),
 }
 # one setting at a time around head.py's (name: values)
-SETTINGS = {"PART_M": [16, 64], "BLOCK_K": [32, 128], "PROGRAMS": [64, 128, 512],
+SETTINGS = {"PART_M": [32, 64], "BLOCK_K": [32, 128], "PROGRAMS": [64, 128, 512],
             "MAX_SPLITS": [8, 32], "DX_PROGRAMS": [16, 1024], "WARPS_ONE": [4],
             "WARPS_ROWS": [8],
             "SINGLE_ROWS": [0], "BLOCK_M": [16, 64]}

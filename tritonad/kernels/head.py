@@ -33,18 +33,17 @@ import triton.language as tl
 
 from ..backend import Backend, check_metrics, matmul_precision
 from . import errors
-from .errors import report_at
+from .errors import report
 from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
 from .matmul import matmul
-from .softmax import (TARGET_BLOCK, _REDUCTIONS, _ce_check_targets, _ce_count_kernel,
-                      _finite_or_zero)
+from .softmax import TARGET_BLOCK, _REDUCTIONS, _ce_count_kernel, _finite_or_zero
 from .softmax import cross_entropy as _cross_entropy
 
 PRIMITIVES = ("linear_cross_entropy",)
 
 MAX_CLASSES = 64     # widest logits row held in registers
 # settings, from benchmarks/sweep_head.py on an H200 (read at call time: tests change them)
-PART_M = 32          # rows of a partial-logits program
+PART_M = 16          # rows of a partial-logits program
 BLOCK_K = 64         # features a step of the partial products
 PROGRAMS = 256       # partial products wanted: K splits up to this many programs ...
 MAX_SPLITS = 16      # ... and at most this many slices
@@ -103,9 +102,8 @@ def _head_kernel(out_ptr, part_ptr, hits_ptr, info_ptr, dlogits_ptr, dx_ptr, fla
                  x_dtype: tl.constexpr, REDUCTION: tl.constexpr, ONE: tl.constexpr,
                  HAS_BIAS: tl.constexpr, SMOOTH: tl.constexpr, COMPUTE_GRAD: tl.constexpr,
                  INPUT_GRAD: tl.constexpr, METRICS: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr,
-                 SPLITS_P: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                 GDC: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, SPLITS_P: tl.constexpr,
+                 PRECISION: tl.constexpr, UPCAST: tl.constexpr, GDC: tl.constexpr):
     if GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -113,30 +111,29 @@ def _head_kernel(out_ptr, part_ptr, hits_ptr, info_ptr, dlogits_ptr, dx_ptr, fla
     # their loss and dlogits, and dx for those rows and the features of block j. Programs with
     # j = 0 write what is per row: the loss ("none"), dlogits, and either (ONE: the only row
     # block, BLOCK_M >= n_rows) the reduced loss and the metrics, after checking and counting
-    # the targets, or the block's loss sum and hit count to part[m] and hits[m] (the count
-    # kernel ran before and left mean's divisor in info). REDUCTION: 0 none, 1 sum, 2 mean.
+    # the targets (every program counts its rows: mean's divisor), or the block's loss sum and
+    # hit count to part[m] and hits[m] (the count kernel ran before: it checked the targets
+    # and left the divisor in info). REDUCTION: 0 none, 1 sum, 2 mean.
     pid_m = tl.program_id(0)
     first = tl.program_id(1) == 0
-    grad_scale = 1.0
-    count = tl.full([], 1, tl.int32)
-    if ONE:
-        count, first_bad, bad_value = _ce_check_targets(target_ptr, n_rows, C, stride_t,
-                                                        ignore_index, BLOCK_T)
-        if (tl.program_id(1) == 0) & (first_bad < n_rows):
-            report_at(flag_ptr, first_bad, bad_value, C)
-    elif REDUCTION == 2:
-        count = tl.load(info_ptr).to(tl.int32)
-    if REDUCTION == 2:
-        grad_scale = 1.0 / count.to(tl.float32)
-
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)
     t_given = tl.load(target_ptr + rows64 * stride_t, mask=row_ok, other=ignore_index)
     t_given = t_given.to(tl.int64)
     kept = row_ok & (t_given != ignore_index)
-    # NOTE: out-of-range targets were reported above (or by the count kernel); clamped here
-    t = tl.where(kept & (t_given >= 0) & (t_given < C), t_given, 0)
+    in_range = (t_given >= 0) & (t_given < C)
+    grad_scale = 1.0
+    if ONE:  # every row is here: count them, report the first bad target
+        count = tl.sum(kept.to(tl.int32), 0)
+        if first:
+            report(flag_ptr, kept & ~in_range, rows, t_given, C)
+    else:  # (the count kernel did both)
+        count = tl.load(info_ptr).to(tl.int32)
+    if REDUCTION == 2:
+        grad_scale = 1.0 / count.to(tl.float32)
+    # NOTE: out-of-range targets were reported; clamped here so that nothing faults
+    t = tl.where(kept & in_range, t_given, 0)
     cols = tl.arange(0, BLOCK_C)
     c_ok = cols < C
 
@@ -361,9 +358,8 @@ def _fused(x, w, bias, target, reduction, ignore_index, label_smoothing, compute
         x_dtype=_TL_TYPES[x.dtype], REDUCTION=_REDUCTIONS[reduction], ONE=one,
         HAS_BIAS=bias is not None, SMOOTH=smoothing > 0.0, COMPUTE_GRAD=compute_grad,
         INPUT_GRAD=dx is not None, METRICS=metrics is not None, BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_C=block_c, BLOCK_T=TARGET_BLOCK,
-        SPLITS_P=next_power_of_2(splits), PRECISION=precision, UPCAST=upcast,
-        num_warps=WARPS_ONE if one else WARPS_ROWS, **PDL)
+        BLOCK_N=block_n, BLOCK_C=block_c, SPLITS_P=next_power_of_2(splits),
+        PRECISION=precision, UPCAST=upcast, num_warps=WARPS_ONE if one else WARPS_ROWS, **PDL)
     if not one and (reduction != "none" or metrics is not None):
         run(_head_reduce_kernel, (1,), out, sums, hits, info, loss_total, correct, programs,
             REDUCTION=_REDUCTIONS[reduction], METRICS=metrics is not None, BLOCK=128,
