@@ -123,28 +123,9 @@ class Linear(Function):
             return Linear._differentiable_backward(ctx, dy, x, w, y)
         backend, needs = _b(), ctx.needs_input_grad
         gate = y._data if ctx.activation == "relu" else None
-        dx = dw = db = None
-        db_out = None
-        if needs[2]:
-            db_out = ctx.gradient_buffer(2)
-            if db_out is None:
-                db_out = backend.empty((w.shape[0],), dy.dtype, dy.device)
-            db = Tensor._wrap(db_out)
-        if needs[1]:
-            dw_out = ctx.gradient_buffer(1)
-            # straight into the engine's buffers (bias too) while dx continues the chain: it
-            # may run beside the pass (Backend.beside), so it is queued first (the fork)
-            side = backend.beside(dy._data, x._data, gate) if needs[0] and dw_out is not None \
-                and (not needs[2] or db_out is ctx.gradient_buffer(2)) else None
-            with side or _NO_CONTEXT:
-                dw = Tensor._wrap(backend.matmul(
-                    dy._data.t(), x._data, out=dw_out, a_row_sums=db_out,
-                    a_gate=gate.t() if gate is not None else None))
-        elif needs[2]:
-            dz = dy._data if gate is None else backend.relu_backward(dy._data, gate)
-            backend.sum(dz, (0,), out=db_out)
-        if needs[0]:
-            dx = Tensor._wrap(backend.matmul(dy._data, w._data, a_gate=gate))
+        # (queued first: it may run beside the pass while dx continues the chain)
+        dw, db = _weight_grads(ctx, dy._data, x._data, gate, beside=needs[0])
+        dx = Tensor._wrap(backend.matmul(dy._data, w._data, a_gate=gate)) if needs[0] else None
         return dx, dw, db, None
 
     @staticmethod
@@ -157,6 +138,32 @@ class Linear(Function):
         dw = matmul(dz.transpose(0, 1), x) if needs[1] else None
         db = dz.sum(0) if needs[2] else None
         return dx, dw, db, None
+
+
+def _weight_grads(ctx, dy, x, gate=None, beside=False):
+    """A linear layer's (dw, db) Tensors (None where not needed, inputs 1 and 2 of ctx):
+    dw = dz^T @ x and db = sum_rows(dz) for dz = where(gate > 0, dy, 0) (dy if gate is None), in
+    one matmul, straight into the engine's gradient buffers where it offers them. `beside`: the
+    input gradient continues the chain, so the product may run beside the pass
+    (Backend.beside) when both gradients go to the buffers. dy, x, gate: raw arrays."""
+    backend, needs = _b(), ctx.needs_input_grad
+    dw = db = db_out = None
+    if needs[2]:
+        db_out = ctx.gradient_buffer(2)
+        if db_out is None:
+            db_out = backend.empty((dy.shape[1],), dtypes.get_dtype(dy.dtype), dy.device)
+        db = Tensor._wrap(db_out)
+    if needs[1]:
+        dw_out = ctx.gradient_buffer(1)
+        side = backend.beside(dy, x, gate) if beside and dw_out is not None \
+            and (not needs[2] or db_out is ctx.gradient_buffer(2)) else None
+        with side or _NO_CONTEXT:
+            dw = Tensor._wrap(backend.matmul(dy.t(), x, out=dw_out, a_row_sums=db_out,
+                                             a_gate=gate.t() if gate is not None else None))
+    elif needs[2]:
+        dz = dy if gate is None else backend.relu_backward(dy, gate)
+        backend.sum(dz, (0,), out=db_out)
+    return dw, db
 
 
 def linear(x, weight, bias=None, activation=None):
@@ -298,22 +305,9 @@ class LinearCrossEntropy(Function):
         if dloss._constant() != 1:  # (not read when 1: it may be an unfilled seed)
             dlogits = dlogits * (dloss.reshape((-1, 1)) if ctx.reduction == "none" else dloss)
             dx = Tensor._wrap(backend.matmul(dlogits._data, w._data)) if needs[0] else None
-        dy = dlogits._data
-        dw = db = db_out = None
-        if needs[2]:
-            db_out = ctx.gradient_buffer(2)
-            if db_out is None:
-                db_out = backend.empty((dy.shape[1],), dloss.dtype, dy.device)
-            db = Tensor._wrap(db_out)
-        if needs[1]:
-            dw_out = ctx.gradient_buffer(1)
-            # beside the pass, as Linear's weight gradient (dx is already written)
-            side = backend.beside(dy, x._data) if needs[0] and dw_out is not None \
-                and (not needs[2] or db_out is ctx.gradient_buffer(2)) else None
-            with side or _NO_CONTEXT:
-                dw = Tensor._wrap(backend.matmul(dy.t(), x._data, out=dw_out, a_row_sums=db_out))
-        elif needs[2]:
-            backend.sum(dy, (0,), out=db_out)
+        # (beside the pass, as Linear's: dx is already written, the chain goes on)
+        dw, db = _weight_grads(ctx, dlogits._data, x._data if x is not None else None,
+                               beside=needs[0])
         return dx, dw, db, None, None, None, None
 
 

@@ -36,7 +36,8 @@ from . import errors
 from .errors import report
 from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
 from .matmul import matmul
-from .softmax import TARGET_BLOCK, _REDUCTIONS, _ce_count_kernel, _finite_or_zero
+from .softmax import (TARGET_BLOCK, _REDUCTIONS, _ce_count_kernel, _finite_or_zero,
+                      check_loss_options)
 from .softmax import cross_entropy as _cross_entropy
 
 PRIMITIVES = ("linear_cross_entropy",)
@@ -270,10 +271,7 @@ def _check(x, w, bias, target, reduction, label_smoothing):
     if tuple(target.shape) != (x.shape[0],):
         raise ValueError(f"{op}: expected input [N, K] and target [N], got input "
                          f"{tuple(x.shape)} and target {tuple(target.shape)}")
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{op}: reduction must be one of {tuple(_REDUCTIONS)}, got {reduction!r}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    check_loss_options(op, reduction, label_smoothing)
     if w.shape[0] == 0:
         raise ValueError(f"{op}: weight {tuple(w.shape)} has no classes")
 

@@ -551,12 +551,17 @@ def _check_cross_entropy(logits, target, reduction, label_smoothing):
                          f"{tuple(logits.shape)} and target {tuple(target.shape)}")
     if target.device != logits.device:
         raise ValueError(f"{op}: logits are on {logits.device} but target on {target.device}")
+    check_loss_options(op, reduction, label_smoothing)
+    if logits.shape[1] == 0:
+        raise ValueError(f"{op}: logits of shape {tuple(logits.shape)} have no classes")
+
+
+def check_loss_options(op, reduction, label_smoothing):
+    """cross_entropy's reduction and label_smoothing, or a one-line error naming `op`."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {tuple(_REDUCTIONS)}, got {reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
-    if logits.shape[1] == 0:
-        raise ValueError(f"{op}: logits of shape {tuple(logits.shape)} have no classes")
 
 
 def _add_metrics(metrics, rows_loss, logits, target):
