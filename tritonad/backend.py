@@ -263,7 +263,7 @@ class Backend:
         = d(loss)/d(logits) [N, C] (x's dtype, as cross_entropy returns it: dw = dlogits^T @ x
         and db = its column sums are the caller's), and with input_grad also dx = dlogits @ w
         [N, K]. Default: those three steps (matmul, cross_entropy, matmul); a backend may do
-        them in one kernel, since everything but dw and db is row-local."""
+        them in fewer kernels, since everything but dw and db is row-local."""
         logits = self.matmul(x, w.t(), bias=bias)
         loss, dlogits = self.cross_entropy(logits, target, reduction, ignore_index,
                                            label_smoothing, compute_grad=compute_grad,

@@ -283,7 +283,7 @@ class CrossEntropy(Function):
 class LinearCrossEntropy(Function):
     """cross_entropy(x @ w^T + b, target) as one node: a classifier head (Backend.linear_
     cross_entropy). Its forward writes dlogits and, when x needs a gradient, dx = dlogits @ w in
-    the same kernel (everything but dw and db is row-local), so that the backward of a unit
+    the loss's kernel (everything but dw and db is row-local), so that the backward of a unit
     gradient only writes dw = dlogits^T @ x and db, beside the rest of the pass as Linear's."""
     once_differentiable = True
     skips_unit_gradient = True  # (Function.skips_unit_gradient)
@@ -338,7 +338,7 @@ def _check_head(op, x, weight, bias, target, reduction, label_smoothing):
 def linear_cross_entropy(input, weight, bias, target, reduction="mean", ignore_index=-100,
                          label_smoothing=0.0):
     """cross_entropy(linear(input, weight, bias), target, ...) without the logits: a classifier
-    head as one node (one kernel where the classes fit the backend's fused path). input [N, in],
+    head as one node (two kernels where the classes fit the backend's fused path). input [N, in],
     weight [classes, in], bias [classes] or None, target [N] class indices."""
     _check_head("linear_cross_entropy", input, weight, bias, target, reduction, label_smoothing)
     return LinearCrossEntropy.apply(input, weight, bias, target, reduction, ignore_index,
