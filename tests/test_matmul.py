@@ -9,6 +9,9 @@ tuning candidate, small tiles with grouped ordering, split-K, K-major staging) t
 `matmul.FORCE_PLAN`. The GPU tier (`pytest -m gpu`) adds large and odd shapes, the MNIST
 shapes, CUDA graph capture and the on-disk autotune cache.
 """
+import json
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -406,6 +409,22 @@ MNIST = {  # name: (M, N, K) of the forward and both backward products
     "cnn1": (100, 512, 3136), "cnn1.dx": (100, 3136, 512), "cnn1.dw": (512, 3136, 100),
     "cnn2": (100, 10, 512), "cnn2.dx": (100, 512, 10), "cnn2.dw": (10, 512, 100),
 }
+
+
+def test_every_shipped_plan_is_on_its_menu():
+    """The tuner takes a shipped table's plan only where candidate_plans offers it (else the
+    menu's first guess runs, silently): a menu change must not orphan a row (two did once). The
+    table's GPUs (H100 SXM, H200) have 132 SMs."""
+    with open(os.path.join(os.path.dirname(mm.__file__), "plans.json")) as f:
+        table = json.load(f)
+    for gpu, families in table.items():
+        for key, plan in families["matmul"].items():
+            dims, _, kind, layout, *_ = key.split(":")
+            batch, m, n, k = map(int, dims.split("x"))
+            a_layout = "k" if layout.startswith("k") else "mn"
+            menu = mm.candidate_plans(batch, m, n, k, kind, a_layout == "k",
+                                      layout[len(a_layout):] == "k", 132, tma=bool(plan.get("tma")))
+            assert plan in menu, f"{gpu} {key}: {plan} is not on the menu"
 
 
 def test_split_k_heuristic():

@@ -346,8 +346,10 @@ _SMALL_TILES = [(16, 32), (32, 64), (64, 32), (16, 64), (32, 32), (64, 64), (64,
 # head and a TF32 tail, three tensor-core products, the tail x tail term dropped). Its error
 # stays at fp32 level: relative 4e-8 to 3e-7 of |a| @ |b| on the MNIST products, against 1e-7 to
 # 3e-7 for the FMA path (benchmarks/sweep_matmul.py --x3). It was 1.05-1.6x faster on the
-# small ones; the tuner tries it on the first tiles of the menu.
-_SMALL_X3_TILES = 4
+# small ones; the tuner tries it on these tiles, 128x64 with 8 warps (the MNIST cnn's fc1
+# forward, 100x3136 @ 3136x512, on an H200 in CUDA graphs: 12.7 us at 128x64 w8 split 16
+# against 14.3 for the plan of the first four tiles that the table had, 64x32 w4 split 8).
+_SMALL_X3_TILES = {(16, 32), (32, 64), (64, 32), (16, 64), (128, 64)}
 
 # TMA plans (_matmul_tma_kernel): (BM, BN, BK, warps, stages, persistent), best first, for
 # large problems whose operands TMA can read (_tma_operands). From benchmarks/sweep_tma.py on an
@@ -431,16 +433,17 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False):
     else:
         tiles = [(bm, bn) for bm, bn in _SMALL_TILES
                  if bm <= max(16, next_power_of_2(M)) and bn <= max(32, next_power_of_2(N))]
-        for i, (bm, bn) in enumerate(tiles):
+        for bm, bn in tiles:
             small = bm * bn <= 2048
             # NOTE: exact fp32 (FMA) tiles of 2048 outputs or fewer hold their K slice in
             # registers: BLOCK_K 16 keeps them there (32 spills on the MNIST shapes)
             bk = 16 if (kind == "ieee" and small) else _SMALL_BK[kind]
             bk = min(bk, max(16, next_power_of_2(K)))
             bases = [_plan(bm, bn, bk, 2 if small else 4, 3)]
-            if kind == "ieee" and i < _SMALL_X3_TILES:
+            if kind == "ieee" and (bm, bn) in _SMALL_X3_TILES:
                 bk = min(32, max(16, next_power_of_2(K)))
-                bases.append(_plan(bm, bn, bk, 4 if bm * bn >= 2048 else 2, 3, x3=True))
+                warps = 8 if bm * bn >= 8192 else 4 if bm * bn >= 2048 else 2
+                bases.append(_plan(bm, bn, bk, warps, 3, x3=True))
             for base in bases:
                 split = split_k_heuristic(batch, M, N, K, bm, bn, base["BK"], sms)
                 splits = [split, 1]
