@@ -892,20 +892,29 @@ def test_window_gemm_only_where_it_applies(monkeypatch):
 
 
 def test_padded_channels_last_places_flips_and_splits():
-    """The window GEMM's operand copy: a strided [N, C, H, W] source at a corner of a zeroed
+    """The window GEMM's operand copies: a strided [N, C, H, W] source at a corner of a zeroed
     [N, HP, WP, CP] buffer, each plane turned by 180 degrees (flip), float32 as TF32 heads
-    with their exact tails one buffer on (split)."""
+    with their exact tails one buffer on (split); two sources of other shapes in one launch."""
     t = random_array((2, 5, 3, 4), low=-1e3, high=1e3, seed=5).permute(0, 3, 1, 2)  # [2,4,5,3]
-    src = torch.from_numpy(to_numpy(t))
+    w = random_array((3, 70, 2, 3), low=-1e3, high=1e3, seed=6)   # more pixel and channel blocks
+    src, wsrc = (torch.from_numpy(to_numpy(a)) for a in (t, w))
     for flip in (False, True):
-        out = conv._padded_channels_last(t, (2, 1), (8, 6), 16, flip=flip, split=True)
-        got = torch.from_numpy(to_numpy(out))
         want = torch.zeros(2, 8, 6, 16)
         want[:, 2:7, 1:4, :4] = (src.flip(2, 3) if flip else src).permute(0, 2, 3, 1)
-        assert torch.equal(got[0] + got[1], want)
-        assert not (got[0].numpy().view(np.uint32) & 0x1FFF).any()
-    plain = conv._padded_channels_last(t, (0, 0), (5, 3), 4)
+        want_w = torch.zeros(3, 9, 5, 80)
+        want_w[:, :2, :3, :70] = (wsrc if flip else wsrc.flip(2, 3)).permute(0, 2, 3, 1)
+        out, out_w = conv._padded_channels_last((t, (2, 1), (8, 6), 16, flip),
+                                                (w, (0, 0), (9, 5), 80, not flip), split=True)
+        for buf, expect in ((out, want), (out_w, want_w)):
+            got = torch.from_numpy(to_numpy(buf))
+            assert torch.equal(got[0] + got[1], expect)
+            assert not (got[0].numpy().view(np.uint32) & 0x1FFF).any()
+    plain, = conv._padded_channels_last((t, (0, 0), (5, 3), 4))
     assert torch.equal(torch.from_numpy(to_numpy(plain)), src.permute(0, 2, 3, 1))
+    empty_first, second = conv._padded_channels_last((t[:0], (0, 0), (5, 3), 4),
+                                                     (t, (0, 0), (5, 3), 4))
+    assert empty_first.shape == (0, 5, 3, 4)
+    assert torch.equal(torch.from_numpy(to_numpy(second)), src.permute(0, 2, 3, 1))
 
 
 def test_auto_picks_per_direction(monkeypatch):
