@@ -170,7 +170,6 @@ def winograd_conv(kernels, x, v, bias, stop=None):
 
 
 def run_layer(kernels, name):
-    import tritonad as td  # noqa: F401  (the matmul's settings)
     from tritonad.kernels import conv
     from tritonad.kernels import matmul as mm
 
