@@ -624,6 +624,152 @@ def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
     assert_close(to_numpy(db), bs.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
+# ----------------------------------------------------------------------------- Winograd
+
+
+@pytest.fixture
+def winograd_calls(monkeypatch):
+    """Float32 accuracy with Winograd's F(4x4, 3x3) from 1 channel (the GPU takes it from 128);
+    yields the names of the Winograd kernels launched, so that a test sees the path ran."""
+    from tritonad.kernels import winograd
+
+    monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 1)
+    seen = []
+    real = winograd.run
+
+    def spy(kernel, grid, *args, **meta):
+        seen.append(kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__)
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(winograd, "run", spy)
+    td.set_conv_precision("highest")
+    try:
+        yield seen
+    finally:
+        td.set_conv_precision("high")
+
+
+# Winograd's transforms spread an element's rounding over its tile (coefficients up to 8 and
+# 1/24): like the DFT path's, its error is bounded norm-wise, not element-wise. Measured under
+# the interpreter: at most 1.2e-6 of the largest sum of |terms| (torch in float64 as the truth).
+WINOGRAD_TOL = 1e-5
+
+
+def _f64_conv_grads(x, w, b, dy, groups=1):
+    """torch's float64 3x3 padding-1 convolution and its gradients, on the arrays' device."""
+    xs, ws, bs = (t.detach().double().requires_grad_() for t in (x, w, b))
+    y = torch.nn.functional.conv2d(xs, ws, bs, 1, 1, 1, groups)
+    y.backward(dy.double())
+    return [y.detach(), xs.grad, ws.grad, bs.grad]
+
+
+def _check_winograd(x, w, b, dy, groups=1, relu=False, dw_out=None, db_out=None):
+    """conv2d (+ relu) and conv2d_backward (gated by relu' where relu) against float64 torch,
+    norm-wise (WINOGRAD_TOL of the largest sum of |terms| behind an element)."""
+    args = ((1, 1), (1, 1), (1, 1), groups)
+    y = conv.conv2d(x, w, b, *args, "relu" if relu else None)
+    got = (y,) + conv.conv2d_backward(dy, x, w, *args, gate=y if relu else None,
+                                      dw_out=dw_out, db_out=db_out)
+    want = _f64_conv_grads(x, w, b, dy, groups)
+    if relu:
+        want = [want[0].clamp_min(0)] + _f64_conv_grads(x, w, b, torch.where(y > 0, dy, 0.0),
+                                                        groups)[1:]
+    scale = _f64_conv_grads(x.abs(), w.abs(), b.abs(), dy.abs(), groups)
+    for part, g, e, s in zip(("y", "dx", "dw", "db"), got, want, scale):
+        assert tuple(g.shape) == tuple(e.shape), part
+        error = float((g.double() - e).abs().max() / s.max().clamp_min(1e-30))
+        assert error < WINOGRAD_TOL, (part, error)
+    return got
+
+
+@given(data=st.data())
+@settings(max_examples=6)
+def test_winograd_conv_matches_reference(data, winograd_calls):
+    """3x3, stride 1, padding 1 by Winograd: planes not a multiple of the 4x4 tiles (down to
+    one pixel), channel counts from 8 (below, the input gradient takes the im2col path);
+    forward, input, weight and bias gradients against float64."""
+    n, c, co = (data.draw(st.sampled_from(v), name) for v, name in
+                (([1, 3], "n"), ([8, 9], "c"), ([8, 17], "co")))
+    h, w = data.draw(st.sampled_from([1, 3, 4, 6, 9]), "h"), data.draw(st.sampled_from(
+        [1, 2, 5, 8, 11]), "w")
+    seed = data.draw(st.integers(0, 100), "seed")
+    _check_winograd(random_array((n, c, h, w), low=-1, high=1, seed=seed),
+                    random_array((co, c, 3, 3), low=-1, high=1, seed=seed + 1),
+                    random_array((co,), seed=seed + 2),
+                    random_array((n, co, h, w), low=-1, high=1, seed=seed + 3))
+    assert {"_input_transform_kernel", "_weight_transform_kernel", "_output_transform_kernel",
+            "_grad_transform_kernel", "_weight_output_kernel"} <= set(winograd_calls)
+
+
+def test_winograd_conv_relu_strided_operands_and_groups(winograd_calls):
+    """The fused relu and its gated backward, operands read in place through their strides (a
+    transposed x, a transposed and sliced weight, a strided bias, an expanded dy), two groups,
+    and dw / db written into given buffers."""
+    x = random_array((2, 7, 5, 16), low=-1, high=1).permute(0, 3, 1, 2)       # [2, 16, 7, 5]
+    w = random_array((16, 12, 3, 4), low=-1, high=1, seed=1).transpose(0, 1)[:, :, :, 1:]
+    b = random_array((24,), seed=2)[::2]
+    dy = random_array((2, 12, 1, 5), low=-1, high=1, seed=3).expand(2, 12, 7, 5)
+    for groups in (1, 2):
+        wg = w[:, :16 // groups]
+        dw, db = torch.full(wg.shape, np.nan), torch.full((12,), np.nan)
+        y, _, dw_got, db_got = _check_winograd(x, wg, b, dy, groups, relu=True, dw_out=dw,
+                                               db_out=db)
+        assert (to_numpy(y) == 0).any() and (to_numpy(y) > 0).any()
+        assert dw_got is dw and db_got is db
+    assert winograd_calls.count("_grad_transform_kernel") == 3  # one a group
+
+
+def test_winograd_weight_gradient_slices_sum_in_a_fixed_order(winograd_calls, monkeypatch):
+    """The weight gradient's reduction over tiles cut into slices (the products' split-K):
+    the same dw as one slice, to float32 accuracy, and bit for bit from run to run."""
+    from tritonad.kernels import winograd
+
+    x = random_array((5, 9, 8, 8), low=-1, high=1, seed=4)
+    w = random_array((10, 9, 3, 3), low=-1, high=1, seed=5)
+    dy = random_array((5, 10, 8, 8), low=-1, high=1, seed=6)
+    dws = []
+    # (the interpreter counts 1 SM: 144 programs over 36 products a slice ask for 4 slices, of
+    # 5 of the 20 tiles each)
+    for programs in (1, 144, 144):
+        monkeypatch.setattr(winograd, "SPLIT_PROGRAMS", programs)
+        monkeypatch.setattr(winograd, "MIN_SLICE_TILES", 1)
+        dws.append(conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), (1, 1), input_grad=False,
+                                        bias_grad=False)[1])
+    assert torch.equal(dws[1], dws[2])
+    assert not torch.equal(dws[0], dws[1])  # (another order of the sums: it did split)
+    b = torch.zeros(10)
+    want = _f64_conv_grads(x, w, b, dy)[2]
+    scale = _f64_conv_grads(x.abs(), w.abs(), b, dy.abs())[2]
+    for dw in dws:
+        assert float((dw.double() - want).abs().max() / scale.max()) < WINOGRAD_TOL
+
+
+@pytest.mark.parametrize("change, runs", [
+    ({}, True),
+    ({"stride": (2, 1)}, False), ({"padding": (0, 0)}, False), ({"padding": (1, 2)}, False),
+    ({"dilation": (2, 2)}, False), ({"kernel": (5, 5)}, False), ({"kernel": (3, 1)}, False),
+    ({"precision": "high"}, False), ({"ieee": True}, False), ({"dtype": torch.float16}, False),
+    ({"channels": (127, 128)}, False), ({"channels": (128, 127)}, False),
+    ({"max_bytes": 1 << 20}, False), ({"off": True}, False),
+])
+def test_winograd_takes_only_its_layers(change, runs, monkeypatch):
+    """_winograd: 3x3, stride 1, padding 1, no dilation, float32 accuracy on tensor cores, 128
+    channels or more on both sides, transformed operands within WINOGRAD_MAX_BYTES."""
+    kh, kw = change.get("kernel", (3, 3))
+    k_ch, n_ch = change.get("channels", (128, 256))
+    g = conv._Geometry("conv2d", (2, k_ch, 14, 14), (n_ch, k_ch, kh, kw),
+                       change.get("stride", 1), change.get("padding", 1),
+                       change.get("dilation", 1), 1)
+    monkeypatch.setattr(conv, "CONV_IEEE", change.get("ieee", False))
+    monkeypatch.setattr(conv, "WINOGRAD", not change.get("off", False))
+    monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", change.get("max_bytes", 1 << 30))
+    td.set_conv_precision(change.get("precision", "highest"))
+    try:
+        assert conv._winograd(g, k_ch, n_ch, change.get("dtype", torch.float32)) is runs
+    finally:
+        td.set_conv_precision("high")
+
+
 def _launched(monkeypatch):
     """The kernels conv launches from now on, with their constexpr USE_TMA where given."""
     seen = []
@@ -1065,6 +1211,8 @@ def _relative_error(got, want):
     ((100, 32, 14, 14), (64, 32, 5, 5), 2),   # MNIST CNN conv2
     ((256, 64, 56, 56), (64, 64, 3, 3), 1),
     ((256, 64, 56, 56), (64, 64, 5, 5), 2),
+    ((256, 128, 28, 28), (128, 128, 3, 3), 1),  # float32 accuracy: Winograd (implicit)
+    ((256, 256, 14, 14), (256, 256, 3, 3), 1),
 ])
 @pytest.mark.parametrize("precision", ["highest", "high"])
 def test_gpu_conv_at_real_shapes(algo, shape, precision):
@@ -1091,10 +1239,37 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n, c, h, w, co, groups", [
+    (256, 128, 28, 28, 128, 1), (256, 256, 14, 14, 256, 1),   # the ResNet-style layers
+    (3, 128, 13, 9, 136, 1),    # odd planes and channel counts
+    (2, 512, 7, 7, 512, 1),     # ResNet's last stage
+    (4, 256, 10, 10, 384, 2),   # 128 and 192 channels a group
+])
+def test_gpu_winograd(n, c, h, w, co, groups, winograd_calls, monkeypatch):
+    """Winograd's F(4x4, 3x3) as dispatched on the GPU (128 channels and up; a weight
+    gradient split into slices where the products would not fill the SMs) against float64
+    torch, norm-wise, with the fused relu, transposed x and an expanded dy; and bit for bit
+    the same from run to run."""
+    monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 128)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand((n, h, w, c), device="cuda", generator=gen) * 2 - 1).permute(0, 3, 1, 2)
+    wt = (torch.rand((co, c // groups, 3, 3), device="cuda", generator=gen) * 2 - 1) / c ** 0.5
+    b = torch.rand(co, device="cuda", generator=gen) - 0.5
+    dy = (torch.rand((n, co, 1, w), device="cuda", generator=gen) * 2 - 1).expand(n, co, h, w)
+    first = _check_winograd(x, wt, b, dy, groups, relu=True)
+    assert {"_input_transform_kernel", "_output_transform_kernel", "_grad_transform_kernel",
+            "_weight_output_kernel"} <= set(winograd_calls)
+    again = _check_winograd(x, wt, b, dy, groups, relu=True)
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [
     ((100, 1, 28, 28), (32, 1, 5, 5), 2),     # MNIST conv1
     ((100, 32, 14, 14), (64, 32, 5, 5), 2),   # MNIST conv2: flat-shift dw
     ((32, 64, 28, 28), (128, 64, 3, 3), 1),
+    ((8, 128, 28, 28), (128, 128, 3, 3), 1),  # float32 accuracy: Winograd
 ])
 @pytest.mark.parametrize("dtype, precision", [(torch.float32, "high"), (torch.float32, "highest"),
                                               (torch.bfloat16, "high")])
@@ -1185,6 +1360,7 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
     kernel then), against float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 for
     TF32 and half types."""
     monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
+    monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
     (n, c, h, w_), ws = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
@@ -1240,6 +1416,7 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
         dy.double(), x.double(), w.double(), [ws[0]], [1, 1], list(pad), list(dil), False,
         [0, 0], 1, [True, False, False])[0]
     monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 128 channels)
+    monkeypatch.setattr(conv, "WINOGRAD", False)    # (which takes 3x3 ones at 128 and up)
     td.set_conv_precision(precision)
     try:
         seen = _launched(monkeypatch)

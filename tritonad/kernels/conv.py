@@ -40,6 +40,9 @@ GEMM orientation (what makes the implicit kernels fast on Hopper):
   a tile's columns span taps (conv1: all 25 in one tile); float32 on small planes reads x as
   one zero-padded plane per kernel column, so that its tiles are TMA rectangles too
   (_shifted_planes, SHIFT_PLANES).
+- float32 accuracy, 3x3, stride 1, padding 1, 128 channels and up (the ResNet-style layers):
+  Winograd's F(4x4, 3x3) for all three directions (kernels/winograd.py, _winograd), a quarter
+  of the multiply-adds, run as 36 batched 3xTF32 products between transform kernels.
 - index arithmetic: the per-pixel (n, p, q) decomposition runs once per program, outside the K
   loop; inside it a tap adds scalar offsets. The weight gradient walks its pixels in blocks of
   whole output rows of one image, so a pixel's (p, q) is a shift and a mask (BLOCK_Q, a power
@@ -69,6 +72,7 @@ from ..backend import autotuning, check_weight_grad_outputs, conv_precision
 from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
 from .pool import _nchw
 from .tuning import Tuner
+from . import winograd
 
 PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
 
@@ -92,6 +96,9 @@ WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the w
 WINDOW_PRESPLIT = True   # window GEMM at float32 accuracy: operands split into TF32 head + tail
 WINDOW_X3_MIN = 128      # ... which it runs from this many reduced channels (H100 sweep: below,
 #                          the implicit GEMM's tl.dot "tf32x3" was as fast or faster)
+WINOGRAD = True          # 3x3, stride 1, padding 1 at float32 accuracy: Winograd F(4x4, 3x3)
+WINOGRAD_MIN_CHANNELS = 128       # ... from this many input and output channels (session 20)
+WINOGRAD_MAX_BYTES = 1 << 30      # ... its two transformed operands taking at most this much
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -1197,6 +1204,17 @@ def _padded_channels_last(*copies, split=False):
     return outs
 
 
+def _winograd(g, k_ch, n_ch, dtype):
+    """Whether convolution g (one group of k_ch input and n_ch output channels) runs by
+    Winograd's F(4x4, 3x3) (kernels/winograd.py): a 3x3 kernel, stride 1, padding 1, no
+    dilation, float32 accuracy on tensor cores (3xTF32, not IEEE FMA), WINOGRAD_MIN_CHANNELS
+    channels on both sides, and transformed operands of at most WINOGRAD_MAX_BYTES."""
+    return WINOGRAD and _precision(dtype) == "tf32x3" and \
+        (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1, 1, 1) and \
+        min(k_ch, n_ch) >= WINOGRAD_MIN_CHANNELS and \
+        winograd.workspace_bytes(g.n, g.h, g.w, k_ch, n_ch) <= WINOGRAD_MAX_BYTES
+
+
 def _window(g, src, transposed):
     """Whether the forward (or, transposed, the input gradient) of convolution g runs as
     _window_gemm_kernel: stride 1, at least CHANNEL_INNER_MIN reduced channels (WINDOW_X3_MIN
@@ -1306,7 +1324,10 @@ def _tma_capable(device):
 def _implicit_gemm(src, w, bias, out, g, transposed, relu=False):
     """Launch _conv_gemm_kernel for one group: the forward (src = x, out = y; relu: max(y, 0)
     in the epilogue) or the input gradient (src = dy, out = dx). Arrays may be strided views
-    (groups slice them). Stride-1 layers take the window GEMM where _window says so."""
+    (groups slice them). Stride-1 layers take the window GEMM where _window says so, 3x3
+    ones at float32 accuracy with many channels Winograd's form where _winograd says so."""
+    if _winograd(g, src.shape[1], out.shape[1], src.dtype):
+        return winograd.conv3x3(src, w, bias, out, transposed, relu)
     if _window(g, src, transposed):
         return _window_gemm(src, w, bias, out, g, transposed, relu)
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
@@ -1366,6 +1387,11 @@ def _implicit_wgrad(dy, x, dw, db, g):
     after the dw ones); one fixed-order sum then writes both, in one launch. With one split the
     kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
+    if _winograd(g, c, co, x.dtype):
+        winograd.weight_grad(dy, x, dw, _sm_count(x.device))
+        if db is not None:
+            _bias_grad(dy, db)
+        return
     k_total = c * g.kh * g.kw
     window = _window_wgrad(g, dy, x)
     shift, use_tma = (False, False) if window else _flat_shift(g, dy, x)
@@ -1622,7 +1648,7 @@ def _settings():
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, SHIFT_TAPS_BELOW, \
         SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
         SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
-        WINDOW_WGRAD
+        WINDOW_WGRAD, WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, winograd.settings()
 
 
 @planned(settings=_settings, arrays=3)
