@@ -1388,9 +1388,7 @@ def _implicit_wgrad(dy, x, dw, db, g):
     kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
     if _winograd(g, c, co, x.dtype):
-        winograd.weight_grad(dy, x, dw, _sm_count(x.device))
-        if db is not None:
-            _bias_grad(dy, db)
+        winograd.weight_grad(dy, x, dw, db, _sm_count(x.device))
         return
     k_total = c * g.kh * g.kw
     window = _window_wgrad(g, dy, x)
