@@ -744,17 +744,33 @@ def test_winograd_weight_gradient_slices_sum_in_a_fixed_order(winograd_calls, mo
         assert float((dw.double() - want).abs().max() / scale.max()) < WINOGRAD_TOL
 
 
+def test_winograd_runs_large_batches_in_chunks(winograd_calls, monkeypatch):
+    """A batch whose transformed operands pass WINOGRAD_MAX_BYTES runs in chunks of images
+    (here 2 + 2 + 1): the same y, dx, dw and db to float32 accuracy, dw and db summed over
+    the chunks in a fixed order."""
+    x = random_array((5, 9, 6, 7), low=-1, high=1, seed=11)
+    w = random_array((10, 9, 3, 3), low=-1, high=1, seed=12)
+    b = random_array((10,), seed=13)
+    dy = random_array((5, 10, 6, 7), low=-1, high=1, seed=14)
+    per_image = 4 * 36 * 2 * 2 * (9 + 10)
+    monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", 2 * per_image + 1)
+    _check_winograd(x, w, b, dy)
+    assert winograd_calls.count("_output_transform_kernel") == 6      # y and dx: 3 chunks each
+    assert winograd_calls.count("_weight_output_kernel") == 3
+
+
 @pytest.mark.parametrize("change, runs", [
     ({}, True),
     ({"stride": (2, 1)}, False), ({"padding": (0, 0)}, False), ({"padding": (1, 2)}, False),
     ({"dilation": (2, 2)}, False), ({"kernel": (5, 5)}, False), ({"kernel": (3, 1)}, False),
     ({"precision": "high"}, False), ({"ieee": True}, False), ({"dtype": torch.float16}, False),
     ({"channels": (127, 128)}, False), ({"channels": (128, 127)}, False),
-    ({"max_bytes": 1 << 20}, False), ({"off": True}, False),
+    ({"max_bytes": 1 << 19}, False), ({"off": True}, False),  # (884 kB an image)
 ])
 def test_winograd_takes_only_its_layers(change, runs, monkeypatch):
     """_winograd: 3x3, stride 1, padding 1, no dilation, float32 accuracy on tensor cores, 128
-    channels or more on both sides, transformed operands within WINOGRAD_MAX_BYTES."""
+    channels or more on both sides, an image's transformed operands within
+    WINOGRAD_MAX_BYTES."""
     kh, kw = change.get("kernel", (3, 3))
     k_ch, n_ch = change.get("channels", (128, 256))
     g = conv._Geometry("conv2d", (2, k_ch, 14, 14), (n_ch, k_ch, kh, kw),
@@ -1239,18 +1255,20 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n, c, h, w, co, groups", [
-    (256, 128, 28, 28, 128, 1), (256, 256, 14, 14, 256, 1),   # the ResNet-style layers
-    (3, 128, 13, 9, 136, 1),    # odd planes and channel counts
-    (2, 512, 7, 7, 512, 1),     # ResNet's last stage
-    (4, 256, 10, 10, 384, 2),   # 128 and 192 channels a group
+@pytest.mark.parametrize("n, c, h, w, co, groups, max_mb", [
+    (256, 128, 28, 28, 128, 1, 1024), (256, 256, 14, 14, 256, 1, 1024),  # ResNet-style layers
+    (3, 128, 13, 9, 136, 1, 1024),   # odd planes and channel counts
+    (2, 512, 7, 7, 512, 1, 1024),    # ResNet's last stage
+    (4, 256, 10, 10, 384, 2, 1024),  # 128 and 192 channels a group
+    (64, 128, 28, 28, 128, 1, 32),   # in 4 chunks of images (1.8 MB an image)
 ])
-def test_gpu_winograd(n, c, h, w, co, groups, winograd_calls, monkeypatch):
+def test_gpu_winograd(n, c, h, w, co, groups, max_mb, winograd_calls, monkeypatch):
     """Winograd's F(4x4, 3x3) as dispatched on the GPU (128 channels and up; a weight
-    gradient split into slices where the products would not fill the SMs) against float64
-    torch, norm-wise, with the fused relu, transposed x and an expanded dy; and bit for bit
-    the same from run to run."""
+    gradient split into slices where the products would not fill the SMs; a batch in chunks)
+    against float64 torch, norm-wise, with the fused relu, transposed x and an expanded dy;
+    and bit for bit the same from run to run."""
     monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 128)
+    monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", max_mb << 20)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand((n, h, w, c), device="cuda", generator=gen) * 2 - 1).permute(0, 3, 1, 2)
     wt = (torch.rand((co, c // groups, 3, 3), device="cuda", generator=gen) * 2 - 1) / c ** 0.5

@@ -99,6 +99,7 @@ WINDOW_X3_MIN = 128      # ... which it runs from this many reduced channels (H1
 WINOGRAD = True          # 3x3, stride 1, padding 1 at float32 accuracy: Winograd F(4x4, 3x3)
 WINOGRAD_MIN_CHANNELS = 128       # ... from this many input and output channels (session 20)
 WINOGRAD_MAX_BYTES = 1 << 30      # ... its two transformed operands taking at most this much
+#                                   (larger batches run in chunks of images that fit)
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -1208,11 +1209,18 @@ def _winograd(g, k_ch, n_ch, dtype):
     """Whether convolution g (one group of k_ch input and n_ch output channels) runs by
     Winograd's F(4x4, 3x3) (kernels/winograd.py): a 3x3 kernel, stride 1, padding 1, no
     dilation, float32 accuracy on tensor cores (3xTF32, not IEEE FMA), WINOGRAD_MIN_CHANNELS
-    channels on both sides, and transformed operands of at most WINOGRAD_MAX_BYTES."""
+    channels on both sides, and one image's transformed operands within WINOGRAD_MAX_BYTES."""
     return WINOGRAD and _precision(dtype) == "tf32x3" and \
         (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1, 1, 1) and \
         min(k_ch, n_ch) >= WINOGRAD_MIN_CHANNELS and \
-        winograd.workspace_bytes(g.n, g.h, g.w, k_ch, n_ch) <= WINOGRAD_MAX_BYTES
+        winograd.workspace_bytes(1, g.h, g.w, k_ch, n_ch) <= WINOGRAD_MAX_BYTES
+
+
+def _winograd_chunks(g, k_ch, n_ch):
+    """The batch's slices (start, stop) for Winograd calls whose transformed operands take at
+    most WINOGRAD_MAX_BYTES (one slice, the whole batch, at the ResNet-style layers' 256)."""
+    step = max(1, WINOGRAD_MAX_BYTES // winograd.workspace_bytes(1, g.h, g.w, k_ch, n_ch))
+    return [(i, min(i + step, g.n)) for i in range(0, g.n, step)]
 
 
 def _window(g, src, transposed):
@@ -1327,7 +1335,9 @@ def _implicit_gemm(src, w, bias, out, g, transposed, relu=False):
     (groups slice them). Stride-1 layers take the window GEMM where _window says so, 3x3
     ones at float32 accuracy with many channels Winograd's form where _winograd says so."""
     if _winograd(g, src.shape[1], out.shape[1], src.dtype):
-        return winograd.conv3x3(src, w, bias, out, transposed, relu)
+        for i, j in _winograd_chunks(g, src.shape[1], out.shape[1]):
+            winograd.conv3x3(src[i:j], w, bias, out[i:j], transposed, relu)
+        return out
     if _window(g, src, transposed):
         return _window_gemm(src, w, bias, out, g, transposed, relu)
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
@@ -1388,7 +1398,19 @@ def _implicit_wgrad(dy, x, dw, db, g):
     kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
     if _winograd(g, c, co, x.dtype):
-        winograd.weight_grad(dy, x, dw, db, _sm_count(x.device))
+        chunks, sms = _winograd_chunks(g, c, co), _sm_count(x.device)
+        if len(chunks) == 1:
+            winograd.weight_grad(dy, x, dw, db, sms)
+            return
+        # one dw (and db) a chunk of images, then their sums in a fixed order
+        part = empty((len(chunks), co, c * 9), torch.float32, x.device)
+        part_db = empty((len(chunks), 1, co), torch.float32, x.device)
+        for k, (i, j) in enumerate(chunks):
+            winograd.weight_grad(dy[i:j], x[i:j], part[k].view(co, c, 3, 3),
+                                 None if db is None else part_db[k, 0], sms)
+        _sum_splits(part, dw.view(co, c * 9))
+        if db is not None:
+            _sum_splits(part_db, db.view(1, co))
         return
     k_total = c * g.kh * g.kw
     window = _window_wgrad(g, dy, x)
