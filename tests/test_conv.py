@@ -967,7 +967,8 @@ def test_window_gemm(geometry, dtype, precision, monkeypatch):
     dy = random_array((g.n, g.co, g.oh, g.ow), dtype, low=-1, high=1, seed=4)
     args = ((1, 1), pad, dil, groups)
     results = {}
-    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 128 channels)
+    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels,
+    monkeypatch.setattr(conv, "WINDOW_PRESPLIT_MIN", 16)  # pre-split from 128)
     td.set_conv_precision(precision)
     try:
         for window, presplit in ((True, True), (True, False), (False, True)):
@@ -1045,10 +1046,10 @@ def test_window_gemm_only_where_it_applies(monkeypatch):
     assert not takes((2, 16, 2, 2), (8, 16, 5, 5), padding=2)      # 4x4 for a 2x2 output
     td.set_conv_precision("highest")
     try:
-        assert not takes((2, 16, 6, 6), (8, 16, 3, 3))           # 3xTF32: from 128 channels
-        assert takes((2, 128, 6, 6), (8, 128, 3, 3))
+        assert not takes((2, 63, 6, 6), (8, 63, 3, 3))           # 3xTF32: from 64 channels
+        assert takes((2, 64, 6, 6), (8, 64, 3, 3))
         monkeypatch.setattr(conv, "CONV_IEEE", True)
-        assert not takes((2, 128, 6, 6), (8, 128, 3, 3))
+        assert not takes((2, 64, 6, 6), (8, 64, 3, 3))
     finally:
         td.set_conv_precision("high")
 
@@ -1433,8 +1434,9 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
     want_dx = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), w.double(), [ws[0]], [1, 1], list(pad), list(dil), False,
         [0, 0], 1, [True, False, False])[0]
-    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 128 channels)
-    monkeypatch.setattr(conv, "WINOGRAD", False)    # (which takes 3x3 ones at 128 and up)
+    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels,
+    monkeypatch.setattr(conv, "WINDOW_PRESPLIT_MIN", 16)  # pre-split from 128;
+    monkeypatch.setattr(conv, "WINOGRAD", False)    # Winograd takes 3x3 ones at 128 and up)
     td.set_conv_precision(precision)
     try:
         seen = _launched(monkeypatch)

@@ -93,9 +93,12 @@ SHIFT_PLANES_MAX_BYTES = 1 << 30  # ... taking at most this much memory
 WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
 WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
-WINDOW_PRESPLIT = True   # window GEMM at float32 accuracy: operands split into TF32 head + tail
-WINDOW_X3_MIN = 128      # ... which it runs from this many reduced channels (H100 sweep: below,
-#                          the implicit GEMM's tl.dot "tf32x3" was as fast or faster)
+WINDOW_X3_MIN = 64       # window GEMM at float32 accuracy from this many reduced channels
+#                          (below, the implicit GEMM was as fast or faster: H100 sweep; H200,
+#                          256x64x56x56: forward 1024 -> 986 us, input gradient 1069 -> 975)
+WINDOW_PRESPLIT = True   # ... its operands split into TF32 head + tail beforehand
+WINDOW_PRESPLIT_MIN = 128  # ... from this many reduced channels (below, tl.dot's own split:
+#                            the pre-split forward took 1296 us at 256x64x56x56 on an H200)
 WINOGRAD = True          # 3x3, stride 1, padding 1 at float32 accuracy: Winograd F(4x4, 3x3)
 WINOGRAD_MIN_CHANNELS = 128       # ... from this many input and output channels (session 20)
 WINOGRAD_MAX_BYTES = 1 << 30      # ... its two transformed operands taking at most this much
@@ -1279,7 +1282,7 @@ def _window_gemm(src, w, bias, out, g, transposed, relu):
     n_ch, k_ch = wk.shape[0], wk.shape[1]
     corner, plane, out_hw = _window_plane(g, transposed)
     precision = _precision(src.dtype)
-    presplit = precision == "tf32x3" and WINDOW_PRESPLIT
+    presplit = precision == "tf32x3" and WINDOW_PRESPLIT and k_ch >= WINDOW_PRESPLIT_MIN
     kind = _menu_kind(precision, src.dtype)
     kp, wk_ch = _round_up(k_ch, 16), _round_up(k_ch, 64)  # (16-byte rows; no step over taps)
     copies = (src, corner, plane, kp), (wk, (0, 0), (g.kh, g.kw), wk_ch, transposed)
@@ -1668,6 +1671,7 @@ def _settings():
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, SHIFT_TAPS_BELOW, \
         SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
         SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
+        WINDOW_PRESPLIT_MIN, \
         WINDOW_WGRAD, WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, winograd.settings()
 
 
