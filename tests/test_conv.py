@@ -634,6 +634,8 @@ def winograd_calls(monkeypatch):
     from tritonad.kernels import winograd
 
     monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 1)
+    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_MIN_TILES", 1)  # (its dw rules: tested apart)
+    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_FILL", False)
     seen = []
     real = winograd.run
 
@@ -757,6 +759,29 @@ def test_winograd_runs_large_batches_in_chunks(winograd_calls, monkeypatch):
     _check_winograd(x, w, b, dy)
     assert winograd_calls.count("_output_transform_kernel") == 6      # y and dx: 3 chunks each
     assert winograd_calls.count("_weight_output_kernel") == 3
+
+
+def test_winograd_weight_gradient_where_its_products_fill_the_gpu(winograd_calls,
+                                                                   monkeypatch):
+    """The weight gradient runs by Winograd from WINOGRAD_WGRAD_MIN_TILES 4x4 tiles, where its
+    36 products (times their slices) give every SM a 128x128 tile; else the direct kernels."""
+    from tritonad.kernels import winograd
+
+    fills = winograd.weight_grad_fills
+    assert not fills(16 * 49, 128, 128, 132)   # 16x128x28x28: 36 products, 1 slice
+    assert not fills(32 * 49, 128, 128, 132)   # 3 slices of 512 tiles: 108
+    assert fills(64 * 49, 128, 128, 132)       # 6 slices: 216
+    assert fills(4 * 16, 256, 256, 132)        # 144 products of one slice
+    assert fills(4, 512, 512, 132)
+    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_MIN_TILES", 16)
+    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_FILL", True)   # (1 SM under the interpreter)
+    x = random_array((3, 8, 5, 7), low=-1, high=1, seed=15)     # 3 x 2 x 2 = 12 tiles
+    w = random_array((8, 8, 3, 3), low=-1, high=1, seed=16)
+    b = random_array((8,), seed=17)
+    dy = random_array((3, 8, 5, 7), low=-1, high=1, seed=18)
+    _check_winograd(x, w, b, dy)
+    assert "_output_transform_kernel" in winograd_calls             # forward and dx: Winograd
+    assert "_weight_output_kernel" not in winograd_calls            # dw: the direct kernels
 
 
 @pytest.mark.parametrize("change, runs", [
@@ -1265,7 +1290,8 @@ def test_gpu_conv_at_real_shapes(algo, shape, precision):
 ])
 def test_gpu_winograd(n, c, h, w, co, groups, max_mb, winograd_calls, monkeypatch):
     """Winograd's F(4x4, 3x3) as dispatched on the GPU (128 channels and up; a weight
-    gradient split into slices where the products would not fill the SMs; a batch in chunks)
+    gradient split into slices where the products would not fill the SMs, here also where
+    conv2d would leave it to the direct kernels; a batch in chunks)
     against float64 torch, norm-wise, with the fused relu, transposed x and an expanded dy;
     and bit for bit the same from run to run."""
     monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 128)

@@ -103,6 +103,10 @@ WINOGRAD = True          # 3x3, stride 1, padding 1 at float32 accuracy: Winogra
 WINOGRAD_MIN_CHANNELS = 128       # ... from this many input and output channels (session 20)
 WINOGRAD_MAX_BYTES = 1 << 30      # ... its two transformed operands taking at most this much
 #                                   (larger batches run in chunks of images that fit)
+WINOGRAD_WGRAD_MIN_TILES = 16     # ... weight gradient: from this many 4x4 tiles (H200, 512
+#                                   channels at 7x7: 4 tiles 143 us against the direct 71, 16
+#                                   tiles 89 against 109)
+WINOGRAD_WGRAD_FILL = True        # ... and where its products fill the SMs (weight_grad_fills)
 _ALGOS = ("auto", "im2col", "implicit")
 # conv_precision() "highest" runs as 3xTF32 on tensor cores; TRITONAD_CONV_IEEE=1: IEEE FMA
 CONV_IEEE = os.environ.get("TRITONAD_CONV_IEEE", "0") not in ("", "0")
@@ -1400,8 +1404,10 @@ def _implicit_wgrad(dy, x, dw, db, g):
     after the dw ones); one fixed-order sum then writes both, in one launch. With one split the
     kernel writes dw and db itself."""
     co, c = dy.shape[1], x.shape[1]
-    if _winograd(g, c, co, x.dtype):
-        chunks, sms = _winograd_chunks(g, c, co), _sm_count(x.device)
+    tiles, sms = g.n * cdiv(g.h, 4) * cdiv(g.w, 4), _sm_count(x.device)
+    if _winograd(g, c, co, x.dtype) and tiles >= WINOGRAD_WGRAD_MIN_TILES and \
+            (winograd.weight_grad_fills(tiles, c, co, sms) or not WINOGRAD_WGRAD_FILL):
+        chunks = _winograd_chunks(g, c, co)
         if len(chunks) == 1:
             winograd.weight_grad(dy, x, dw, db, sms)
             return
@@ -1672,7 +1678,8 @@ def _settings():
         SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
         SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
         WINDOW_PRESPLIT_MIN, \
-        WINDOW_WGRAD, WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, winograd.settings()
+        WINDOW_WGRAD, WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, \
+        WINOGRAD_WGRAD_MIN_TILES, WINOGRAD_WGRAD_FILL, winograd.settings()
 
 
 @planned(settings=_settings, arrays=3)

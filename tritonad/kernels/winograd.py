@@ -458,6 +458,20 @@ def conv3x3(src, w, bias, out, transposed, relu=False):
     return out
 
 
+def weight_grad_slices(tiles, c, co, sms):
+    """How many slices of the tiles the weight gradient's products take (see weight_grad)."""
+    per_slice = 36 * cdiv(co, 128) * cdiv(c, 128)
+    return max(1, min(16, cdiv(SPLIT_PROGRAMS * sms, per_slice), tiles // MIN_SLICE_TILES))
+
+
+def weight_grad_fills(tiles, c, co, sms):
+    """Whether the weight gradient's products give every SM a 128x128 tile. With fewer (small
+    batches at 128 channels: 36 products of one tile, in 1-3 slices) the direct kernels were
+    as fast or faster on an H200: 164 against 188 us at 16x128x28x28, 242 against 416 at 32;
+    from 64 images (6 slices) they tie, at 256 Winograd takes 598 us against 1302."""
+    return 36 * cdiv(co, 128) * cdiv(c, 128) * weight_grad_slices(tiles, c, co, sms) >= sms
+
+
 def weight_grad(dy, x, dw, db, sms):
     """dw [Co, C, 3, 3] (any strides) and db [Co] (contiguous, or None) of the 3x3, stride-1,
     padding-1 convolution of x [N, C, H, W] that gave dy [N, Co, H, W]. The 36 products
@@ -472,9 +486,7 @@ def weight_grad(dy, x, dw, db, sms):
     n, c, h, wd = x.shape
     co = dy.shape[1]
     tiles = n * cdiv(h, 4) * cdiv(wd, 4)
-    per_slice = 36 * cdiv(co, 128) * cdiv(c, 128)
-    splits = max(1, min(16, cdiv(SPLIT_PROGRAMS * sms, per_slice),
-                          tiles // MIN_SLICE_TILES))
+    splits = weight_grad_slices(tiles, c, co, sms)
     p_all = cdiv(tiles, splits * 4) * splits * 4   # slices of a multiple of 4 tiles (16 bytes)
     u = _transform_input(x, (p_all, splits))       # [36, S, C, L]
     d = empty((36, splits, co, p_all // splits), torch.float32, x.device)
