@@ -761,6 +761,24 @@ def test_winograd_runs_large_batches_in_chunks(winograd_calls, monkeypatch):
     assert winograd_calls.count("_weight_output_kernel") == 3
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_winograd_never_hides_a_non_finite_input(bad, winograd_calls):
+    """A NaN or Inf pixel of x reaches every output whose window holds it, as in direct
+    convolution; Winograd's transforms spread it over its tiles (up to 8x8 outputs, Inf as
+    NaN where the transforms subtract it from itself), and no further."""
+    x = random_array((1, 8, 11, 10), low=-1, high=1, seed=19)
+    x[0, 3, 5, 6] = bad           # in the 6x6 window (rows and columns 3-8) of tile (1, 1)
+    w = random_array((8, 8, 3, 3), low=-1, high=1, seed=20)
+    y = to_numpy(conv.conv2d(x, w, None, (1, 1), (1, 1), (1, 1)))
+    direct = torch.nn.functional.conv2d(x.double(), w.double(), None, 1, 1).numpy()
+    assert (~np.isfinite(direct)).sum() == 8 * 9          # its 3x3 neighbourhood
+    assert not np.isfinite(y[~np.isfinite(direct)]).any()
+    reach = np.zeros(y.shape, bool)
+    reach[:, :, 4:8, 4:8] = True                          # that tile's outputs
+    assert np.isfinite(y[~reach]).all()
+    assert np.abs(y[~reach] - direct[~reach]).max() < 1e-4
+
+
 def test_winograd_weight_gradient_where_its_products_fill_the_gpu(winograd_calls,
                                                                    monkeypatch):
     """The weight gradient runs by Winograd from WINOGRAD_WGRAD_MIN_TILES 4x4 tiles, where its

@@ -26,6 +26,11 @@ float32-accuracy layers with many channels here (_winograd). TF32 and half preci
 the direct kernels: the transforms would amplify their inputs' rounding (2^-11 and coarser)
 by the same factor, to errors several times those of cuDNN's TF32 and half convolutions.
 
+Non-finite inputs: a NaN or Inf in x reaches every output whose window holds it, as in
+direct convolution, and through the transforms also the rest of the 4x4 tiles whose 6x6
+windows hold it (Inf as NaN where a transform subtracts it from itself); nothing further.
+A NaN in w or dy spreads as in direct convolution: to its output channel or weights.
+
 Layouts: the transforms are written [36, tiles, channels] (channels contiguous) for the
 forward, so that both operands of the products are K-major (what 3xTF32 wgmma reads), and
 [36, splits, channels, tiles / splits] for the weight gradient, whose reduction over tiles is
@@ -286,7 +291,7 @@ def _store_output_row(base, row, col, H, W, sh, sw, ok, v0, v1, v2, v3, bias,
     notes/PERF.md, session 19)."""
     v = tl.join(tl.join(v0, v2), tl.join(v1, v3)).reshape(v0.shape[0], v0.shape[1], 4) + bias
     if RELU:
-        v = tl.maximum(v, 0.0)
+        v = tl.where(v < 0, 0.0, v)  # NOTE: NaN stays NaN, as torch.relu
     j = tl.arange(0, 4)[None, None, :]
     ptrs = (base + (row * sh + col * sw)[:, None])[:, :, None] + j * sw
     keep = (ok & (row < H)[:, None])[:, :, None] & ((col[:, None][:, :, None] + j) < W)
@@ -412,8 +417,7 @@ def _transform_input(x, out_layout):
         strides = (u.stride(0), 0, c, 1)
     bp, bc = BLOCK_WGRAD if splits else BLOCK
     run(_input_transform_kernel, (cdiv(p_all, bp), cdiv(c, bc)), x, u, c, h, w, th, tw, tiles,
-        p_all, split_len, *x.stride(), *strides, BLOCK_P=bp, BLOCK_C=bc,
-        num_warps=4)
+        p_all, split_len, *x.stride(), *strides, BLOCK_P=bp, BLOCK_C=bc, num_warps=4)
     return u
 
 
@@ -429,7 +433,7 @@ def _transform_weight(w, transposed):
     origin = w[:, :, 2, 2] if transposed else w
     if transposed:
         sh, sw = -sh, -sw
-    bn, bk = 16, 16  # (at 32x32, 16 programs at 128 channels took 21 us)
+    bn, bk = 16, 16  # (32x32 blocks would give 16 programs at 128 channels)
     run(_weight_transform_kernel, (cdiv(n, bn), cdiv(k, bk)), origin, v, n, k, s_n, s_k, sh,
         sw, v.stride(0), BLOCK_N=bn, BLOCK_K=bk, num_warps=4)
     return v
@@ -453,8 +457,7 @@ def conv3x3(src, w, bias, out, transposed, relu=False):
     run(_output_transform_kernel, (cdiv(tiles, bp), cdiv(n_ch, bn)),
         m, out, bias if bias is not None else m, n_ch, h, wd, th, tw, tiles, m.stride(0),
         m.stride(1), *out.stride(), bias.stride(0) if bias is not None else 0,
-        HAS_BIAS=bias is not None, RELU=relu, BLOCK_P=bp, BLOCK_N=bn,
-        num_warps=4)
+        HAS_BIAS=bias is not None, RELU=relu, BLOCK_P=bp, BLOCK_N=bn, num_warps=4)
     return out
 
 
@@ -478,8 +481,8 @@ def weight_grad(dy, x, dw, db, sms):
     [Co, tiles] @ [tiles, C] are split along the tiles into enough slices for `sms` SMs to
     have SPLIT_PROGRAMS 128x128 tiles each (at most 16 slices, each at least MIN_SLICE_TILES
     tiles). db is the sum of dy's transform at point (1, 1), row 1 of A being all ones: each
-    tile's sum, so 1/36 of dy's bytes to read (at 28x28 and 14x14 on an H200 the plane sums
-    of dy took 63 and 91 us)."""
+    tile's sum, so 1/36 of dy's bytes to read (6-11 us at 28x28, 14x14 and 7x7 on an H200,
+    where plane sums of dy took 63-100 us)."""
     from .matmul import matmul
     from .reduce import sum as sum_dims
 
