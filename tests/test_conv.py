@@ -758,6 +758,7 @@ def test_winograd_runs_large_batches_in_chunks(winograd_calls, monkeypatch):
     monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", 2 * per_image + 1)
     _check_winograd(x, w, b, dy)
     assert winograd_calls.count("_output_transform_kernel") == 6      # y and dx: 3 chunks each
+    assert winograd_calls.count("_weight_transform_kernel") == 2      # once each
     assert winograd_calls.count("_weight_output_kernel") == 3
 
 

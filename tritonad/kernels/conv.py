@@ -1342,9 +1342,8 @@ def _implicit_gemm(src, w, bias, out, g, transposed, relu=False):
     (groups slice them). Stride-1 layers take the window GEMM where _window says so, 3x3
     ones at float32 accuracy with many channels Winograd's form where _winograd says so."""
     if _winograd(g, src.shape[1], out.shape[1], src.dtype):
-        for i, j in _winograd_chunks(g, src.shape[1], out.shape[1]):
-            winograd.conv3x3(src[i:j], w, bias, out[i:j], transposed, relu)
-        return out
+        return winograd.conv3x3(src, w, bias, out, transposed, relu,
+                                _winograd_chunks(g, src.shape[1], out.shape[1]))
     if _window(g, src, transposed):
         return _window_gemm(src, w, bias, out, g, transposed, relu)
     if transposed:  # dx: channels n = C, reduced k = Co, gathered from dy
@@ -1402,7 +1401,8 @@ def _implicit_wgrad(dy, x, dw, db, g):
 
     Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co] (the db partials
     after the dw ones); one fixed-order sum then writes both, in one launch. With one split the
-    kernel writes dw and db itself."""
+    kernel writes dw and db itself. (3x3 layers at float32 accuracy with many channels and
+    enough tiles: Winograd's form instead, see _winograd.)"""
     co, c = dy.shape[1], x.shape[1]
     tiles, sms = g.n * cdiv(g.h, 4) * cdiv(g.w, 4), _sm_count(x.device)
     if _winograd(g, c, co, x.dtype) and tiles >= WINOGRAD_WGRAD_MIN_TILES and \

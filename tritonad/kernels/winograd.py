@@ -439,25 +439,28 @@ def _transform_weight(w, transposed):
     return v
 
 
-def conv3x3(src, w, bias, out, transposed, relu=False):
+def conv3x3(src, w, bias, out, transposed, relu=False, chunks=None):
     """out = conv2d(src, w, bias, padding=1), then relu (the forward: src x [N, C, H, W], out
     y), or the input gradient (transposed: src dy [N, Co, H, W], out dx [N, C, H, W], which
-    is dy convolved with w's filters turned and its channels swapped). Any strides."""
+    is dy convolved with w's filters turned and its channels swapped). Any strides. chunks:
+    slices (start, stop) of the batch to run one after another (default: all at once); the
+    weights are transformed once for all of them."""
     from .matmul import matmul
 
-    n, k_ch, h, wd = src.shape
     n_ch = out.shape[1]
-    th, tw = cdiv(h, 4), cdiv(wd, 4)
-    tiles = n * th * tw
-    u = _transform_input(src, (tiles, 0))
     v = _transform_weight(w, transposed)
-    m = matmul(u, v.transpose(1, 2), precision="highest")   # [36, tiles, n_ch]
-    del u
-    bp, bn = BLOCK
-    run(_output_transform_kernel, (cdiv(tiles, bp), cdiv(n_ch, bn)),
-        m, out, bias if bias is not None else m, n_ch, h, wd, th, tw, tiles, m.stride(0),
-        m.stride(1), *out.stride(), bias.stride(0) if bias is not None else 0,
-        HAS_BIAS=bias is not None, RELU=relu, BLOCK_P=bp, BLOCK_N=bn, num_warps=4)
+    for i, j in chunks or [(0, src.shape[0])]:
+        n, k_ch, h, wd = src[i:j].shape
+        th, tw = cdiv(h, 4), cdiv(wd, 4)
+        tiles = n * th * tw
+        u = _transform_input(src[i:j], (tiles, 0))
+        m = matmul(u, v.transpose(1, 2), precision="highest")   # [36, tiles, n_ch]
+        del u
+        bp, bn = BLOCK
+        run(_output_transform_kernel, (cdiv(tiles, bp), cdiv(n_ch, bn)),
+            m, out[i:j], bias if bias is not None else m, n_ch, h, wd, th, tw, tiles,
+            m.stride(0), m.stride(1), *out.stride(), bias.stride(0) if bias is not None else 0,
+            HAS_BIAS=bias is not None, RELU=relu, BLOCK_P=bp, BLOCK_N=bn, num_warps=4)
     return out
 
 
