@@ -9,7 +9,7 @@ cuDNN with TF32 off, conv2d at float32 accuracy with conv.WINOGRAD on and off, t
 of each against float64 (relative norm); then each step of the Winograd forward (input
 transform, weight transform, the 36 products at 3xTF32 and, for comparison, at TF32, output
 transform), the weight gradient without the bias gradient, and the bias gradient two ways
-(from dy's transform, as conv2d does, and as plane sums of dy), with the bytes each step
+(from dy's transform, as conv2d does, and as channel sums of dy), with the bytes each step
 moves (its floor at the copy bandwidth measured).
 Layers below conv.WINOGRAD_MIN_CHANNELS run Winograd too here (the threshold is lowered).
 """
@@ -83,7 +83,7 @@ def _steps(x, w, b, dy):
         "dw without db": (lambda: winograd.weight_grad(dy, x, torch.empty_like(w), None,
                                                         conv._sm_count(x.device)), 0),
         "db (from dy's transform)": (lambda: sum_dims(d[7], (0, 2)), d[7].numel() * 4),
-        "db (plane sums of dy)": (lambda: conv._bias_grad(dy, torch.empty_like(b)),
+        "db (channel sums of dy)": (lambda: conv._bias_grad(dy, torch.empty_like(b)),
                                   dy.numel() * 4),
     }
     return steps

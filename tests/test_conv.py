@@ -602,10 +602,33 @@ def test_split_tf32_heads_and_tails():
     assert (np.abs(to_numpy(tail)) <= np.abs(xs) * 2.0 ** -11).all()
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels-last", "sliced", "long planes"])
+@pytest.mark.parametrize("splits", [1, 4, 40])
+def test_bias_grad_partials_per_split(layout, splits):
+    """The bias gradient's partials (_channel_sums): row s is dy's float32 sum over split s's
+    even share of the images, from any layout of dy, with planes shorter and longer than a
+    load; splits past the last image hold zeros; _bias_grad's fixed-order sum of them
+    matches float64 and repeats bit for bit, and is zero for no images."""
+    base = random_array((11, 7, 17, 19), low=-1, high=1, seed=4)
+    dy = {"contiguous": base, "channels-last": base.permute(0, 2, 3, 1).contiguous()
+          .permute(0, 3, 1, 2), "sliced": base[:, 1:6, :, ::2],
+          "long planes": random_array((3, 2, 70, 65), low=-1, high=1, seed=5)}[layout]
+    n, co, h, w = dy.shape
+    part = conv._channel_sums(dy, torch.full((splits, co), float("nan")))
+    values = to_numpy(dy).astype(np.float64).sum(axis=(2, 3))  # [N, Co]
+    share = -(-n // splits)
+    for s in range(splits):
+        assert_close(part[s], values[s * share:(s + 1) * share].sum(axis=0), 1e-6, 1e-5)
+    db = conv._bias_grad(dy, torch.empty(co))
+    assert_close(db, values.sum(axis=0), 1e-6, 1e-5)
+    assert torch.equal(conv._bias_grad(dy, torch.empty(co)), db)
+    assert torch.equal(conv._bias_grad(dy[:0], torch.full((co,), float("nan"))), torch.zeros(co))
+
+
 @pytest.mark.parametrize("presplit", [True, False])
 def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
     """3xTF32 weight gradient, operands pre-split or split by tl.dot: strided dy and x,
-    groups, split-K, the fused bias gradient."""
+    groups, split-K, the bias gradient beside it."""
     monkeypatch.setattr(conv, "DW_PRESPLIT", presplit)
     monkeypatch.setattr(conv, "DW_SPLIT", 2)
     x = random_array((2, 6, 5, 32), low=-1, high=1, seed=8).permute(0, 3, 1, 2)  # [2, 32, 6, 5]

@@ -19,7 +19,8 @@ Two ways to run them, both kept and tested:
 - "implicit": the implicit-GEMM kernels below build each X_col tile on the fly inside the K loop
   (no column buffer). The forward and the input gradient share one kernel (TRANSPOSED flag); the
   weight gradient splits its long K = N*Ho*Wo over programs and sums the partial tiles in a fixed
-  order afterwards (deterministic, no atomics), with the bias gradient fused in.
+  order afterwards (deterministic, no atomics); the bias gradient's partials over the same
+  splits come from a channel-sum kernel beside it and are summed in the same pass.
 CONV_ALGO picks one ("auto" chooses per direction by the rules in `_algorithm`). On Hopper,
 stride-1 layers on the implicit path run the window GEMM instead (_window_gemm_kernel, see the
 comment above it): every tap's operand tile is one TMA rectangle of a padded channels-last
@@ -99,6 +100,7 @@ WINDOW_X3_MIN = 64       # window GEMM at float32 accuracy from this many reduce
 WINDOW_PRESPLIT = True   # ... its operands split into TF32 head + tail beforehand
 WINDOW_PRESPLIT_MIN = 128  # ... from this many reduced channels (below, tl.dot's own split:
 #                            the pre-split forward took 1296 us at 256x64x56x56 on an H200)
+CHANNEL_SUM_TILE = 4096   # the bias gradient's partial sums: elements a program loads a step
 WINOGRAD = True          # 3x3, stride 1, padding 1 at float32 accuracy: Winograd F(4x4, 3x3)
 WINOGRAD_MIN_CHANNELS = 128       # ... from this many input and output channels (session 20)
 WINOGRAD_MAX_BYTES = 1 << 30      # ... its two transformed operands taking at most this much
@@ -227,20 +229,19 @@ def _conv_gemm_kernel(
 
 @triton.jit(do_not_specialize=_WGRAD_SIZES)
 def _conv_wgrad_kernel(
-        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        dy_ptr, x_ptr, dw_ptr,
         N_IMG, C_OUT, C_IN, H, W, OUT_H, OUT_W, KH, KW,
         stride_dn, stride_dc, stride_dh, stride_dv,
         stride_xn, stride_xc, stride_xh, stride_xw,
-        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
-        stride_bs, stride_bo, lo_dy, lo_x,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, lo_dy, lo_x,
         SH, SW, PH, PW, DH, DW,
-        HAS_BIAS_GRAD: tl.constexpr, CHANNEL_INNER: tl.constexpr, PRESPLIT: tl.constexpr,
+        CHANNEL_INNER: tl.constexpr, PRESPLIT: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         BLOCK_Q: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels (n, p, q) of split s of dy[n, o, p, q] * x[n, c, y, x]
-    # with y = p*SH - PH + i*DH; db[s, o] = the same pixels' sum of dy (programs of the first
-    # column tile only). One program: a [BLOCK_M out channels, BLOCK_N (c, i, j) columns] tile
+    # with y = p*SH - PH + i*DH (db: _channel_sum_kernel, apart). One program: a [BLOCK_M out
+    # channels, BLOCK_N (c, i, j) columns] tile
     # of split s. The pixels (the GEMM's K) come in blocks of BLOCK_K // BLOCK_Q whole output
     # rows x BLOCK_Q columns of one image, so a pixel's (p, q) is a shift and a mask of its
     # place in the block: no division per element. Split s takes an even share of the blocks.
@@ -291,7 +292,6 @@ def _conv_wgrad_kernel(
     dp = tl.arange(0, BLOCK_K) // BLOCK_Q   # a power of two: shifts and masks
     dq = tl.arange(0, BLOCK_K) % BLOCK_Q
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)  # summed over pixels at the end
     for u in range(u_lo, u_hi):
         n = u // per_image
         r = u - n * per_image
@@ -319,8 +319,6 @@ def _conv_wgrad_kernel(
         if PRESPLIT:
             a_lo = tl.load(a_ptrs + lo_dy, mask=m_ok[:, None] & p_ok[None, :], other=0.0)
             b_lo = tl.load(b_ptrs + lo_x, mask=b_mask, other=0.0)
-            if HAS_BIAS_GRAD:
-                db_acc += a + a_lo  # head + tail = dy exactly
             # NOTE: a step's three products start from zero and join acc by a float32 add:
             # chained onto acc, the tensor cores' accumulation (which truncates at every
             # instruction, relative to |acc|) cost ~1e-5 at conv2 and 5e-4 at 256x128x28x28
@@ -329,8 +327,6 @@ def _conv_wgrad_kernel(
             step = tl.dot(a, b_lo, acc=step, input_precision="tf32")
             acc += step
         else:
-            if HAS_BIAS_GRAD:
-                db_acc += a.to(tl.float32)
             if DOT_FP32:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -339,10 +335,6 @@ def _conv_wgrad_kernel(
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         dw_cols[None, :]
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
-    if HAS_BIAS_GRAD:
-        tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
-                 tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
-                 mask=m_ok & (offs_m * 0 + pid_n == 0))
 
 
 # The flat-shift weight gradient: stride-1, undilated, "same"-size convolutions (output plane =
@@ -395,17 +387,16 @@ _SHIFT_SIZES = ["N_IMG", "H", "W"]
 
 @triton.jit(do_not_specialize=_SHIFT_SIZES)
 def _shift_wgrad_kernel(
-        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        dy_ptr, x_ptr, dw_ptr,
         N_IMG, C_OUT, C_IN, H, W, KH, KW, PH, PW, WP, HP,
-        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_bs, stride_bo, lo_dy, lo_x,
-        HAS_BIAS_GRAD: tl.constexpr, PRESPLIT: tl.constexpr, USE_TMA: tl.constexpr,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, lo_dy, lo_x,
+        PRESPLIT: tl.constexpr, USE_TMA: tl.constexpr,
         ONE_TAP: tl.constexpr, X_TMA: tl.constexpr, INPUT_PRECISION: tl.constexpr,
         DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] *
-    # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested in x's load mask); db[s, o] = the same
-    # pixels' sum of dy (programs of the first column tile). dy [N, Co, H*W] and x [N, C, H*W]
-    # contiguous. One program: a [BLOCK_M out channels, BLOCK_N columns] tile of split s, the
+    # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested in x's load mask). dy [N, Co, H*W] and
+    # x [N, C, H*W] contiguous. One program: a [BLOCK_M out channels, BLOCK_N columns] tile of split s, the
     # columns a block of the flat (tap, channel) axis of length KH*KW*C, the pixels (the GEMM's
     # K) in steps of BLOCK_K within one image; split s takes an even share of the (image, step)
     # units. Both operands are K-major. ONE_TAP: a tile's columns are channels of one tap, so
@@ -471,7 +462,6 @@ def _shift_wgrad_kernel(
     u_hi = tl.minimum(u_lo + share, units)
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)  # summed over pixels at the end
     for u in range(u_lo, u_hi):
         n = u // blocks
         pix0 = (u - n * blocks) * BLOCK_K
@@ -504,8 +494,6 @@ def _shift_wgrad_kernel(
             else:
                 b_lo = _shifted_taps_tile(x_ptr + lo_x, n * C_IN + ch, pix0, shifts, dqs, C_IN,
                                           HW, W, col_ok, BLOCK_N, BLOCK_K)
-            if HAS_BIAS_GRAD:
-                db_acc += a + a_lo  # head + tail = dy exactly
             # NOTE: as _conv_wgrad_kernel, a step's products start from zero and join acc by a
             # float32 add (chained onto acc, the tensor cores' accumulation loses accuracy)
             step = tl.dot(a, b.T, input_precision="tf32")
@@ -513,8 +501,6 @@ def _shift_wgrad_kernel(
             step = tl.dot(a, b_lo.T, acc=step, input_precision="tf32")
             acc += step
         else:
-            if HAS_BIAS_GRAD:
-                db_acc += a.to(tl.float32)
             if DOT_FP32:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -525,10 +511,6 @@ def _shift_wgrad_kernel(
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
-    if HAS_BIAS_GRAD:
-        tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
-                 tl.sum(db_acc, axis=1).to(db_ptr.dtype.element_ty),
-                 mask=m_ok & (offs_m * 0 + pid_n == 0))
 
 
 # The window GEMM: forward and input gradient of stride-1 convolutions on Hopper, fed by TMA.
@@ -621,14 +603,13 @@ def _window_gemm_kernel(
 
 @triton.jit(do_not_specialize=["ROWS", "WP"])
 def _window_wgrad_kernel(
-        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        dy_ptr, x_ptr, dw_ptr,
         ROWS, COP, CP, C_OUT, C_IN, WP, KW, DH, DW,
-        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_bs, stride_bo,
-        HAS_BIAS_GRAD: tl.constexpr, DOT_FP32: tl.constexpr,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
+        DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # The window GEMM's weight gradient (half types): dw[s, o, c, i, j] = sum over the grid
-    # pixels p of split s of dy_grid[p, o] * x_pad[p + i*DH*WP + j*DW, c]; db[s, o] = the same
-    # pixels' sum of dy (programs of tap 0 and the first channel block). x_pad [ROWS, CP] is
+    # pixels p of split s of dy_grid[p, o] * x_pad[p + i*DH*WP + j*DW, c]. x_pad [ROWS, CP] is
     # the forward's padded channels-last buffer; dy_grid [ROWS, COP] holds dy at the output
     # pixels of the same grid and zeros elsewhere, so pixels off the output add nothing. Both
     # tiles are TMA rectangles, channel-contiguous: [BLOCK_K pixels, channels], read by wgmma
@@ -656,15 +637,11 @@ def _window_wgrad_kernel(
     share = tl.cdiv(steps, tl.num_programs(1))
     lo = split * share
     hi = tl.minimum(lo + share, steps)
-    with_db = HAS_BIAS_GRAD & (tap == 0) & (pid_n == 0)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_K, BLOCK_M], dtype=tl.float32)  # summed over pixels at the end
     for step in range(lo, hi):
         p0 = step * BLOCK_K
         a = dy_desc.load([p0, o0])
         b = x_desc.load([p0 + shift, c0])
-        if with_db:
-            db_acc += a.to(tl.float32)
         if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -676,9 +653,6 @@ def _window_wgrad_kernel(
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & (ch < C_IN)[None, :])
-    if with_db:
-        tl.store(db_ptr + split * stride_bs + offs_m * stride_bo,
-                 tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=m_ok)
 
 
 @triton.jit
@@ -827,21 +801,46 @@ def _sum_splits_kernel(part_ptr, out_ptr, tail_ptr, S, ROWS, COLS, FIRST,
 
 
 @triton.jit
-def _plane_sum_kernel(x_ptr, out_ptr, C, W, PLANE,
-                      stride_xn, stride_xc, stride_xh, stride_xw, BLOCK: tl.constexpr):
-    # out[n, c] = sum_{h, w} x[n, c, h, w] in float32 (per-image bias-gradient partials).
-    # One program: one (n, c) plane.
-    pid = tl.program_id(0)
-    n = pid // C
-    c = pid - n * C
-    base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, PLANE, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        h = offs // W
-        acc += tl.load(base + h * stride_xh + (offs - h * W) * stride_xw, mask=offs < PLANE,
-                       other=0.0).to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+def _channel_sum_kernel(x_ptr, out_ptr, N_IMG, C, W, PLANE,
+                        stride_xn, stride_xc, stride_xh, stride_xw, stride_os, stride_oc,
+                        FLAT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_E: tl.constexpr):
+    # out[s, c] = the float32 sum of x[n, c, h, w] over the images of split s (an even share,
+    # in order) and all pixels: the bias gradient's partials, which _sum_splits adds in a
+    # fixed order. One program: channels c0 .. c0 + BLOCK_C of one split. An image's
+    # (channel, pixel) elements of those channels are one run of BLOCK_C * PLANE (contiguous
+    # where FLAT), loaded BLOCK_N images at a time as a [BLOCK_N, BLOCK_E] tile, so that the
+    # loads are wide whatever the plane's size: with several channels the run fits one tile
+    # (BLOCK_E >= BLOCK_C * PLANE), with one it is walked in steps of BLOCK_E.
+    c0 = tl.program_id(0) * BLOCK_C
+    split = tl.program_id(1)
+    share = tl.cdiv(N_IMG, tl.num_programs(1))
+    n_hi = tl.minimum(split * share + share, N_IMG)
+    run_len = tl.minimum(BLOCK_C, C - c0) * PLANE
+    e = tl.arange(0, BLOCK_E)
+    acc = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
+    for n0 in range(split * share, n_hi, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        rows = x_ptr + n.to(tl.int64)[:, None] * stride_xn
+        for step in range(0, tl.cdiv(run_len, BLOCK_E)):
+            e0 = step * BLOCK_E  # (a multiple of BLOCK_E, known: wide loads)
+            if FLAT:
+                offs = c0 * stride_xc + e0 + e
+            else:
+                ch = (e0 + e) // PLANE
+                pix = e0 + e - ch * PLANE
+                h = pix // W
+                offs = (c0 + ch) * stride_xc + h * stride_xh + (pix - h * W) * stride_xw
+            acc += tl.load(rows + offs[None, :], mask=(n < n_hi)[:, None] &
+                           (e0 + e < run_len)[None, :], other=0.0).to(tl.float32)
+    col = tl.sum(acc, axis=0)
+    if BLOCK_C == 1:
+        tl.store(out_ptr + split * stride_os + c0 * stride_oc, tl.sum(col, axis=0))
+    else:
+        ch = e // PLANE
+        for k in tl.static_range(BLOCK_C):
+            tl.store(out_ptr + split * stride_os + (c0 + k) * stride_oc,
+                     tl.sum(tl.where(ch == k, col, 0.0), axis=0), mask=c0 + k < C)
 
 
 @triton.jit
@@ -1399,9 +1398,10 @@ def _implicit_wgrad(dy, x, dw, db, g):
     """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM;
     dw and db contiguous.
 
-    Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co] (the db partials
-    after the dw ones); one fixed-order sum then writes both, in one launch. With one split the
-    kernel writes dw and db itself. (3x3 layers at float32 accuracy with many channels and
+    Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co], and
+    _channel_sum_kernel the db partials of the same S splits after them; one fixed-order sum
+    then writes both, in one launch. With one split the kernel writes dw itself and db is
+    _bias_grad's. (3x3 layers at float32 accuracy with many channels and
     enough tiles: Winograd's form instead, see _winograd.)"""
     co, c = dy.shape[1], x.shape[1]
     tiles, sms = g.n * cdiv(g.h, 4) * cdiv(g.w, 4), _sm_count(x.device)
@@ -1437,13 +1437,19 @@ def _implicit_wgrad(dy, x, dw, db, g):
                                  else cdiv(k_total, block_n))
     pixels = g.n * g.oh * g.ow
     splits = _wgrad_splits(tiles, pixels, dy.device)
+    # NOTE: db by its own kernel, not summed in the GEMM's loop: that read each dy tile from
+    # shared memory into registers beside wgmma and cost 6-98 us at the ResNet-style layers
+    # (28x28 TF32: 549 -> 451 us; 14x14 bf16: 241 -> 195; H200, notes/PERF.md, session 21)
     if splits == 1:
-        part, dpart = dw.unsqueeze(0), (db.unsqueeze(0) if db is not None else None)
+        part = dw.unsqueeze(0)
+        if db is not None:
+            _bias_grad(dy, db)
     else:
         work = empty((splits, co * k_total + (co if db is not None else 0)), torch.float32,
                      dw.device)
         part = work[:, :co * k_total].view(splits, *dw.shape)
-        dpart = work[:, co * k_total:] if db is not None else None
+        if db is not None:  # its partials beside dw's: one fixed-order sum for both
+            _channel_sums(dy, work[:, co * k_total:])
     precision = _precision(x.dtype)
     kind = _menu_kind(precision, x.dtype)
     presplit = precision == "tf32x3" and DW_PRESPLIT
@@ -1466,20 +1472,18 @@ def _implicit_wgrad(dy, x, dw, db, g):
                f"d{g.dh}{g.dw}:{kind}:{str(x.dtype)[6:]}:split{splits}")
         _run_tuned(_window_wgrad_kernel, _window_wgrad_configs(block_m, block_n), key,
                    lambda meta: (tiles, splits), (
-            dy_grid, x_pad, part, dpart if dpart is not None else part,
-            g.n * plane[0] * plane[1], dy_grid.shape[-1], x_pad.shape[-1], co, c, plane[1],
-            g.kw, g.dh, g.dw, *part.stride(), *(dpart.stride() if dpart is not None else (0, 0))),
-            dict(HAS_BIAS_GRAD=db is not None, DOT_FP32=_dot_fp32(x.dtype)), x.device)
+            dy_grid, x_pad, part, g.n * plane[0] * plane[1], dy_grid.shape[-1],
+            x_pad.shape[-1], co, c, plane[1], g.kw, g.dh, g.dw, *part.stride()),
+            dict(DOT_FP32=_dot_fp32(x.dtype)), x.device)
     elif shift:
         key = (f"shiftw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
                f"{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}:"
                f"{'tma' if use_tma else 'ptr'}{'-planes' if planes else ''}:cols{block_n}")
         _run_tuned(_shift_wgrad_kernel, _shift_wgrad_configs(block_m, block_n, kind), key,
                    lambda meta: (tiles, splits), (
-            dy, x, part, dpart if dpart is not None else part,
-            g.n, co, c, g.h, g.w, g.kh, g.kw, g.ph, g.pw, wp, hp, *part.stride(),
-            *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x),
-            dict(HAS_BIAS_GRAD=db is not None, PRESPLIT=presplit, USE_TMA=use_tma,
+            dy, x, part, g.n, co, c, g.h, g.w, g.kh, g.kw, g.ph, g.pw, wp, hp, *part.stride(),
+            lo_dy, lo_x),
+            dict(PRESPLIT=presplit, USE_TMA=use_tma,
                  ONE_TAP=not spans, X_TMA=planes, INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     else:
@@ -1489,11 +1493,9 @@ def _implicit_wgrad(dy, x, dw, db, g):
         _run_tuned(_conv_wgrad_kernel,
                    _wgrad_configs(block_m, block_n, next_power_of_2(g.ow), kind), key,
                    lambda meta: (tiles, splits), (
-            dy, x, part, dpart if dpart is not None else part,
-            g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
-            *dy.stride(), *x.stride(), *part.stride(),
-            *(dpart.stride() if dpart is not None else (0, 0)), lo_dy, lo_x, *g.args),
-            dict(HAS_BIAS_GRAD=db is not None, CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
+            dy, x, part, g.n, co, c, g.h, g.w, g.oh, g.ow, g.kh, g.kw,
+            *dy.stride(), *x.stride(), *part.stride(), lo_dy, lo_x, *g.args),
+            dict(CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
                  INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
     if splits == 1:
@@ -1571,15 +1573,41 @@ def _sum_splits(part, out, tail=None):
         *out.stride(), BLOCK_S=block_s, BLOCK=block, num_warps=4)
 
 
-def _bias_grad(dy, db):
-    """db [Co] = sum of dy over (N, Ho, Wo): plane sums per image, then their fixed-order sum."""
+def _channel_sum_blocks(co, plane, splits, device):
+    """(BLOCK_C, BLOCK_N, BLOCK_E) of _channel_sum_kernel: about CHANNEL_SUM_TILE elements a
+    load; several channels a program while their run fits one load and the programs still
+    number four an SM (it is memory-bound: every SM streaming; and few programs with many
+    splits, MNIST conv1's 32 channels x 264, start faster)."""
+    block_c = 1
+    while block_c < 32 and 2 * block_c * plane <= CHANNEL_SUM_TILE and \
+            cdiv(co, 2 * block_c) * splits >= 4 * _sm_count(device):
+        block_c *= 2
+    block_e = min(next_power_of_2(block_c * plane), CHANNEL_SUM_TILE)
+    return block_c, max(1, CHANNEL_SUM_TILE // block_e), block_e
+
+
+def _channel_sums(dy, out):
+    """out [S, Co] (float32, any strides) = the partial sums of dy [N, Co, Ho, Wo] over S
+    splits of its images (_channel_sum_kernel); S = out.shape[0]."""
     n, co, oh, ow = dy.shape
-    planes = empty((n, co), torch.float32, dy.device)
-    if planes.numel():
-        block = min(1024, max(128, next_power_of_2(oh * ow)))
-        run(_plane_sum_kernel, (n * co,), dy, planes, co, ow, oh * ow, *dy.stride(), BLOCK=block,
-                                     num_warps=4)
-    _sum_splits(planes.view(n, 1, co), db.view(1, co))
+    block_c, block_n, block_e = _channel_sum_blocks(co, oh * ow, out.shape[0], dy.device)
+    flat = dy.stride(3) == 1 and dy.stride(2) == ow and dy.stride(1) == oh * ow
+    run(_channel_sum_kernel, (cdiv(co, block_c), out.shape[0]), dy, out, n, co, ow, oh * ow,
+        *dy.stride(), *out.stride(), FLAT=flat, BLOCK_C=block_c, BLOCK_N=block_n,
+        BLOCK_E=block_e, num_warps=4)
+    return out
+
+
+def _bias_grad(dy, db):
+    """db [Co] = sum of dy over (N, Ho, Wo): partial sums over splits of the images, enough
+    to keep every SM reading, then their fixed-order sum (_channel_sums, _sum_splits)."""
+    n, co, oh, ow = dy.shape
+    if co == 0:
+        return db
+    block_c, _, _ = _channel_sum_blocks(co, oh * ow, 1, dy.device)
+    splits = max(1, min(n, 4 * _sm_count(dy.device) // cdiv(co, block_c)))
+    part = _channel_sums(dy, empty((splits, co), torch.float32, dy.device))
+    _sum_splits(part.view(splits, 1, co), db.view(1, co))
     return db
 
 
