@@ -450,9 +450,10 @@ def main(argv=None):
                  "SHIFT_MIN_CHANNELS", "SHIFT_PLANES", "SHIFT_PLANES_MAX_PIXELS",
                  "SHIFT_PLANES_MIN_CHANNELS", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
                  "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_PRESPLIT_MIN",
-                 "WINDOW_WGRAD", "WINDOW_WGRAD_MENU", "WINOGRAD")
+                 "WINDOW_WGRAD", "WINDOW_WGRAD_MENU", "WINOGRAD", "BATCH_INNER")
         defaults = {name: getattr(conv, name) for name in knobs}
         conv.WINOGRAD = False  # the sweeps time the direct kernels (Winograd: sweep_winograd)
+        conv.BATCH_INNER = False  # ... that they name (the batch-inner form: bench conv)
         if args.wgrad:
             wgrad_main(args)
         if args.shift:

@@ -889,6 +889,7 @@ def test_flat_shift_weight_grad(geometry, dtype, precision, taps_below, monkeypa
     n, c, h, w_, co, k, splits = geometry
     monkeypatch.setattr(conv, "DW_SPLIT", splits)
     monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
+    monkeypatch.setattr(conv, "BATCH_INNER", False)  # (float32: the batch-inner form else)
     monkeypatch.setattr(conv, "SHIFT_TAPS_BELOW", taps_below)
     x = random_array((n, c, h, w_), dtype, low=-1, high=1, seed=1)
     w = random_array((co, c, k, k), dtype, low=-1, high=1, seed=2)
@@ -931,6 +932,7 @@ def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeyp
     monkeypatch.setattr(conv, "DW_SPLIT", splits)
     monkeypatch.setattr(conv, "SHIFT_TAPS_BELOW", 0)  # (planes: tiles of one tap)
     monkeypatch.setattr(conv, "SHIFT_PLANES_MIN_CHANNELS", 0)  # (TF32: a rule for speed)
+    monkeypatch.setattr(conv, "BATCH_INNER", False)
     real_shift = conv._flat_shift
     monkeypatch.setattr(conv, "_flat_shift", lambda g, dy, x: (real_shift(g, dy, x)[0], True))
     seen = []
@@ -976,6 +978,94 @@ def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeyp
     assert lo == want.size and got.shape == (2,) + want.shape
     assert np.array_equal(got[0] + got[1], want)  # head + tail, exactly
     assert np.array_equal(got[0].view(np.uint32) & 0x1FFF, np.zeros(want.shape, np.uint32))
+
+
+# (N, C, H, W, Co, k, splits): batches that are not a multiple of 4 (padded with zeros), odd
+# planes, channel counts that are not a tile multiple, several channel and row tiles, 1x1,
+# 3x3 and 5x5 kernels, split-K
+_BATCH_INNER_GEOMETRIES = [(2, 16, 5, 7, 24, 3, None), (3, 20, 6, 6, 40, 5, 3),
+                           (4, 16, 4, 9, 136, 1, 2), (1, 40, 3, 3, 8, 3, None),
+                           (5, 136, 3, 4, 8, 3, 4)]
+
+
+@pytest.mark.parametrize("geometry", _BATCH_INNER_GEOMETRIES)
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
+    """The batch-inner weight gradient (float32 stride-1 "same" layers): against float64 torch
+    and against the implicit-GEMM kernel, from a strided x, at float32 accuracy (copies of
+    TF32 heads and tails) and TF32; and the copies themselves against numpy."""
+    n, c, h, w_, co, k, splits = geometry
+    monkeypatch.setattr(conv, "DW_SPLIT", splits)
+    monkeypatch.setattr(conv, "WINOGRAD", False)
+    x = random_array((n, c, h, w_ + 1), low=-1, high=1, seed=1)[..., 1:]  # (a view)
+    w = random_array((co, c, k, k), low=-1, high=1, seed=2)
+    dy = random_array((n, co, h, w_), low=-1, high=1, seed=3)
+    args = ((1, 1), (k // 2, k // 2), (1, 1))
+    td.set_conv_precision(precision)
+    try:
+        seen = _launched(monkeypatch)
+        _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+        assert "_batch_inner_wgrad_kernel" in {name for name, _ in seen}
+        monkeypatch.setattr(conv, "BATCH_INNER", False)
+        monkeypatch.setattr(conv, "FLAT_SHIFT", False)
+        first = len(seen)
+        _, dw_gemm, db_gemm = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+        assert "_conv_wgrad_kernel" in {name for name, _ in seen[first:]}
+    finally:
+        td.set_conv_precision("high")
+    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
+                   for t in (x, w, dy))
+    bs = torch.zeros(co, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
+    tol = 1e-5 if precision == "highest" else 1e-2
+    for got in (dw, dw_gemm):
+        assert_close(to_numpy(got).astype(np.float64), ws.grad.numpy(), rtol=tol,
+                     atol=tol * float(ws.grad.abs().max()))
+    for got in (db, db_gemm):
+        assert_close(to_numpy(got).astype(np.float64), bs.grad.numpy(), rtol=tol,
+                     atol=tol * float(bs.grad.abs().max()))
+
+    # the copies: [C, H + k - 1, W + k - 1, NB], x shifted by the padding, zeros around it
+    # and past the batch; with split, TF32 heads then their tails
+    pad, nb = k // 2, -(-n // 4) * 4
+    got, lo = conv._batch_inner_copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, split=True)
+    want = np.zeros((c, h + k - 1, w_ + k - 1, nb), np.float32)
+    want[:, pad:pad + h, pad:pad + w_, :n] = to_numpy(x).transpose(1, 2, 3, 0)
+    got = to_numpy(got)
+    assert lo == want.size and got.shape == (2,) + want.shape
+    assert np.array_equal(got[0] + got[1], want)
+    assert np.array_equal(got[0].view(np.uint32) & 0x1FFF, np.zeros(want.shape, np.uint32))
+
+
+def test_batch_inner_only_where_it_applies(monkeypatch):
+    """_batch_inner takes float32 stride-1, undilated, same-size layers at TF32 or 3xTF32 with
+    BATCH_INNER_MIN_CHANNELS input channels, planes of at most BATCH_INNER_MAX_PIXELS and
+    copies within BATCH_INNER_MAX_BYTES; IEEE float32, half types, strides, dilation, "valid"
+    layers, few channels and large planes keep the other kernels."""
+    def takes(xs, ws, stride=1, padding=1, dilation=1, dtype=td.float32, precision="high"):
+        g = conv._Geometry("t", xs, ws, stride, padding, dilation, 1)
+        td.set_conv_precision(precision)
+        try:
+            return conv._batch_inner(g, random_array(xs, dtype), precision == "highest")
+        finally:
+            td.set_conv_precision("high")
+
+    assert takes((2, 16, 6, 6), (8, 16, 3, 3))
+    assert takes((3, 32, 6, 5), (8, 32, 5, 5), padding=2, precision="highest")
+    assert takes((2, 16, 6, 6), (8, 16, 1, 1), padding=0)
+    with monkeypatch.context() as m:
+        m.setattr(conv, "CONV_IEEE", True)
+        assert not takes((2, 16, 6, 6), (8, 16, 3, 3), precision="highest")
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dtype=td.bfloat16)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), stride=2)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dilation=2, padding=2)
+    assert not takes((2, 16, 6, 6), (8, 16, 3, 3), padding=0)
+    assert not takes((2, 8, 6, 6), (8, 8, 3, 3))                    # few channels
+    assert takes((1, 16, 32, 32), (8, 16, 3, 3))
+    assert not takes((1, 16, 33, 32), (8, 16, 3, 3))                # a large plane
+    # copies: (16 channels x 8 x 8 padded + 8 x 6 x 8 of dy) x 4 images (padded) x 4 bytes
+    monkeypatch.setattr(conv, "BATCH_INNER_MAX_BYTES", (16 * 8 + 8 * 6) * 8 * 4 * 4)
+    assert takes((3, 16, 6, 6), (8, 16, 3, 3)) and not takes((5, 16, 6, 6), (8, 16, 3, 3))
 
 
 def test_flat_shift_only_where_a_tap_is_a_flat_shift():
@@ -1448,6 +1538,7 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
     TF32 and half types."""
     monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
     monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
+    monkeypatch.setattr(conv, "BATCH_INNER", False)   # (float32: the batch-inner form)
     (n, c, h, w_), ws = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
@@ -1468,6 +1559,38 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
     limit = 1e-5 if precision == "highest" and dtype == torch.float32 else 1e-2
     for name, g, e in (("dw", dw, want[2]), ("db", db, want[3])):
         assert g.dtype == dtype
+        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [
+    ((100, 32, 14, 14), (64, 32, 5, 5)),    # MNIST conv2
+    ((16, 128, 28, 28), (128, 128, 3, 3)),  # a 128x128 tile (8 warps), split-K
+    ((5, 48, 15, 13), (80, 48, 3, 3)),      # a batch padded to 8, odd planes, partial tiles
+    ((8, 256, 14, 14), (256, 256, 3, 3)),   # two tiles of rows and of columns a tap
+])
+@pytest.mark.parametrize("precision", ["highest", "high"])
+def test_gpu_batch_inner_weight_grad(shape, precision, monkeypatch):
+    """The batch-inner weight gradient (every tile a TMA rectangle of the batch-inner copies)
+    against float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 at TF32."""
+    monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
+    (n, c, h, w_), ws = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1
+    w = (torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / c ** 0.5
+    dy = torch.rand((n, ws[0], h, w_), device="cuda", generator=gen) * 2 - 1
+    pad = ws[2] // 2
+    td.set_conv_precision(precision)
+    try:
+        seen = _launched(monkeypatch)
+        _, dw, db = conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1),
+                                         input_grad=False)
+    finally:
+        td.set_conv_precision("high")
+    assert "_batch_inner_wgrad_kernel" in {name for name, _ in seen}
+    want = _torch_conv_grads(x, w, torch.zeros(ws[0], device="cuda"), dy, (1, 1), (pad, pad))
+    limit = 1e-5 if precision == "highest" else 1e-2
+    for name, g, e in (("dw", dw, want[2]), ("db", db, want[3])):
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 
 

@@ -91,6 +91,10 @@ SHIFT_PLANES = True      # ... float32: x read as one shifted plane per kernel c
 SHIFT_PLANES_MAX_PIXELS = 256     # ... for planes of at most this many pixels
 SHIFT_PLANES_MIN_CHANNELS = 128   # ... and this many channels (any at float32 accuracy)
 SHIFT_PLANES_MAX_BYTES = 1 << 30  # ... taking at most this much memory
+BATCH_INNER = True       # float32 stride-1 "same" weight gradients: batch-inner copies (Hopper)
+BATCH_INNER_MIN_CHANNELS = 16     # ... from this many input channels (fewer: tiles spanning taps)
+BATCH_INNER_MAX_PIXELS = 1024     # ... for planes of at most this many pixels
+BATCH_INNER_MAX_BYTES = 1 << 30   # ... the copies taking at most this much memory
 WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
 WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
@@ -511,6 +515,100 @@ def _shift_wgrad_kernel(
     dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
         (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & col_ok[None, :])
+
+
+# The batch-inner weight gradient (float32, Hopper): stride-1, undilated, "same"-size layers
+# whose batch is a multiple of 4 (after padding). x and dy are first copied with the batch
+# innermost (_batch_inner_kernel): x_t [C, HP, WP, NB] zero-padded by the window's reach
+# (HP = H + KH - 1, WP = W + KW - 1, x shifted by the padding) and dy_t [Co, H, WP, NB], zero
+# at w >= W and n >= N. Counting the GEMM's K as k = (h*WP + w)*NB + n, tap (i, j) reads
+# x_t's flat k + (i*WP + j)*NB: one constant shift, a multiple of NB floats, so that every x
+# tile is a TMA rectangle at a 16-byte aligned column, no mask and no kw copies of x (the
+# flat shift's planes); both operands K-major, as TF32 wgmma needs. The dy_t columns
+# w >= W are zero, so what x_t holds there (the next row's start) adds nothing.
+
+@triton.jit
+def _batch_inner_kernel(src_ptr, out_ptr, N_IMG, C, H, W, HP, WP, NB, TOP, LEFT, lo,
+                        stride_sn, stride_sc, stride_sh, stride_sw,
+                        SPLIT: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_B: tl.constexpr):
+    # out[c, r, q, n] = src[n, c, r - TOP, q - LEFT] where that is inside src and n < N_IMG,
+    # zero elsewhere: src [N, C, H, W] (any strides) to contiguous [C, HP, WP, NB]. SPLIT: TF32
+    # heads, tails lo elements further on (_store_split). One program: BLOCK_P positions
+    # (r, q) of one channel by BLOCK_B images; Triton turns the tile in shared memory between
+    # the load (along q) and the store (along n), both coalesced.
+    c = tl.program_id(0)
+    pos = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
+    n = tl.program_id(2) * BLOCK_B + tl.arange(0, BLOCK_B)
+    r = pos // WP
+    h = r - TOP
+    w = pos - r * WP - LEFT
+    inside = ((pos < HP * WP) & (h >= 0) & (h < H) & (w >= 0) & (w < W))[:, None] & \
+        (n < N_IMG)[None, :]
+    v = tl.load(src_ptr + c.to(tl.int64) * stride_sc + (h * stride_sh + w * stride_sw)[:, None]
+                + n.to(tl.int64)[None, :] * stride_sn, mask=inside, other=0.0)
+    dst = out_ptr + c.to(tl.int64) * HP * WP * NB + pos[:, None] * NB + n[None, :]
+    _store_split(dst, v, lo, (pos < HP * WP)[:, None] & (n < NB)[None, :], SPLIT)
+
+
+@triton.jit
+def _batch_inner_wgrad_kernel(
+        dy_ptr, x_ptr, dw_ptr, C_OUT, C_IN, K, XK, WP, NB, KH, KW,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, lo_dy, lo_x,
+        PRESPLIT: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # dw[s, o, c, i, j] = sum over split s's K steps of dy_t[o, k] * x_t[c, k + (i*WP + j)*NB]
+    # (see above: dy_t [Co, K = H*WP*NB], x_t [C, XK = HP*WP*NB]). One program: a [BLOCK_M out
+    # channels, BLOCK_N channels] tile of one tap; split s takes an even share of the K steps.
+    # PRESPLIT: both copies hold TF32 heads with tails lo_dy / lo_x elements on, three TF32
+    # products a step (as _conv_wgrad_kernel).
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    ch_blocks = tl.cdiv(C_IN, BLOCK_N)
+    tiles_n = KH * KW * ch_blocks
+    pid_m = pid // tiles_n
+    pid_n = pid - pid_m * tiles_n
+    tap = pid_n // ch_blocks
+    i = tap // KW
+    j = tap - i * KW
+    o0 = pid_m * BLOCK_M
+    c0 = (pid_n - tap * ch_blocks) * BLOCK_N
+    shift = (i * WP + j) * NB
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[C_OUT, K], strides=[K, 1],
+                                        block_shape=[BLOCK_M, BLOCK_K])
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[C_IN, XK], strides=[XK, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    if PRESPLIT:
+        dy_lo_desc = tl.make_tensor_descriptor(dy_ptr + lo_dy, shape=[C_OUT, K], strides=[K, 1],
+                                               block_shape=[BLOCK_M, BLOCK_K])
+        x_lo_desc = tl.make_tensor_descriptor(x_ptr + lo_x, shape=[C_IN, XK], strides=[XK, 1],
+                                              block_shape=[BLOCK_N, BLOCK_K])
+    steps = tl.cdiv(K, BLOCK_K)
+    share = tl.cdiv(steps, tl.num_programs(1))
+    lo = split * share
+    hi = tl.minimum(lo + share, steps)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for step in range(lo, hi):
+        k0 = step * BLOCK_K
+        a = dy_desc.load([o0, k0])
+        b = x_desc.load([c0, k0 + shift])
+        if PRESPLIT:
+            a_lo = dy_lo_desc.load([o0, k0])
+            b_lo = x_lo_desc.load([c0, k0 + shift])
+            # NOTE: as _conv_wgrad_kernel, a step's products start from zero and join acc by
+            # a float32 add (chained onto acc, the tensor cores' accumulation loses accuracy)
+            part = tl.dot(a, b.T, input_precision="tf32")
+            part = tl.dot(a_lo, b.T, acc=part, input_precision="tf32")
+            part = tl.dot(a, b_lo.T, acc=part, input_precision="tf32")
+            acc += part
+        else:
+            acc = tl.dot(a, b.T, acc=acc, input_precision="tf32")
+
+    offs_m = o0 + tl.arange(0, BLOCK_M)
+    ch = c0 + tl.arange(0, BLOCK_N)
+    dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
+        (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
+    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty),
+             mask=(offs_m < C_OUT)[:, None] & (ch < C_IN)[None, :])
 
 
 # The window GEMM: forward and input gradient of stride-1 convolutions on Hopper, fed by TMA.
@@ -1330,6 +1428,42 @@ def _flat_shift(g, dy, x):
     return tma, tma
 
 
+def _batch_inner(g, x, presplit):
+    """Whether the weight gradient of convolution g runs as _batch_inner_wgrad_kernel:
+    BATCH_INNER, float32 at TF32 or 3xTF32, stride 1, no dilation, output plane = input plane,
+    at least BATCH_INNER_MIN_CHANNELS input channels, planes of at most BATCH_INNER_MAX_PIXELS,
+    copies of at most BATCH_INNER_MAX_BYTES, and a GPU whose TMA reads any row (Hopper; the
+    interpreter runs it too).
+
+    The rule is the H200's (notes/PERF.md, session 21; us, dw + db, flat shift -> batch-inner,
+    cuDNN): TF32 14x14 at 256 channels 496 -> 373 (440), 28x28 at 128 490 -> 439 (475),
+    MNIST conv2 54 -> 60 eager (61) but 83 -> 61 in the captured cnn step, where it runs beside
+    the input gradient (the step 199.8 -> 194.1); 56x56 at 64 channels 616 -> 1075 (909): the
+    copies of a large plane and 64-channel tiles cost more than the masks they save."""
+    if not (BATCH_INNER and x.dtype == torch.float32 and _precision(x.dtype) != "ieee" and
+            (g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1) and (g.oh, g.ow) == (g.h, g.w) and
+            g.c >= BATCH_INNER_MIN_CHANNELS and g.h * g.w <= BATCH_INNER_MAX_PIXELS):
+        return False
+    wp, nb = g.w + g.kw - 1, _round_up(g.n, 4)
+    size = (g.c * (g.h + g.kh - 1) + g.co * g.h) * wp * nb * 4 * (1 + int(presplit))
+    return size <= BATCH_INNER_MAX_BYTES and (INTERPRET or _tma_capable(x.device))
+
+
+def _batch_inner_copy(t, hp, wp, nb, top, left, split):
+    """t [N, C, H, W] (any strides) as the contiguous [C, hp, wp, nb] (_batch_inner_kernel).
+    Returns (the buffer, the elements from it to the tails: split makes it TF32 heads, tails
+    one buffer further on)."""
+    n, c, h, w = t.shape
+    out = empty((1 + int(split), c, hp, wp, nb), t.dtype, t.device)
+    if out.numel():
+        block_b = min(64, next_power_of_2(nb))
+        block_p = 4096 // block_b
+        run(_batch_inner_kernel, (c, cdiv(hp * wp, block_p), cdiv(nb, block_b)), t, out, n, c,
+            h, w, hp, wp, nb, top, left, out[0].numel(), *t.stride(), SPLIT=split,
+            BLOCK_P=block_p, BLOCK_B=block_b, num_warps=4)
+    return out, out[0].numel()
+
+
 @functools.lru_cache(maxsize=None)
 def _tma_capable(device):
     return torch.cuda.get_device_capability(device)[0] >= 9
@@ -1422,9 +1556,12 @@ def _implicit_wgrad(dy, x, dw, db, g):
             _sum_splits(part_db, db.view(1, co))
         return
     k_total = c * g.kh * g.kw
-    window = _window_wgrad(g, dy, x)
-    shift, use_tma = (False, False) if window else _flat_shift(g, dy, x)
-    channel_inner = c >= CHANNEL_INNER_MIN  # (always where window)
+    precision = _precision(x.dtype)
+    presplit = precision == "tf32x3" and DW_PRESPLIT
+    inner = _batch_inner(g, x, presplit)
+    window = not inner and _window_wgrad(g, dy, x)
+    shift, use_tma = (False, False) if window or inner else _flat_shift(g, dy, x)
+    channel_inner = c >= CHANNEL_INNER_MIN or inner  # (always where window)
     block_m = _block(co)
     # the flat shift's tiles: columns of one tap where C fills a tile's worth (tiles spanning
     # taps, with a shift and a wrap test per row, measured 1.2-1.3x slower at 32 and 64
@@ -1450,13 +1587,15 @@ def _implicit_wgrad(dy, x, dw, db, g):
         part = work[:, :co * k_total].view(splits, *dw.shape)
         if db is not None:  # its partials beside dw's: one fixed-order sum for both
             _channel_sums(dy, work[:, co * k_total:])
-    precision = _precision(x.dtype)
     kind = _menu_kind(precision, x.dtype)
-    presplit = precision == "tf32x3" and DW_PRESPLIT
     lo_dy = lo_x = 0
     planes = use_tma and not spans and _use_shifted_planes(g, x, presplit)
     wp, hp = g.w, g.h
-    if planes:  # x as KW shifted planes of pitch wp (and dy on that pitch): every tile TMA
+    if inner:  # x and dy batch-inner (heads and tails where presplit): every tile TMA
+        hp, wp, nb = g.h + g.kh - 1, g.w + g.kw - 1, _round_up(g.n, 4)
+        x, lo_x = _batch_inner_copy(x, hp, wp, nb, g.ph, g.pw, presplit)
+        dy, lo_dy = _batch_inner_copy(dy, g.h, wp, nb, 0, 0, presplit)
+    elif planes:  # x as KW shifted planes of pitch wp (and dy on that pitch): every tile TMA
         wp, hp = _round_up(g.w, 4), g.h + g.kh - 1
         x, lo_x = _shifted_planes(x, g.kw, g.ph, g.pw, hp, wp, presplit)
         if wp != g.w or presplit:
@@ -1464,7 +1603,14 @@ def _implicit_wgrad(dy, x, dw, db, g):
     elif presplit:  # heads and tails: one memory-bound pass over each operand
         dy, lo_dy = _split_tf32(dy), dy.numel()
         x, lo_x = _split_tf32(x), x.numel()
-    if window:
+    if inner:
+        key = (f"batchw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
+               f"{'-split' if presplit else ''}:split{splits}")
+        _run_tuned(_batch_inner_wgrad_kernel, _shift_wgrad_configs(block_m, block_n, kind), key,
+                   lambda meta: (tiles, splits), (
+            dy, x, part, co, c, g.h * wp * nb, hp * wp * nb, wp, nb, g.kh, g.kw,
+            *part.stride(), lo_dy, lo_x), dict(PRESPLIT=presplit), x.device)
+    elif window:
         corner, plane, _ = _window_plane(g, False)
         x_pad, dy_grid = _padded_channels_last((x, corner, plane, _round_up(c, 16)),
                                                (dy, (0, 0), plane, _round_up(co, 16)))
@@ -1705,7 +1851,8 @@ def _settings():
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, SHIFT_TAPS_BELOW, \
         SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
         SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
-        WINDOW_PRESPLIT_MIN, \
+        WINDOW_PRESPLIT_MIN, BATCH_INNER, BATCH_INNER_MIN_CHANNELS, BATCH_INNER_MAX_PIXELS, \
+        BATCH_INNER_MAX_BYTES, \
         WINDOW_WGRAD, WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, \
         WINOGRAD_WGRAD_MIN_TILES, WINOGRAD_WGRAD_FILL, winograd.settings()
 
