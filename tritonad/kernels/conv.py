@@ -398,16 +398,16 @@ def _shift_wgrad_kernel(
         ONE_TAP: tl.constexpr, X_TMA: tl.constexpr, INPUT_PRECISION: tl.constexpr,
         DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] *
-    # x[n, c, pix + (i - PH)*W + j - PW] (wrap-tested in x's load mask). dy [N, Co, H*W] and
-    # x [N, C, H*W] contiguous. One program: a [BLOCK_M out channels, BLOCK_N columns] tile of split s, the
-    # columns a block of the flat (tap, channel) axis of length KH*KW*C, the pixels (the GEMM's
-    # K) in steps of BLOCK_K within one image; split s takes an even share of the (image, step)
-    # units. Both operands are K-major. ONE_TAP: a tile's columns are channels of one tap, so
-    # x's tile is one shifted rectangle with a per-pixel mask; else (few channels: MNIST's
-    # conv1 has one) a tile spans several taps, each row shifted by its own tap with a
-    # per-element mask, and one dy tile serves them all. Rows of a one-tap tile past the
-    # channel count read the next image's channels: they only reach columns never stored.
+    # dw[s, o, c, i, j] = sum over the pixels of split s of dy[n, o, pix] * x[n, c, pix + (i -
+    # PH)*W + j - PW] (wrap-tested in x's load mask). dy [N, Co, H*W] and x [N, C, H*W] contiguous.
+    # One program: a [BLOCK_M out channels, BLOCK_N columns] tile of split s, the columns a block
+    # of the flat (tap, channel) axis of length KH*KW*C, the pixels (the GEMM's K) in steps of
+    # BLOCK_K within one image; split s takes an even share of the (image, step) units. Both
+    # operands are K-major. ONE_TAP: a tile's columns are channels of one tap, so x's tile is one
+    # shifted rectangle with a per-pixel mask; else (few channels: MNIST's conv1 has one) a tile
+    # spans several taps, each row shifted by its own tap with a per-element mask, and one dy tile
+    # serves them all. Rows of a one-tap tile past the channel count read the next image's
+    # channels: they only reach columns never stored.
     # X_TMA (one-tap tiles, with USE_TMA): x comes as KW planes shifted by each kernel column
     # (_shifted_planes: [KW, N*C, HP, WP], zero where the shift leaves a row, PH zero rows above,
     # pitch WP), and dy on the same pitch ([N*Co, H*WP]), so that tap (i, j) of the pixels
