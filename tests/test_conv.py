@@ -1537,8 +1537,18 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
     kernel then), against float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 for
     TF32 and half types."""
     monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
-    monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
     monkeypatch.setattr(conv, "BATCH_INNER", False)   # (float32: the batch-inner form)
+    seen = _check_gpu_same_weight_grad(shape, dtype, precision, monkeypatch)
+    tma = shape[0][2] * shape[0][3] * dtype.itemsize % 16 == 0
+    assert (("_shift_wgrad_kernel", True) in seen) == tma
+    assert tma or "_conv_wgrad_kernel" in {name for name, _ in seen}
+
+
+def _check_gpu_same_weight_grad(shape, dtype, precision, monkeypatch):
+    """dw and db of the stride-1 "same" convolution of shape = (x's, w's) on the GPU against
+    float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 for TF32 and half types
+    (Winograd off). Returns the kernels launched."""
+    monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
     (n, c, h, w_), ws = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
@@ -1552,14 +1562,12 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
                                          input_grad=False)
     finally:
         td.set_conv_precision("high")
-    tma = h * w_ * x.element_size() % 16 == 0
-    assert (("_shift_wgrad_kernel", True) in seen) == tma
-    assert tma or "_conv_wgrad_kernel" in {name for name, _ in seen}
     want = _torch_conv_grads(x, w, torch.zeros(ws[0], device="cuda"), dy, (1, 1), (pad, pad))
     limit = 1e-5 if precision == "highest" and dtype == torch.float32 else 1e-2
     for name, g, e in (("dw", dw, want[2]), ("db", db, want[3])):
         assert g.dtype == dtype
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+    return seen
 
 
 @pytest.mark.gpu
@@ -1573,25 +1581,8 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
 def test_gpu_batch_inner_weight_grad(shape, precision, monkeypatch):
     """The batch-inner weight gradient (every tile a TMA rectangle of the batch-inner copies)
     against float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 at TF32."""
-    monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
-    (n, c, h, w_), ws = shape
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1
-    w = (torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / c ** 0.5
-    dy = torch.rand((n, ws[0], h, w_), device="cuda", generator=gen) * 2 - 1
-    pad = ws[2] // 2
-    td.set_conv_precision(precision)
-    try:
-        seen = _launched(monkeypatch)
-        _, dw, db = conv.conv2d_backward(dy, x, w, (1, 1), (pad, pad), (1, 1),
-                                         input_grad=False)
-    finally:
-        td.set_conv_precision("high")
+    seen = _check_gpu_same_weight_grad(shape, torch.float32, precision, monkeypatch)
     assert "_batch_inner_wgrad_kernel" in {name for name, _ in seen}
-    want = _torch_conv_grads(x, w, torch.zeros(ws[0], device="cuda"), dy, (1, 1), (pad, pad))
-    limit = 1e-5 if precision == "highest" else 1e-2
-    for name, g, e in (("dw", dw, want[2]), ("db", db, want[3])):
-        assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
 
 
 # (x shape, weight shape, padding, dilation) of the GPU window-GEMM tests: MNIST conv2, channel

@@ -141,6 +141,15 @@ def _source_coord(base, shift, DIV, SIZE, TRANSPOSED: tl.constexpr):
 # one more compilation of every autotuning config). Channel counts and strides are: a unit
 # stride, strides and channel bounds divisible by 16 (packed weights, channels-last) are what
 # lets the compiler prove 16-byte vector loads.
+@triton.jit
+def _split_share(units):
+    """[lo, hi): split program_id(1)'s even share of `units` in order (of num_programs(1)
+    splits; the last ones may be empty): the split-K weight gradients' K ranges."""
+    share = tl.cdiv(units, tl.num_programs(1))
+    lo = tl.program_id(1) * share
+    return lo, tl.minimum(lo + share, units)
+
+
 _GEMM_SIZES = ["N_IMG", "SRC_H", "SRC_W", "OUT_H", "OUT_W"]
 _WGRAD_SIZES = ["N_IMG", "H", "W", "OUT_H", "OUT_W"]
 
@@ -289,10 +298,7 @@ def _conv_wgrad_kernel(
     row_blocks = tl.cdiv(OUT_H, ROWS)
     col_blocks = tl.cdiv(OUT_W, BLOCK_Q)
     per_image = row_blocks * col_blocks
-    units = N_IMG * per_image
-    share = tl.cdiv(units, tl.num_programs(1))
-    u_lo = split * share
-    u_hi = tl.minimum(u_lo + share, units)
+    u_lo, u_hi = _split_share(N_IMG * per_image)
     dp = tl.arange(0, BLOCK_K) // BLOCK_Q   # a power of two: shifts and masks
     dq = tl.arange(0, BLOCK_K) % BLOCK_Q
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -460,10 +466,7 @@ def _shift_wgrad_kernel(
                                                   strides=[HP * WP, 1],
                                                   block_shape=[BLOCK_N, BLOCK_K])
     blocks = tl.cdiv(HW, BLOCK_K)
-    units = N_IMG * blocks
-    share = tl.cdiv(units, tl.num_programs(1))
-    u_lo = split * share
-    u_hi = tl.minimum(u_lo + share, units)
+    u_lo, u_hi = _split_share(N_IMG * blocks)
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for u in range(u_lo, u_hi):
@@ -582,10 +585,7 @@ def _batch_inner_wgrad_kernel(
                                                block_shape=[BLOCK_M, BLOCK_K])
         x_lo_desc = tl.make_tensor_descriptor(x_ptr + lo_x, shape=[C_IN, XK], strides=[XK, 1],
                                               block_shape=[BLOCK_N, BLOCK_K])
-    steps = tl.cdiv(K, BLOCK_K)
-    share = tl.cdiv(steps, tl.num_programs(1))
-    lo = split * share
-    hi = tl.minimum(lo + share, steps)
+    lo, hi = _split_share(tl.cdiv(K, BLOCK_K))
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for step in range(lo, hi):
         k0 = step * BLOCK_K
@@ -731,10 +731,7 @@ def _window_wgrad_kernel(
                                         block_shape=[BLOCK_K, BLOCK_M])
     x_desc = tl.make_tensor_descriptor(x_ptr, shape=[ROWS, CP], strides=[CP, 1],
                                        block_shape=[BLOCK_K, BLOCK_N])
-    steps = tl.cdiv(ROWS, BLOCK_K)
-    share = tl.cdiv(steps, tl.num_programs(1))
-    lo = split * share
-    hi = tl.minimum(lo + share, steps)
+    lo, hi = _split_share(tl.cdiv(ROWS, BLOCK_K))
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for step in range(lo, hi):
         p0 = step * BLOCK_K
@@ -912,12 +909,11 @@ def _channel_sum_kernel(x_ptr, out_ptr, N_IMG, C, W, PLANE,
     # (BLOCK_E >= BLOCK_C * PLANE), with one it is walked in steps of BLOCK_E.
     c0 = tl.program_id(0) * BLOCK_C
     split = tl.program_id(1)
-    share = tl.cdiv(N_IMG, tl.num_programs(1))
-    n_hi = tl.minimum(split * share + share, N_IMG)
+    n_lo, n_hi = _split_share(N_IMG)
     run_len = tl.minimum(BLOCK_C, C - c0) * PLANE
     e = tl.arange(0, BLOCK_E)
     acc = tl.zeros([BLOCK_N, BLOCK_E], dtype=tl.float32)
-    for n0 in range(split * share, n_hi, BLOCK_N):
+    for n0 in range(n_lo, n_hi, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         rows = x_ptr + n.to(tl.int64)[:, None] * stride_xn
         for step in range(0, tl.cdiv(run_len, BLOCK_E)):
