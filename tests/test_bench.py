@@ -1,5 +1,6 @@
 """`bench mnist --cpu`: the numpy backend against PyTorch CPU runs without a GPU and writes its
-table; the other benchmarks refuse --cpu with one line."""
+table; the other benchmarks refuse --cpu with one line; a benchmark's own options pass
+through."""
 import json
 import os
 
@@ -29,6 +30,22 @@ def test_bench_mnist_cpu_reaches_the_benchmark(bench_mnist, monkeypatch, tmp_pat
     monkeypatch.setattr(bench_mnist, "main", seen.append)
     cli.main(["bench", "mnist", "--cpu", "--quick", "--out", str(tmp_path)])
     assert seen == [["--out", str(tmp_path), "--quick", "--cpu"]]
+
+
+def test_bench_passes_a_benchmarks_own_options(monkeypatch, tmp_path, capsys):
+    """Options bench does not know go to the one benchmark named (bench conv --layers ...); with
+    `all` they are a one-line error, and other commands still refuse unknown options."""
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    import bench_conv
+
+    seen = []
+    monkeypatch.setattr(bench_conv, "main", seen.append)
+    cli.main(["bench", "conv", "--layers", "mnist-conv2", "--out", str(tmp_path),
+              "--precisions=tf32"])
+    assert seen == [["--out", str(tmp_path), "--layers", "mnist-conv2", "--precisions=tf32"]]
+    cli_error(capsys, ["bench", "all", "--layers", "mnist-conv2", "--out", tmp_path],
+              "bench all: --layers mnist-conv2 are options of one benchmark")
+    cli_error(capsys, ["train", "--layers", "x"], "unrecognized arguments: --layers x")
 
 
 def test_bench_mnist_cpu_table(bench_mnist, tmp_path, capsys):

@@ -86,7 +86,10 @@ def _parser():
     r.add_argument("--backend", choices=["triton", "numpy"])
 
     b = sub.add_parser("bench", parents=[debug],
-                       help="benchmarks against PyTorch (needs a GPU, except mnist --cpu)")
+                       help="benchmarks against PyTorch (needs a GPU, except mnist --cpu)",
+                       epilog="Other options go to the benchmark itself (bench conv --layers "
+                              "28x28-k3 --precisions tf32); `python benchmarks/bench_NAME.py "
+                              "--help` lists them.")
     b.add_argument("which", choices=BENCHMARKS + ("all",))
     b.add_argument("--out", default="bench-results", help="folder for tables, JSON and PNGs")
     b.add_argument("--quick", action="store_true", help="fewer sizes")
@@ -568,8 +571,12 @@ def cmd_bench(args):
     if args.cpu and args.which != "mnist":
         raise CommandError("bench --cpu: only `bench mnist --cpu` runs on the CPU (the numpy "
                            "backend against PyTorch CPU); the kernel benchmarks need a GPU")
+    extra = list(getattr(args, "extra", []))
+    if extra and args.which == "all":
+        raise CommandError(f"bench all: {' '.join(extra)} are options of one benchmark; name "
+                           f"it (bench conv {' '.join(extra)})")
     argv = ["--out", args.out] + (["--quick"] if args.quick else []) + \
-        (["--cpu"] if args.cpu else [])
+        (["--cpu"] if args.cpu else []) + extra
     for name in names:
         module = importlib.import_module("bench_" + name.replace("-", "_"))
         try:
@@ -638,7 +645,10 @@ def _user_error(err):
 
 
 def main(argv=None):
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, args.extra = parser.parse_known_args(argv)
+    if args.extra and args.command != "bench":  # (bench passes them to the benchmark)
+        parser.error(f"unrecognized arguments: {' '.join(args.extra)}")
     debug = args.debug or os.environ.get("TRITONAD_DEBUG", "") not in ("", "0")
     os.environ.setdefault("TQDM_DISABLE", "0")
     command = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict,
