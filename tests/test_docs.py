@@ -1,5 +1,6 @@
 """The README and docs/ are a user's first hour: every link points inside the repository, every
-file they name exists, and every `python -m tritonad ...` command they show parses."""
+file they name exists, and every `python -m tritonad ...` command they show parses (a
+benchmark's own options by that benchmark)."""
 import re
 import shlex
 from pathlib import Path
@@ -47,10 +48,24 @@ def test_named_files_exist(doc):
     assert not missing, f"{doc.name} names files that do not exist: {missing}"
 
 
-def test_readme_commands_parse():
+def test_readme_commands_parse(monkeypatch, capsys):
+    """Every `python -m tritonad ...` line parses; options `bench` passes on to one benchmark
+    are options of that benchmark (in its --help)."""
     commands = [shlex.split(line) for line in code_lines((ROOT / "README.md").read_text())
                 if line.startswith("python -m tritonad ")]
     assert len(commands) >= 5
     parser = cli._parser()
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     for argv in commands:
-        parser.parse_args(argv[3:])  # exits (fails the test) on an option that does not exist
+        args, extra = parser.parse_known_args(argv[3:])
+        if not extra:
+            continue
+        assert args.command == "bench" and args.which != "all", argv
+        benchmark = __import__("bench_" + args.which.replace("-", "_"))
+        with pytest.raises(SystemExit):
+            benchmark.main(["-h"])
+        usage = capsys.readouterr().out
+        for option in extra:
+            name = re.escape(option.split("=")[0])
+            assert not option.startswith("-") or re.search(name + r"(?![\w-])", usage), \
+                (argv, option)
