@@ -868,6 +868,19 @@ def _launched(monkeypatch):
     return seen
 
 
+def _assert_weight_grads(x, w, dy, args, tol, *results):
+    """Each (dw, db) of results against float64 torch's for conv2d(x, w, b, *args) and dy:
+    relative tol, absolute tol times the largest element of the float64 gradient."""
+    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
+                   for t in (x, w, dy))
+    bs = torch.zeros(w.shape[0], dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
+    for dw, db in results:
+        for got, want in ((dw, ws.grad), (db, bs.grad)):
+            assert_close(to_numpy(got).astype(np.float64), want.numpy(), rtol=tol,
+                         atol=tol * float(want.abs().max()))
+
+
 # (N, C, H, W, Co, k, splits): odd planes, channel counts that are not a tile multiple (the
 # tile's rows past C read the next image's channels), several channel tiles, a plane smaller
 # than one pixel step, 1x1 / 3x3 / 5x5 kernels, split-K; tiles whose columns span several taps
@@ -908,17 +921,8 @@ def test_flat_shift_weight_grad(geometry, dtype, precision, taps_below, monkeypa
             {"_conv_wgrad_kernel"}
     finally:
         td.set_conv_precision("high")
-    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
-                   for t in (x, w, dy))
-    bs = torch.zeros(co, dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
-    tol = 1e-5 if dtype == td.float32 else 2e-2
-    scale = float(ws.grad.abs().max())
-    for got in (dw, dw_gemm):
-        assert_close(to_numpy(got).astype(np.float64), ws.grad.numpy(), rtol=tol, atol=tol * scale)
-    for got in (db, db_gemm):
-        assert_close(to_numpy(got).astype(np.float64), bs.grad.numpy(), rtol=tol,
-                     atol=tol * float(bs.grad.abs().max()))
+    _assert_weight_grads(x, w, dy, args, 1e-5 if dtype == td.float32 else 2e-2,
+                         (dw, db), (dw_gemm, db_gemm))
 
 
 @pytest.mark.parametrize("geometry", _SHIFT_GEOMETRIES)
@@ -954,15 +958,7 @@ def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeyp
     finally:
         td.set_conv_precision("high")
     assert ("_shift_wgrad_kernel", True) in seen
-    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
-                   for t in (x, w, dy))
-    bs = torch.zeros(co, dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
-    tol = 1e-5 if precision == "highest" else 1e-2
-    assert_close(to_numpy(dw).astype(np.float64), ws.grad.numpy(), rtol=tol,
-                 atol=tol * float(ws.grad.abs().max()))
-    assert_close(to_numpy(db).astype(np.float64), bs.grad.numpy(), rtol=tol,
-                 atol=tol * float(bs.grad.abs().max()))
+    _assert_weight_grads(x, w, dy, args, 1e-5 if precision == "highest" else 1e-2, (dw, db))
 
     # the planes: plane j holds x shifted left by j - pad, pad zero rows on top, zero past W
     pad, wp, hp = k // 2, -(-w_ // 4) * 4, h + k - 1
@@ -1013,17 +1009,8 @@ def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
         assert "_conv_wgrad_kernel" in {name for name, _ in seen[first:]}
     finally:
         td.set_conv_precision("high")
-    xs, ws, dys = (torch.from_numpy(to_numpy(t).astype(np.float64)).requires_grad_()
-                   for t in (x, w, dy))
-    bs = torch.zeros(co, dtype=torch.float64, requires_grad=True)
-    torch.nn.functional.conv2d(xs, ws, bs, *args).backward(dys)
-    tol = 1e-5 if precision == "highest" else 1e-2
-    for got in (dw, dw_gemm):
-        assert_close(to_numpy(got).astype(np.float64), ws.grad.numpy(), rtol=tol,
-                     atol=tol * float(ws.grad.abs().max()))
-    for got in (db, db_gemm):
-        assert_close(to_numpy(got).astype(np.float64), bs.grad.numpy(), rtol=tol,
-                     atol=tol * float(bs.grad.abs().max()))
+    _assert_weight_grads(x, w, dy, args, 1e-5 if precision == "highest" else 1e-2,
+                         (dw, db), (dw_gemm, db_gemm))
 
     # the copies: [C, H + k - 1, W + k - 1, NB], x shifted by the padding, zeros around it
     # and past the batch; with split, TF32 heads then their tails
