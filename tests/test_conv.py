@@ -625,6 +625,27 @@ def test_bias_grad_partials_per_split(layout, splits):
     assert torch.equal(conv._bias_grad(dy[:0], torch.full((co,), float("nan"))), torch.zeros(co))
 
 
+def test_sum_splits_two_sums_in_one_launch():
+    """_sum_splits: the fixed-order sum over the leading axis of strided partials, and a second
+    sum of another split count and shape in the same launch (a weight gradient's and its bias
+    gradient's partials); either may be empty; the same bits on every run."""
+    part = random_array((6, 9, 5), low=-1, high=1, seed=7).permute(0, 2, 1)  # [6, 5, 9]
+    part2 = random_array((70, 3), low=-1, high=1, seed=8)[:, None, :]       # [70, 1, 3]
+    out, out2 = torch.full((5, 9), float("nan")), torch.full((1, 3), float("nan"))
+    conv._sum_splits(part, out, part2, out2)
+    assert_close(out, to_numpy(part).astype(np.float64).sum(0), 1e-6, 1e-6)
+    assert_close(out2, to_numpy(part2).astype(np.float64).sum(0), 1e-6, 1e-6)
+    again, again2 = torch.empty(5, 9), torch.empty(1, 3)
+    conv._sum_splits(part, again, part2, again2)
+    assert torch.equal(again, out) and torch.equal(again2, out2)
+    alone = torch.full((1, 3), float("nan"))
+    conv._sum_splits(part[:, :0], torch.empty(0, 9), part2, alone)  # (the first sum empty)
+    assert torch.equal(alone, out2)
+    single = torch.full((5, 9), float("nan"))
+    conv._sum_splits(part, single)
+    assert torch.equal(single, out)
+
+
 @pytest.mark.parametrize("presplit", [True, False])
 def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
     """3xTF32 weight gradient, operands pre-split or split by tl.dot: strided dy and x,
@@ -1015,13 +1036,18 @@ def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
     # the copies: [C, H + k - 1, W + k - 1, NB], x shifted by the padding, zeros around it
     # and past the batch; with split, TF32 heads then their tails
     pad, nb = k // 2, -(-n // 4) * 4
-    got, lo = conv._batch_inner_copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, split=True)
+    got, lo, _ = conv._batch_inner_copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, split=True)
     want = np.zeros((c, h + k - 1, w_ + k - 1, nb), np.float32)
     want[:, pad:pad + h, pad:pad + w_, :n] = to_numpy(x).transpose(1, 2, 3, 0)
     got = to_numpy(got)
     assert lo == want.size and got.shape == (2,) + want.shape
     assert np.array_equal(got[0] + got[1], want)
     assert np.array_equal(got[0].view(np.uint32) & 0x1FFF, np.zeros(want.shape, np.uint32))
+    # with sums: the same copy, and partial channel sums adding up to x's (the bias gradient)
+    again, _, sums = conv._batch_inner_copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, True, True)
+    assert np.array_equal(to_numpy(again), got)
+    np.testing.assert_allclose(to_numpy(sums).astype(np.float64).sum(0),
+                               to_numpy(x).astype(np.float64).sum((0, 2, 3)), rtol=1e-5)
 
 
 def test_batch_inner_only_where_it_applies(monkeypatch):
@@ -1170,6 +1196,22 @@ def test_window_weight_grad(geometry, monkeypatch):
                          atol=2e-2 * float(want.abs().max()))
 
 
+def test_window_menus_by_channel_count(monkeypatch):
+    """The window GEMM's first plan (the one taken untuned) by output channels: at float32
+    accuracy one warpgroup's 64-wide tile up to 64 channels, 8 warps and 128-wide tiles above;
+    256-wide tiles first from 256 channels (TF32)."""
+    monkeypatch.setattr(conv, "INTERPRET", False)  # (the interpreter has a menu of one)
+
+    def first(n_ch, kind):
+        config = conv._window_configs(n_ch, 64, kind)[0]
+        return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps
+
+    assert first(32, "tf32x3") == (128, 32, 4) and first(64, "tf32x3") == (128, 64, 4)
+    assert first(96, "tf32x3") == (128, 128, 8) and first(300, "tf32x3") == (128, 128, 8)
+    assert first(64, "tf32") == (128, 64, 8) and first(256, "tf32") == (128, 256, 8)
+    assert first(128, "half") == (128, 128, 4)
+
+
 def test_window_gemm_only_where_it_applies(monkeypatch):
     """_window takes stride-1 convolutions of at least CHANNEL_INNER_MIN reduced channels,
     padding within the window's reach and a padded plane of at most WINDOW_WASTE times the
@@ -1222,6 +1264,7 @@ def test_padded_channels_last_places_flips_and_splits():
                                                      (t, (0, 0), (5, 3), 4))
     assert empty_first.shape == (0, 5, 3, 4)
     assert torch.equal(torch.from_numpy(to_numpy(second)), src.permute(0, 2, 3, 1))
+
 
 
 def test_auto_picks_per_direction(monkeypatch):

@@ -531,14 +531,17 @@ def _shift_wgrad_kernel(
 # w >= W are zero, so what x_t holds there (the next row's start) adds nothing.
 
 @triton.jit
-def _batch_inner_kernel(src_ptr, out_ptr, N_IMG, C, H, W, HP, WP, NB, TOP, LEFT, lo,
+def _batch_inner_kernel(src_ptr, out_ptr, sums_ptr, N_IMG, C, H, W, HP, WP, NB, TOP, LEFT, lo,
                         stride_sn, stride_sc, stride_sh, stride_sw,
-                        SPLIT: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_B: tl.constexpr):
+                        SPLIT: tl.constexpr, SUMS: tl.constexpr,
+                        BLOCK_P: tl.constexpr, BLOCK_B: tl.constexpr):
     # out[c, r, q, n] = src[n, c, r - TOP, q - LEFT] where that is inside src and n < N_IMG,
     # zero elsewhere: src [N, C, H, W] (any strides) to contiguous [C, HP, WP, NB]. SPLIT: TF32
-    # heads, tails lo elements further on (_store_split). One program: BLOCK_P positions
-    # (r, q) of one channel by BLOCK_B images; Triton turns the tile in shared memory between
-    # the load (along q) and the store (along n), both coalesced.
+    # heads, tails lo elements further on (_store_split). SUMS: the tile's float32 sum too, at
+    # sums[block, c] (contiguous [position blocks * image blocks, C]: a weight gradient's dy,
+    # the bias gradient's partials). One program: BLOCK_P positions (r, q) of one channel by
+    # BLOCK_B images; Triton turns the tile in shared memory between the load (along q) and
+    # the store (along n), both coalesced.
     c = tl.program_id(0)
     pos = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
     n = tl.program_id(2) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -551,6 +554,9 @@ def _batch_inner_kernel(src_ptr, out_ptr, N_IMG, C, H, W, HP, WP, NB, TOP, LEFT,
                 + n.to(tl.int64)[None, :] * stride_sn, mask=inside, other=0.0)
     dst = out_ptr + c.to(tl.int64) * HP * WP * NB + pos[:, None] * NB + n[None, :]
     _store_split(dst, v, lo, (pos < HP * WP)[:, None] & (n < NB)[None, :], SPLIT)
+    if SUMS:
+        block = tl.program_id(1) * tl.num_programs(2) + tl.program_id(2)
+        tl.store(sums_ptr + block * C + c, tl.sum(tl.sum(v.to(tl.float32), axis=1), axis=0))
 
 
 @triton.jit
@@ -868,15 +874,12 @@ def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
 
 
 @triton.jit
-def _sum_splits_kernel(part_ptr, out_ptr, tail_ptr, S, ROWS, COLS, FIRST,
-                       stride_ps, stride_pr, stride_pc, stride_or, stride_oc,
-                       BLOCK_S: tl.constexpr, BLOCK: tl.constexpr):
-    # out[r, c] = sum_s part[s, r, c]: BLOCK_S splits at a time, summed down a [BLOCK_S, BLOCK]
-    # tile, the chunks in increasing order (the same result every run). Flat (r, c) positions
-    # from FIRST on go to tail[position - FIRST] instead (contiguous; FIRST = ROWS * COLS when
-    # there is no tail): a weight gradient and its bias gradient in two buffers, one launch.
-    # One program: BLOCK (r, c) elements.
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _sum_splits_block(part_ptr, out_ptr, pid, S, ROWS, COLS, stride_ps, stride_pr, stride_pc,
+                      stride_or, stride_oc, BLOCK_S: tl.constexpr, BLOCK: tl.constexpr):
+    # out[r, c] = sum_s part[s, r, c] for BLOCK flat (r, c) positions from pid * BLOCK:
+    # BLOCK_S splits at a time, summed down a [BLOCK_S, BLOCK] tile, the chunks in increasing
+    # order (the same result every run).
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
     ok = offs < ROWS * COLS
     r = offs // COLS
     c = offs - r * COLS
@@ -888,11 +891,27 @@ def _sum_splits_kernel(part_ptr, out_ptr, tail_ptr, S, ROWS, COLS, FIRST,
         v = tl.load(src[None, :] + s[:, None] * stride_ps, mask=(s[:, None] < S) & ok[None, :],
                     other=0.0)
         acc += tl.sum(v.to(tl.float32), axis=0)
-    head = offs < FIRST
-    tl.store(out_ptr + r * stride_or + c * stride_oc, acc.to(out_ptr.dtype.element_ty),
-             mask=ok & head)
-    tl.store(tail_ptr + (offs - FIRST), acc.to(tail_ptr.dtype.element_ty),
-             mask=ok & (offs >= FIRST))
+    tl.store(out_ptr + r * stride_or + c * stride_oc, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _sum_splits_kernel(part_ptr, out_ptr, S, ROWS, COLS,
+                       stride_ps, stride_pr, stride_pc, stride_or, stride_oc,
+                       part2_ptr, out2_ptr, S2, ROWS2, COLS2,
+                       stride2_ps, stride2_pr, stride2_pc, stride2_or, stride2_oc, PROGRAMS2,
+                       BLOCK_S: tl.constexpr, BLOCK: tl.constexpr,
+                       BLOCK_S2: tl.constexpr, BLOCK2: tl.constexpr):
+    # out = the fixed-order sum of part over its splits (_sum_splits_block), by the programs
+    # from PROGRAMS2 on; out2 that of part2 by the first PROGRAMS2 (none without a second sum):
+    # a weight gradient and its bias gradient in one launch, each with its own split count
+    # and blocks. (The second comes first, so that its few programs start first.)
+    pid = tl.program_id(0)
+    if pid < PROGRAMS2:
+        _sum_splits_block(part2_ptr, out2_ptr, pid, S2, ROWS2, COLS2, stride2_ps, stride2_pr,
+                          stride2_pc, stride2_or, stride2_oc, BLOCK_S2, BLOCK2)
+    else:
+        _sum_splits_block(part_ptr, out_ptr, pid - PROGRAMS2, S, ROWS, COLS, stride_ps,
+                          stride_pr, stride_pc, stride_or, stride_oc, BLOCK_S, BLOCK)
 
 
 @triton.jit
@@ -1137,9 +1156,13 @@ SHIFT_WGRAD_MENU = {
 WINDOW_MENU = {
     "tf32": [(128, 128, 32, 8, 3), (256, 128, 32, 8, 4), (128, 256, 32, 8, 3),
              (128, 128, 32, 4, 4)],
-    "tf32x3": [(128, 128, 32, 8, 3), (128, 128, 16, 4, 4), (64, 128, 32, 4, 3)],
+    "tf32x3": [(128, 64, 32, 4, 3), (128, 128, 32, 8, 3), (128, 128, 16, 4, 4),
+               (64, 128, 32, 4, 3)],
     "half": [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3)],
 }
+# (tf32x3's first entry: one warpgroup for up to 64 output channels, the H200 sweep of session
+# 22 (notes/PERF.md); us at MNIST conv2's input gradient 78.3 -> 73.3 against 8 warps, 56x56
+# 980 -> 954, its forward 986 -> 969. Above 64 channels the 128-wide entries go first.)
 
 
 def _menu_kind(precision, dtype):
@@ -1207,8 +1230,8 @@ def _window_configs(n_ch, max_k, kind):
         return [triton.Config({"BLOCK_M": 64, "BLOCK_N": _block(n_ch), "BLOCK_K": min(32, max_k)},
                               num_warps=4, num_stages=1)]
     menu = WINDOW_MENU[kind]
-    if n_ch >= 256:
-        menu = sorted(menu, key=lambda entry: entry[1] < 256)
+    if n_ch > 64:  # the wide tiles first: 256 columns from 256 channels, else 128
+        menu = sorted(menu, key=lambda entry: (n_ch >= 256 and entry[1] < 256, entry[1] < 128))
     configs = {}
     for bm, bn, bk, warps, stages in menu:
         bn, bk = _block(n_ch, bn), min(bk, max_k)
@@ -1445,19 +1468,22 @@ def _batch_inner(g, x, presplit):
     return size <= BATCH_INNER_MAX_BYTES and (INTERPRET or _tma_capable(x.device))
 
 
-def _batch_inner_copy(t, hp, wp, nb, top, left, split):
+def _batch_inner_copy(t, hp, wp, nb, top, left, split, sums=False):
     """t [N, C, H, W] (any strides) as the contiguous [C, hp, wp, nb] (_batch_inner_kernel).
     Returns (the buffer, the elements from it to the tails: split makes it TF32 heads, tails
-    one buffer further on)."""
+    one buffer further on, with `sums` t's float32 partial sums per channel [rows, C], whose
+    sum over the rows is t's channel sums, else None)."""
     n, c, h, w = t.shape
     out = empty((1 + int(split), c, hp, wp, nb), t.dtype, t.device)
+    block_b = min(64, next_power_of_2(nb))
+    block_p = 4096 // block_b
+    grid = (c, cdiv(hp * wp, block_p), cdiv(nb, block_b))
+    part = empty((grid[1] * grid[2], c), torch.float32, t.device) if sums else out
     if out.numel():
-        block_b = min(64, next_power_of_2(nb))
-        block_p = 4096 // block_b
-        run(_batch_inner_kernel, (c, cdiv(hp * wp, block_p), cdiv(nb, block_b)), t, out, n, c,
-            h, w, hp, wp, nb, top, left, out[0].numel(), *t.stride(), SPLIT=split,
-            BLOCK_P=block_p, BLOCK_B=block_b, num_warps=4)
-    return out, out[0].numel()
+        run(_batch_inner_kernel, grid, t, out, part, n, c, h, w, hp, wp, nb, top, left,
+            out[0].numel(), *t.stride(), SPLIT=split, SUMS=sums, BLOCK_P=block_p,
+            BLOCK_B=block_b, num_warps=4)
+    return out, out[0].numel(), part if sums else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -1528,11 +1554,12 @@ def _implicit_wgrad(dy, x, dw, db, g):
     """dw [Co, C, kh, kw] (and db [Co] unless None) of one group by split-K implicit GEMM;
     dw and db contiguous.
 
-    Each split writes float32 partial tiles to a workspace [S, Co*C*kh*kw + Co], and
-    _channel_sum_kernel the db partials of the same S splits after them; one fixed-order sum
-    then writes both, in one launch. With one split the kernel writes dw itself and db is
-    _bias_grad's. (3x3 layers at float32 accuracy with many channels and
-    enough tiles: Winograd's form instead, see _winograd.)"""
+    Each split writes float32 partial tiles to a workspace [S, Co, C, kh, kw], and
+    _channel_sum_kernel the db partials of the same S splits to one of their own; one launch
+    of fixed-order sums then writes both. With one split the kernel writes dw itself and db is
+    _bias_grad's. The batch-inner form takes db's partials from its copy of dy instead. (3x3
+    layers at float32 accuracy with many channels and enough tiles: Winograd's form instead,
+    see _winograd.)"""
     co, c = dy.shape[1], x.shape[1]
     tiles, sms = g.n * cdiv(g.h, 4) * cdiv(g.w, 4), _sm_count(x.device)
     if _winograd(g, c, co, x.dtype) and tiles >= WINOGRAD_WGRAD_MIN_TILES and \
@@ -1573,24 +1600,29 @@ def _implicit_wgrad(dy, x, dw, db, g):
     # NOTE: db by its own kernel, not summed in the GEMM's loop: that read each dy tile from
     # shared memory into registers beside wgmma and cost 6-98 us at the ResNet-style layers
     # (28x28 TF32: 549 -> 451 us; 14x14 bf16: 241 -> 195; H200, notes/PERF.md, session 21)
+    # The batch-inner form's copy of dy sums it too: db is the fixed-order sum of those
+    # partials, not a pass of its own (TF32 dw + db at 28x28: 535 -> 488 us, 14x14: 442 ->
+    # 419, H100). NOTE: not the window form's copy: its tiles are one image's, whose many
+    # partials cost more to sum than the pass (notes/PERF.md, session 22)
+    db_in_copy = db is not None and inner
+    db_part = None  # db's partials [rows, Co], summed beside dw's
     if splits == 1:
         part = dw.unsqueeze(0)
-        if db is not None:
+        if db is not None and not db_in_copy:
             _bias_grad(dy, db)
     else:
-        work = empty((splits, co * k_total + (co if db is not None else 0)), torch.float32,
-                     dw.device)
-        part = work[:, :co * k_total].view(splits, *dw.shape)
-        if db is not None:  # its partials beside dw's: one fixed-order sum for both
-            _channel_sums(dy, work[:, co * k_total:])
+        part = empty((splits, *dw.shape), torch.float32, dw.device)
+        if db is not None and not db_in_copy:  # over the same splits
+            db_part = _channel_sums(dy, empty((splits, co), torch.float32, dw.device))
     kind = _menu_kind(precision, x.dtype)
     lo_dy = lo_x = 0
     planes = use_tma and not spans and _use_shifted_planes(g, x, presplit)
     wp, hp = g.w, g.h
     if inner:  # x and dy batch-inner (heads and tails where presplit): every tile TMA
         hp, wp, nb = g.h + g.kh - 1, g.w + g.kw - 1, _round_up(g.n, 4)
-        x, lo_x = _batch_inner_copy(x, hp, wp, nb, g.ph, g.pw, presplit)
-        dy, lo_dy = _batch_inner_copy(dy, g.h, wp, nb, 0, 0, presplit)
+        x, lo_x, _ = _batch_inner_copy(x, hp, wp, nb, g.ph, g.pw, presplit)
+        dy, lo_dy, sums = _batch_inner_copy(dy, g.h, wp, nb, 0, 0, presplit, db_in_copy)
+        db_part = sums if db_in_copy else db_part
     elif planes:  # x as KW shifted planes of pitch wp (and dy on that pitch): every tile TMA
         wp, hp = _round_up(g.w, 4), g.h + g.kh - 1
         x, lo_x = _shifted_planes(x, g.kw, g.ph, g.pw, hp, wp, presplit)
@@ -1640,9 +1672,12 @@ def _implicit_wgrad(dy, x, dw, db, g):
             dict(CHANNEL_INNER=channel_inner, PRESPLIT=presplit,
                  INPUT_PRECISION="tf32" if presplit else precision,
                  DOT_FP32=_dot_fp32(x.dtype)), x.device)
-    if splits == 1:
-        return
-    _sum_splits(work.view(splits, 1, -1), dw.view(1, -1), db)
+    # dw's and db's partials: one launch of fixed-order sums
+    db_sum = (db_part[:, None], db.view(1, co)) if db_part is not None else (None, None)
+    if splits > 1:
+        _sum_splits(part.view(splits, 1, -1), dw.view(1, -1), *db_sum)
+    elif db_part is not None:
+        _sum_splits(*db_sum)
 
 
 def _use_shifted_planes(g, x, presplit):
@@ -1692,27 +1727,43 @@ def _split_tf32(t):
     return out[0]
 
 
-def _sum_splits(part, out, tail=None):
-    """out [R, K] = sum over the leading axis of part [S, R, K] (any strides), fixed order.
-    With `tail` (contiguous): part is [S, 1, F + T], out [1, F] and tail [T] take the sums."""
-    s, rows, cols = part.shape
-    if rows * cols == 0:
-        return out
-    # many splits of a small output (conv1's weight gradient: 264 x 832) are summed as tiles,
-    # BLOCK_S splits per load, over enough programs to keep the SMs busy; with few programs
-    # (a small output) a tile takes up to 8192 elements, so that each program loads its
-    # splits in one or two steps, not one dependent load after another
+def _sum_blocks(splits, elements, device):
+    """(BLOCK_S, BLOCK) of a fixed-order sum of `splits` partials of `elements` values. Many
+    splits of a small output (conv1's weight gradient: 264 x 832) are summed as tiles, BLOCK_S
+    splits a load, over enough programs to keep the SMs busy; with few programs (a small
+    output) a tile takes up to 8192 elements, so that each program loads its splits in one or
+    two steps, not one dependent load after another."""
     if INTERPRET:
-        block_s, block = min(16, next_power_of_2(s)), 4096
-    else:
-        block_s = min(32, next_power_of_2(s))
-        block = max(32, min(4096 // block_s, next_power_of_2(cdiv(rows * cols,
-                                                                   2 * _sm_count(out.device)))))
-        block_s = min(next_power_of_2(s), max(block_s, 8192 // block))
-    first = rows * cols if tail is None else out.numel()
-    run(_sum_splits_kernel, (cdiv(rows * cols, block),),
-        part, out, out if tail is None else tail, s, rows, cols, first, *part.stride(),
-        *out.stride(), BLOCK_S=block_s, BLOCK=block, num_warps=4)
+        return min(16, next_power_of_2(splits)), 4096
+    block_s = min(32, next_power_of_2(splits))
+    block = max(32, min(4096 // block_s,
+                        next_power_of_2(cdiv(elements, 2 * _sm_count(device)))))
+    return min(next_power_of_2(splits), max(block_s, 8192 // block)), block
+
+
+def _sum_splits(part, out, part2=None, out2=None):
+    """out [R, K] = sum over the leading axis of part [S, R, K] (any strides), fixed order;
+    with part2 [S2, R2, K2] and out2 [R2, K2] (any strides) the same for them, in the same
+    launch (a weight gradient's splits and its bias gradient's)."""
+    def job(p, o):  # (kernel arguments, programs, blocks) of one sum; None: nothing to sum
+        s, rows, cols = p.shape
+        if rows * cols == 0:
+            return None
+        block_s, block = _sum_blocks(s, rows * cols, o.device)
+        return (p, o, s, rows, cols, *p.stride(), *o.stride()), cdiv(rows * cols, block), \
+            (block_s, block)
+
+    first = job(part, out)
+    second = job(part2, out2) if part2 is not None else None
+    if first is None:
+        first, second = second, None
+    if first is None:
+        return out
+    (args, programs, (block_s, block)), (args2, programs2, (block_s2, block2)) = \
+        first, second or (first[0], 0, (1, 32))
+    run(_sum_splits_kernel, (programs + programs2,), *args, *args2, programs2,
+        BLOCK_S=block_s, BLOCK=block, BLOCK_S2=block_s2, BLOCK2=block2, num_warps=4)
+    return out
 
 
 def _channel_sum_blocks(co, plane, splits, device):

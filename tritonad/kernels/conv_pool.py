@@ -386,10 +386,10 @@ def conv2d_relu_max_pool2d_backward(dp, indices, p, x, w, stride=(1, 1), padding
         HAS_WEIGHT_GRAD=dw is not None, HAS_BIAS_GRAD=db is not None,
         INPUT_PRECISION=conv._precision(x.dtype), DOT_FP32=conv._dot_fp32(x.dtype),
         BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
-    if splits > 1 and dw is not None:
-        conv._sum_splits(work.view(splits, 1, -1), dw.view(1, -1), db)
-    elif splits > 1:
-        conv._sum_splits(work.view(splits, 1, g.co), db.view(1, g.co))
+    if splits > 1:  # one launch of fixed-order sums
+        conv._sum_splits(work[:, :cols].view(splits, 1, -1), dw.view(1, -1) if dw is not None
+                         else None, dpart[:, None] if db is not None else None,
+                         db.view(1, g.co) if db is not None else None)
     return None, dw, db
 
 
