@@ -85,11 +85,15 @@ def profile(name, epochs, plans=False):
                        if ev.device_type == torch.autograd.DeviceType.CUDA),
                       key=lambda ev: ev.time_range.start)
     per_step = len(launches) // reps
-    print("  one replay, in order (start offset, duration):")
-    one = launches[per_step:2 * per_step]
-    for ev in one:
-        print(f"    +{ev.time_range.start - one[0].time_range.start:7.1f} us "
-              f"{ev.device_time:6.1f} us  {ev.name[:70]}")
+    # (the mean of each launch over the replays but the first: one replay's durations vary by
+    # a few us, enough to mislead an A/B of one kernel)
+    replays = [launches[r * per_step:(r + 1) * per_step] for r in range(1, reps)]
+    print(f"  a replay, in order (start offset, duration: mean and min of {reps - 1} replays):")
+    for k, ev in enumerate(replays[0]):
+        starts = [one[k].time_range.start - one[0].time_range.start for one in replays]
+        times = [one[k].device_time for one in replays]
+        print(f"    +{statistics.mean(starts):7.1f} us {statistics.mean(times):6.1f} us "
+              f"(min {min(times):5.1f})  {ev.name[:64]}")
     if plans:
         matmul_plans(trainer)
 

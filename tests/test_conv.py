@@ -625,6 +625,24 @@ def test_bias_grad_partials_per_split(layout, splits):
     assert torch.equal(conv._bias_grad(dy[:0], torch.full((co,), float("nan"))), torch.zeros(co))
 
 
+@pytest.mark.parametrize("n, co, plane", [(256, 256, 196), (256, 128, 784), (256, 64, 3136),
+                                          (100, 64, 196), (100, 32, 784), (4096, 16, 9),
+                                          (3, 5, 7)])
+def test_channel_sum_blocks_fill_the_gpu(n, co, plane, monkeypatch):
+    """The bias gradient's partial-sum pass on 132 SMs: CHANNEL_SUM_PROGRAMS programs an SM
+    (or a split an image), each at most CHANNEL_SUM_LOADS loads of about CHANNEL_SUM_TILE
+    elements (or one image's plane), and channels packed a program only while their run is at
+    most CHANNEL_SUM_RUN."""
+    monkeypatch.setattr(conv, "_sm_count", lambda device: 132)
+    splits, block_c, block_n, block_e = conv._channel_sum_blocks(n, co, plane, "cuda")
+    programs = -(-co // block_c) * splits
+    assert programs >= conv.CHANNEL_SUM_PROGRAMS * 132 or splits == n
+    assert block_c == 1 or block_c * plane <= conv.CHANNEL_SUM_RUN
+    assert block_n * block_e <= conv.CHANNEL_SUM_TILE and block_e >= min(block_c * plane, 4096)
+    loads = -(-(-(-n // splits)) // block_n) * -(-block_c * plane // block_e)
+    assert loads <= max(conv.CHANNEL_SUM_LOADS, -(-plane // block_e)), loads
+
+
 def test_sum_splits_two_sums_in_one_launch():
     """_sum_splits: the fixed-order sum over the leading axis of strided partials, and a second
     sum of another split count and shape in the same launch (a weight gradient's and its bias
@@ -1164,6 +1182,41 @@ def test_window_gemm(geometry, dtype, precision, monkeypatch):
                          atol=tol * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("sms, grid", [(1, 12), (5, 14), (7, 12), (8, 16), (100, 24)])
+def test_window_gemm_split_tail(sms, grid, monkeypatch):
+    """Where the last wave of large tiles would fill at most half of the SMs, its tiles run as
+    two half-wide tiles each: 12 tiles (6 pixel blocks by 2 channel blocks) on 5 SMs split
+    the last 2, on 8 the last 4 (half the SMs), on 100 all 12, on 7 none (5 left: more than
+    half), nor on 1. The forward (bias, relu) and input gradient match the unsplit launch."""
+    from tritonad.kernels.launch import clear_plans
+
+    monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
+    x = random_array((3, 16, 9, 10), low=-1, high=1, seed=1)
+    w = random_array((130, 16, 3, 3), low=-1, high=1, seed=2)
+    b = random_array((130,), low=-1, high=1, seed=3)
+    dy = random_array((3, 130, 9, 10), low=-1, high=1, seed=4)
+    grids = []
+    real = conv.run
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is conv._window_gemm_kernel:
+            grids.append(grid[0])
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(conv, "run", spy)
+    results = []
+    for tail_tile in (64 * 128, 1 << 40):  # (the interpreter's tiles: 64 x 128)
+        monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", tail_tile)
+        clear_plans()  # (a call's recorded launches would replay the first grid)
+        y = conv.conv2d(x, w, b, (1, 1), (1, 1), activation="relu")
+        results.append((y, conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), weight_grad=False,
+                                                bias_grad=False)[0]))
+    assert grids[0] == grid and grids[2] == 12  # (the forward's; unsplit: one a tile)
+    for got, want in zip(results[0], results[1]):
+        assert_close(to_numpy(got), to_numpy(want), rtol=1e-6, atol=1e-6)
+    clear_plans()
+
+
 @pytest.mark.parametrize("geometry", _WINDOW_GEOMETRIES)
 def test_window_weight_grad(geometry, monkeypatch):
     """The half-precision window weight gradient (and its fused bias gradient, split-K in two)
@@ -1264,7 +1317,6 @@ def test_padded_channels_last_places_flips_and_splits():
                                                      (t, (0, 0), (5, 3), 4))
     assert empty_first.shape == (0, 5, 3, 4)
     assert torch.equal(torch.from_numpy(to_numpy(second)), src.permute(0, 2, 3, 1))
-
 
 
 def test_auto_picks_per_direction(monkeypatch):
@@ -1662,6 +1714,56 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
     for name, g, e in (("y", y, want_y.clamp_min(0)), ("dx", dx, want_dx)):
         assert g.dtype == dtype
         assert _relative_error(g, e) < limit, (name, _relative_error(g, e))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_window_gemm_split_tail(dtype, monkeypatch):
+    """The window GEMM's 128x256 tiles with the last wave split into half tiles (SM counts
+    made up so that 29 tiles leave 9 on 20 SMs, all 29 on 132) against the unsplit launch
+    (1e-6 relative) and float64 cuDNN (1e-2: TF32 and bf16)."""
+    from tritonad.kernels.launch import clear_plans
+    from tritonad.kernels.tuning import Tuner
+
+    xs, ws = (16, 256, 14, 14), (256, 256, 3, 3)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand(xs, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    w = ((torch.rand(ws, device="cuda", generator=gen) * 2 - 1) / xs[1] ** 0.5).to(dtype)
+    b = torch.rand(ws[0], device="cuda", generator=gen).to(dtype)
+    dy = (torch.rand(xs, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    want_y = torch.nn.functional.conv2d(x.double(), w.double(), b.double(), 1, 1)
+    want_dx = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), w.double(), [ws[0]], [1, 1], [1, 1], [1, 1], False, [0, 0],
+        1, [True, False, False])[0]
+    monkeypatch.setattr(conv, "WINOGRAD", False)
+    monkeypatch.setattr(conv, "WINDOW_MENU", {k: [e for e in menu if e[:2] == (128, 256)]
+                                              for k, menu in conv.WINDOW_MENU.items()})
+    monkeypatch.setattr(conv, "tuner", Tuner("conv-tail-test"))
+    monkeypatch.setattr(conv.tuner, "path", lambda: "/dev/null/none")
+    grids, real = [], conv.run
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is conv._window_gemm_kernel:
+            grids.append(grid[0])
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(conv, "run", spy)
+    results = {}
+    for sms, tail_tile in ((20, 128 * 256), (132, 128 * 256), (132, 1 << 40)):
+        monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
+        monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", tail_tile)
+        clear_plans()
+        results[sms, tail_tile] = (
+            conv.conv2d(x, w, b, (1, 1), (1, 1), activation="relu"),
+            conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), weight_grad=False,
+                                 bias_grad=False)[0])
+    clear_plans()
+    assert grids == [38, 38, 58, 58, 29, 29], grids  # (forward, input gradient)
+    for got in results.values():
+        for name, g, e, same in (("y", got[0], want_y.clamp_min(0), results[132, 1 << 40][0]),
+                                 ("dx", got[1], want_dx, results[132, 1 << 40][1])):
+            assert _relative_error(g, e) < 1e-2, (name, _relative_error(g, e))
+            assert _relative_error(g, same.double()) < 1e-6, (name, "split against unsplit")
 
 
 @pytest.mark.gpu

@@ -97,6 +97,7 @@ BATCH_INNER_MAX_PIXELS = 1024     # ... for planes of at most this many pixels
 BATCH_INNER_MAX_BYTES = 1 << 30   # ... the copies taking at most this much memory
 WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channels-last TMA kernel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
+WINDOW_TAIL_TILE = 128 * 256  # ... tiles this large (one an SM) split a short last wave
 WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
 WINDOW_X3_MIN = 64       # window GEMM at float32 accuracy from this many reduced channels
 #                          (below, the implicit GEMM was as fast or faster: H100 sweep; H200,
@@ -105,6 +106,9 @@ WINDOW_PRESPLIT = True   # ... its operands split into TF32 head + tail beforeha
 WINDOW_PRESPLIT_MIN = 128  # ... from this many reduced channels (below, tl.dot's own split:
 #                            the pre-split forward took 1296 us at 256x64x56x56 on an H200)
 CHANNEL_SUM_TILE = 4096   # the bias gradient's partial sums: elements a program loads a step
+CHANNEL_SUM_RUN = 512     # ... channels a program while their planes' run is this short
+CHANNEL_SUM_PROGRAMS = 16  # ... programs an SM
+CHANNEL_SUM_LOADS = 2     # ... and loads a program
 WINOGRAD = True          # 3x3, stride 1, padding 1 at float32 accuracy: Winograd F(4x4, 3x3)
 WINOGRAD_MIN_CHANNELS = 128       # ... from this many input and output channels (session 20)
 WINOGRAD_MAX_BYTES = 1 << 30      # ... its two transformed operands taking at most this much
@@ -634,9 +638,9 @@ def _batch_inner_wgrad_kernel(
 _WINDOW_SIZES = ["ROWS", "HP", "WP", "OUT_H", "OUT_W"]
 
 
-@triton.jit(do_not_specialize=_WINDOW_SIZES)
-def _window_gemm_kernel(
-        src_ptr, w_ptr, bias_ptr, out_ptr,
+@triton.jit
+def _window_tile(
+        src_ptr, w_ptr, bias_ptr, out_ptr, p0, n0,
         ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
         stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w,
         HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
@@ -645,12 +649,10 @@ def _window_gemm_kernel(
     # out[n, c, oh, ow] = bias[c] + sum_{i, j, k} src_pad[n, oh + i*DH, ow + j*DW, k] *
     # w_pack[c, i*KW + j, k]; src_pad flat [ROWS = N*HP*WP, KP], w_pack flat [N_CH, KH*KW*WK]
     # (WK: a multiple of 64, so that a K step never crosses taps; channels past the real count
-    # are zero in both). One program: a [BLOCK_M grid pixels, BLOCK_N channels] tile.
+    # are zero in both). Here: the [BLOCK_M grid pixels, BLOCK_N channels] tile at (p0, n0).
     # PRESPLIT (3xTF32): both buffers hold TF32 heads whose tails lie lo_src / lo_w elements on;
     # a step's three TF32 products start from zero and join acc by a float32 add (as
     # _conv_wgrad_kernel: chained onto acc, the tensor cores' accumulation loses accuracy).
-    p0 = tl.program_id(0) * BLOCK_M
-    n0 = tl.program_id(1) * BLOCK_N
     taps_k = KH * KW * WK
     a_desc = tl.make_tensor_descriptor(src_ptr, shape=[ROWS, KP], strides=[KP, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])
@@ -703,6 +705,59 @@ def _window_gemm_kernel(
     out_ptrs = out_ptr + (img.to(tl.int64) * stride_on + oh * stride_oh + ow * stride_ow)[:, None] \
         + (offs_n * stride_oc)[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _window_full_tiles(tiles, SMS):
+    """The tiles that _window_gemm_kernel runs whole: all of them, or, where the last wave
+    would fill at most half the SMS, the full waves (the rest run as half tiles)."""
+    rest = tiles % SMS
+    return tl.where((rest > 0) & (2 * rest <= SMS), tiles - rest, tiles)
+
+
+def _window_programs(rows, n_ch, sms, plan):
+    """_window_gemm_kernel's grid for `plan` (as _window_full_tiles: one program a tile, two
+    a tile of a split tail)."""
+    tiles = cdiv(rows, plan["BLOCK_M"]) * cdiv(n_ch, plan["BLOCK_N"])
+    rest = tiles % sms if plan["BLOCK_M"] * plan["BLOCK_N"] >= WINDOW_TAIL_TILE else 0
+    return (tiles + rest if 0 < 2 * rest <= sms else tiles,)
+
+
+@triton.jit(do_not_specialize=_WINDOW_SIZES)
+def _window_gemm_kernel(
+        src_ptr, w_ptr, bias_ptr, out_ptr,
+        ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
+        stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w, SMS,
+        HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr, TAIL_TILE: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # The window GEMM (_window_tile), one program a [BLOCK_M, BLOCK_N] tile, pixel blocks
+    # fastest. Tiles of TAIL_TILE elements and up (WINDOW_TAIL_TILE: one fills an SM): where
+    # the last wave of tiles would fill at most half of the SMS, its tiles run as two
+    # half-wide tiles each, on twice the SMs: half a wave's time instead of a whole one
+    # (256x256x14x14 k3: 450 tiles of 128x256 on 132 SMs, 3.4 waves; _window_programs).
+    pid = tl.program_id(0)
+    m_blocks = tl.cdiv(ROWS, BLOCK_M)
+    tiles = m_blocks * tl.cdiv(N_CH, BLOCK_N)
+    full = tiles
+    if BLOCK_M * BLOCK_N >= TAIL_TILE:
+        full = _window_full_tiles(tiles, SMS)
+    if pid < full:
+        pid_n = pid // m_blocks
+        _window_tile(src_ptr, w_ptr, bias_ptr, out_ptr, (pid - pid_n * m_blocks) * BLOCK_M,
+                     pid_n * BLOCK_N, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
+                     stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w,
+                     HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
+                     BLOCK_M, BLOCK_N, BLOCK_K)
+    elif BLOCK_M * BLOCK_N >= TAIL_TILE:
+        tile = full + (pid - full) // 2
+        pid_n = tile // m_blocks
+        half = (pid - full) % 2
+        _window_tile(src_ptr, w_ptr, bias_ptr, out_ptr, (tile - pid_n * m_blocks) * BLOCK_M,
+                     pid_n * BLOCK_N + half * (BLOCK_N // 2), ROWS, KP, WK, N_CH, HP, WP,
+                     OUT_H, OUT_W, KH, KW, DH, DW, stride_on, stride_oc, stride_oh, stride_ow,
+                     stride_bias, lo_src, lo_w, HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION,
+                     DOT_FP32, BLOCK_M, BLOCK_N // 2, BLOCK_K)
 
 
 @triton.jit(do_not_specialize=["ROWS", "WP"])
@@ -1414,20 +1469,19 @@ def _window_gemm(src, w, bias, out, g, transposed, relu):
         # with one launch it started first and took most of the GPU, and conv1's weight
         # gradient after it had to share with conv2's: 206.7 us a step against 202.4 (H200)
         (a,), (b,) = (_padded_channels_last(c, split=presplit) for c in copies)
-    rows = g.n * plane[0] * plane[1]
-    grid = lambda meta: (cdiv(rows, meta["BLOCK_M"]), cdiv(n_ch, meta["BLOCK_N"]))  # noqa: E731
+    rows, sms = g.n * plane[0] * plane[1], _sm_count(src.device)
     key = (f"window:{g.n}x{k_ch}x{n_ch}:{plane[0]}x{plane[1]}->{out_hw[0]}x{out_hw[1]}:"
            f"k{g.kh}x{g.kw}:d{g.dh}{g.dw}:{precision}{'-split' if presplit else ''}:{kind}:"
            f"{str(src.dtype)[6:]}")
     _run_tuned(_window_gemm_kernel, _window_configs(n_ch, _block(k_ch, 64), kind), key,
-               grid, (
+               lambda plan: _window_programs(rows, n_ch, sms, plan), (
         a, b, bias if bias is not None else b, out,
         rows, kp, wk_ch, n_ch, plane[0], plane[1], out_hw[0], out_hw[1], g.kh, g.kw, g.dh, g.dw,
         *out.stride(), bias.stride(0) if bias is not None else 0,
-        a[0].numel() if presplit else 0, b[0].numel() if presplit else 0),
+        a[0].numel() if presplit else 0, b[0].numel() if presplit else 0, sms),
         dict(HAS_BIAS=bias is not None, RELU=relu, PRESPLIT=presplit,
              INPUT_PRECISION="tf32" if presplit else precision,
-             DOT_FP32=_dot_fp32(src.dtype)), src.device)
+             DOT_FP32=_dot_fp32(src.dtype), TAIL_TILE=WINDOW_TAIL_TILE), src.device)
 
 
 def _flat_shift(g, dy, x):
@@ -1555,8 +1609,8 @@ def _implicit_wgrad(dy, x, dw, db, g):
     dw and db contiguous.
 
     Each split writes float32 partial tiles to a workspace [S, Co, C, kh, kw], and
-    _channel_sum_kernel the db partials of the same S splits to one of their own; one launch
-    of fixed-order sums then writes both. With one split the kernel writes dw itself and db is
+    _channel_sum_kernel db's partials (over splits of their own) to another; one launch of
+    fixed-order sums then writes both. With one split the kernel writes dw itself and db is
     _bias_grad's. The batch-inner form takes db's partials from its copy of dy instead. (3x3
     layers at float32 accuracy with many channels and enough tiles: Winograd's form instead,
     see _winograd.)"""
@@ -1612,8 +1666,8 @@ def _implicit_wgrad(dy, x, dw, db, g):
             _bias_grad(dy, db)
     else:
         part = empty((splits, *dw.shape), torch.float32, dw.device)
-        if db is not None and not db_in_copy:  # over the same splits
-            db_part = _channel_sums(dy, empty((splits, co), torch.float32, dw.device))
+        if db is not None and not db_in_copy:  # (a split count of their own)
+            db_part = _channel_sums(dy)
     kind = _menu_kind(precision, x.dtype)
     lo_dy = lo_x = 0
     planes = use_tma and not spans and _use_shifted_planes(g, x, presplit)
@@ -1732,12 +1786,13 @@ def _sum_blocks(splits, elements, device):
     splits of a small output (conv1's weight gradient: 264 x 832) are summed as tiles, BLOCK_S
     splits a load, over enough programs to keep the SMs busy; with few programs (a small
     output) a tile takes up to 8192 elements, so that each program loads its splits in one or
-    two steps, not one dependent load after another."""
+    two steps, not one dependent load after another; and as few as 8 columns, so that the
+    programs are many (conv1's dw + db, 264 splits of 832: 4.5 us in 26 programs of 32
+    columns, 2.4 in 104 of 8, H100)."""
     if INTERPRET:
         return min(16, next_power_of_2(splits)), 4096
     block_s = min(32, next_power_of_2(splits))
-    block = max(32, min(4096 // block_s,
-                        next_power_of_2(cdiv(elements, 2 * _sm_count(device)))))
+    block = max(8, min(4096 // block_s, next_power_of_2(cdiv(elements, 2 * _sm_count(device)))))
     return min(next_power_of_2(splits), max(block_s, 8192 // block)), block
 
 
@@ -1766,24 +1821,35 @@ def _sum_splits(part, out, part2=None, out2=None):
     return out
 
 
-def _channel_sum_blocks(co, plane, splits, device):
-    """(BLOCK_C, BLOCK_N, BLOCK_E) of _channel_sum_kernel: about CHANNEL_SUM_TILE elements a
-    load; several channels a program while their run fits one load and the programs still
-    number four an SM (it is memory-bound: every SM streaming; and few programs with many
-    splits, MNIST conv1's 32 channels x 264, start faster)."""
+def _channel_sum_blocks(n, co, plane, device):
+    """(splits, BLOCK_C, BLOCK_N, BLOCK_E) of _channel_sum_kernel over dy [n, co, plane]:
+    about CHANNEL_SUM_TILE elements a load; several channels a program only while their run
+    stays within CHANNEL_SUM_RUN (short planes: the tile's rows then still fill it, and the
+    per-channel sums at the end stay few); images split for CHANNEL_SUM_PROGRAMS programs an
+    SM, and into splits of at most CHANNEL_SUM_LOADS loads where a plane allows. It is
+    memory-bound: every SM streaming, each program few dependent loads (256x256x14x14 bf16:
+    896 programs of five loads took 13-16 us; its 25.7 MB take 5.4 at 4.8 TB/s)."""
+    target = CHANNEL_SUM_PROGRAMS * _sm_count(device)
     block_c = 1
-    while block_c < 32 and 2 * block_c * plane <= CHANNEL_SUM_TILE and \
-            cdiv(co, 2 * block_c) * splits >= 4 * _sm_count(device):
+    while block_c < min(32, co) and 2 * block_c * plane <= CHANNEL_SUM_RUN and \
+            cdiv(co, 2 * block_c) * n >= target:
         block_c *= 2
     block_e = min(next_power_of_2(block_c * plane), CHANNEL_SUM_TILE)
-    return block_c, max(1, CHANNEL_SUM_TILE // block_e), block_e
+    block_n = max(1, CHANNEL_SUM_TILE // block_e)
+    steps = cdiv(block_c * plane, block_e)  # loads an image (of one block of channels)
+    loads = block_n * max(1, CHANNEL_SUM_LOADS // steps)  # images a split of that many loads
+    splits = max(1, min(n, max(cdiv(target, cdiv(co, block_c)), cdiv(n, loads))))
+    return splits, block_c, block_n, block_e
 
 
-def _channel_sums(dy, out):
+def _channel_sums(dy, out=None):
     """out [S, Co] (float32, any strides) = the partial sums of dy [N, Co, Ho, Wo] over S
-    splits of its images (_channel_sum_kernel); S = out.shape[0]."""
+    splits of its images (_channel_sum_kernel); S = out.shape[0], or without `out` as many
+    as _channel_sum_blocks asks for (a new buffer)."""
     n, co, oh, ow = dy.shape
-    block_c, block_n, block_e = _channel_sum_blocks(co, oh * ow, out.shape[0], dy.device)
+    splits, block_c, block_n, block_e = _channel_sum_blocks(n, co, oh * ow, dy.device)
+    if out is None:
+        out = empty((splits, co), torch.float32, dy.device)
     flat = dy.stride(3) == 1 and dy.stride(2) == ow and dy.stride(1) == oh * ow
     run(_channel_sum_kernel, (cdiv(co, block_c), out.shape[0]), dy, out, n, co, ow, oh * ow,
         *dy.stride(), *out.stride(), FLAT=flat, BLOCK_C=block_c, BLOCK_N=block_n,
@@ -1794,13 +1860,10 @@ def _channel_sums(dy, out):
 def _bias_grad(dy, db):
     """db [Co] = sum of dy over (N, Ho, Wo): partial sums over splits of the images, enough
     to keep every SM reading, then their fixed-order sum (_channel_sums, _sum_splits)."""
-    n, co, oh, ow = dy.shape
-    if co == 0:
+    if dy.shape[1] == 0:
         return db
-    block_c, _, _ = _channel_sum_blocks(co, oh * ow, 1, dy.device)
-    splits = max(1, min(n, 4 * _sm_count(dy.device) // cdiv(co, block_c)))
-    part = _channel_sums(dy, empty((splits, co), torch.float32, dy.device))
-    _sum_splits(part.view(splits, 1, co), db.view(1, co))
+    part = _channel_sums(dy)
+    _sum_splits(part[:, None], db.view(1, -1))
     return db
 
 
