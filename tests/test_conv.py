@@ -1249,6 +1249,33 @@ def test_window_weight_grad(geometry, monkeypatch):
                          atol=2e-2 * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("geometry", _WINDOW_GEOMETRIES)
+def test_window_weight_grad_reads_the_input_gradients_copy(geometry, monkeypatch):
+    """Asked for both, the half-precision window weight gradient reads the input gradient's
+    padded copy of dy (the same plane, dy at another corner: rows shifted) and copies only x;
+    the gradients are those of separate calls, bit for bit."""
+    xs, ws, pad, dil, groups, _ = geometry
+    x = random_array(xs, td.bfloat16, low=-1, high=1, seed=1)
+    w = random_array(ws, td.bfloat16, low=-1, high=1, seed=2)
+    g = conv._Geometry("t", xs, ws, 1, pad, dil, groups)
+    dy = random_array((g.n, g.co, g.oh, g.ow), td.bfloat16, low=-1, high=1, seed=4)
+    args = ((1, 1), pad, dil, groups)
+    copies, real = [], conv._padded_channels_last
+
+    def spy(*c, **kw):
+        copies.append(len(c))
+        return real(*c, **kw)
+
+    monkeypatch.setattr(conv, "_padded_channels_last", spy)
+    both = conv.conv2d_backward(dy, x, w, *args)
+    window = g.co // groups >= 16  # (else not the window weight gradient)
+    assert copies == [1, 1] * groups + [1 if window else 2] * groups * window, copies
+    alone = (conv.conv2d_backward(dy, x, w, *args, weight_grad=False, bias_grad=False)[0],
+             *conv.conv2d_backward(dy, x, w, *args, input_grad=False)[1:])
+    for got, want in zip(both, alone):
+        assert np.array_equal(to_numpy(got), to_numpy(want))
+
+
 def test_window_menus_by_channel_count(monkeypatch):
     """The window GEMM's first plan (the one taken untuned) by output channels: at float32
     accuracy one warpgroup's 64-wide tile up to 64 channels, 8 warps and 128-wide tiles above;
@@ -1772,7 +1799,8 @@ def test_gpu_window_gemm_split_tail(dtype, monkeypatch):
 def test_gpu_window_weight_grad(geometry, dtype, monkeypatch):
     """The half-precision weight gradient from the window GEMM's buffers (TMA rectangles of
     the padded channels-last x and of dy on the same grid) and its fused bias gradient,
-    against float64 cuDNN within 1e-2 relative (norm)."""
+    against float64 cuDNN within 1e-2 relative (norm); asked for with the input gradient,
+    from that one's copy of dy, bit for bit the same."""
     xs, ws, pad, dil = geometry
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand(xs, device="cuda", generator=gen) * 2 - 1).to(dtype)
@@ -1788,6 +1816,9 @@ def test_gpu_window_weight_grad(geometry, dtype, monkeypatch):
     for name, g, e in (("dw", dw, want[1]), ("db", db, want[2])):
         assert g.dtype == dtype
         assert _relative_error(g, e) < 1e-2, (name, _relative_error(g, e))
+    # with the input gradient too: from its copy of dy, the same bits
+    _, dw_both, db_both = conv.conv2d_backward(dy, x, w, (1, 1), pad, dil)
+    assert torch.equal(dw_both, dw) and torch.equal(db_both, db)
 
 
 @pytest.mark.gpu
