@@ -1701,17 +1701,17 @@ def _implicit_wgrad(dy, x, dw, db, g, dy_pad=None):
             *part.stride(), lo_dy, lo_x), dict(PRESPLIT=presplit), x.device)
     elif window:
         corner, plane, _ = _window_plane(g, False)
-        copies, dy_shift = [(x, corner, plane, _round_up(c, 16))], 0
+        x_copy = x, corner, plane, _round_up(c, 16)
         if dy_pad is not None and dy_pad[2] == plane and dy_pad[0].shape[-1] == _round_up(co, 16):
             # the input gradient's copy: the same plane (stride 1), dy at corner (i, j)
             # instead of (0, 0), so dy_grid's pixel p is its row p + i*WP + j, and the rows
             # shifted in from the next image (or past the end) are its zeros: one copy less
             # (256x256x14x14 bf16: 19 of 39 us, H100)
-            dy_grid, dy_shift = dy_pad[0], dy_pad[1][0] * plane[1] + dy_pad[1][1]
+            (x_pad,), dy_grid = _padded_channels_last(x_copy), dy_pad[0]
+            dy_shift = dy_pad[1][0] * plane[1] + dy_pad[1][1]
         else:
-            copies.append((dy, (0, 0), plane, _round_up(co, 16)))
-        x_pad, *copied = _padded_channels_last(*copies)
-        dy_grid = copied[0] if copied else dy_grid
+            x_pad, dy_grid = _padded_channels_last(x_copy, (dy, (0, 0), plane, _round_up(co, 16)))
+            dy_shift = 0
         key = (f"windoww:{g.n}x{co}x{c}:{plane[0]}x{plane[1]}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:"
                f"d{g.dh}{g.dw}:{kind}:{str(x.dtype)[6:]}:split{splits}")
         _run_tuned(_window_wgrad_kernel, _window_wgrad_configs(block_m, block_n), key,
