@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import triton
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from helpers import assert_close, check_op, check_primitive, random_array
@@ -1217,6 +1218,50 @@ def test_window_gemm_split_tail(sms, grid, monkeypatch):
     clear_plans()
 
 
+@pytest.mark.parametrize("sms, persist, grid", [(6, 1, 6), (6, 2, 12), (7, 2, 14),
+                                                (100, 1, 28), (1, 3, 3)])
+def test_window_gemm_persistent(sms, persist, grid, monkeypatch):
+    """A persistent plan (PERSIST programs an SM, each taking tiles, then half tiles, in turn)
+    runs min(work units, PERSIST * SMs) programs: the forward's 14 tiles on 6 SMs are 12 full
+    tiles and 4 half tiles (16 units), on 7 SMs 14 tiles, on 100 SMs 28 halves (the last of
+    them with outputs in it). The forward (bias, relu) and input gradient are the
+    one-program-a-tile launch's, bit for bit."""
+    from tritonad.kernels.launch import clear_plans
+
+    monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
+    monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", 64 * 128)  # (the interpreter's tiles)
+    # (data of its own, persistent first: a tile left out must not find this case's numbers
+    # in a reused buffer)
+    seed = 10 * (10 * sms + persist)
+    x = random_array((3, 16, 9, 13), low=-1, high=1, seed=seed + 1)
+    w = random_array((130, 16, 3, 3), low=-1, high=1, seed=seed + 2)
+    b = random_array((130,), low=-1, high=1, seed=seed + 3)
+    dy = random_array((3, 130, 9, 13), low=-1, high=1, seed=seed + 4)
+    grids, real, configs = [], conv.run, conv._window_configs
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is conv._window_gemm_kernel:
+            grids.append((grid[0], meta.get("PERSIST", 0)))
+        return real(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(conv, "run", spy)
+    results = []
+    for p in (persist, 0):
+        monkeypatch.setattr(conv, "_window_configs", lambda *a: [
+            triton.Config({**c.kwargs, **({"PERSIST": p} if p else {})}, num_warps=c.num_warps,
+                          num_stages=c.num_stages) for c in configs(*a)])
+        clear_plans()  # (a call's recorded launches would replay the first plan)
+        y = conv.conv2d(x, w, b, (1, 1), (1, 1), activation="relu")
+        results.append((y, conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), weight_grad=False,
+                                                bias_grad=False)[0]))
+    clear_plans()
+    # (the input gradient's 16 channels make small tiles: no split, one unit a tile)
+    assert grids[0] == (grid, persist) and grids[2][1] == grids[3][1] == 0, grids
+    assert grids[1] == (min(grids[3][0], persist * sms), persist), grids
+    for got, want in zip(results[0], results[1]):
+        assert np.array_equal(to_numpy(got), to_numpy(want))
+
+
 @pytest.mark.parametrize("geometry", _WINDOW_GEOMETRIES)
 def test_window_weight_grad(geometry, monkeypatch):
     """The half-precision window weight gradient (and its fused bias gradient, split-K in two)
@@ -1279,7 +1324,8 @@ def test_window_weight_grad_reads_the_input_gradients_copy(geometry, monkeypatch
 def test_window_menus_by_channel_count(monkeypatch):
     """The window GEMM's first plan (the one taken untuned) by output channels: at float32
     accuracy one warpgroup's 64-wide tile up to 64 channels, 8 warps and 128-wide tiles above;
-    256-wide tiles first from 256 channels (TF32)."""
+    256-wide tiles first from 256 channels (TF32); persistent plans first from 128 channels
+    at TF32 and half precision."""
     monkeypatch.setattr(conv, "INTERPRET", False)  # (the interpreter has a menu of one)
 
     def first(n_ch, kind):
@@ -1290,6 +1336,12 @@ def test_window_menus_by_channel_count(monkeypatch):
     assert first(96, "tf32x3") == (128, 128, 8) and first(300, "tf32x3") == (128, 128, 8)
     assert first(64, "tf32") == (128, 64, 8) and first(256, "tf32") == (128, 256, 8)
     assert first(128, "half") == (128, 128, 4)
+    persist = {(n_ch, kind): conv._window_configs(n_ch, 64, kind)[0].kwargs.get("PERSIST", 0)
+               for n_ch in (32, 64, 128, 256) for kind in ("tf32", "half", "tf32x3")}
+    # persistent from 128 channels at TF32 and half precision: one program an SM of 128x256
+    # tiles, two of 128x128
+    assert persist == {(n, k): {128: 2, 256: 1}.get(n, 0) if k != "tf32x3" else 0
+                       for n, k in persist}, persist
 
 
 def test_window_gemm_only_where_it_applies(monkeypatch):
@@ -1744,11 +1796,13 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("persist", [0, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_window_gemm_split_tail(dtype, monkeypatch):
+def test_gpu_window_gemm_split_tail(dtype, persist, monkeypatch):
     """The window GEMM's 128x256 tiles with the last wave split into half tiles (SM counts
-    made up so that 29 tiles leave 9 on 20 SMs, all 29 on 132) against the unsplit launch
-    (1e-6 relative) and float64 cuDNN (1e-2: TF32 and bf16)."""
+    made up so that 29 tiles leave 9 on 20 SMs, all 29 on 132), one program a tile or
+    persistent (one program an SM), against the unsplit launch (1e-6 relative) and float64
+    cuDNN (1e-2: TF32 and bf16)."""
     from tritonad.kernels.launch import clear_plans
     from tritonad.kernels.tuning import Tuner
 
@@ -1763,8 +1817,9 @@ def test_gpu_window_gemm_split_tail(dtype, monkeypatch):
         dy.double(), x.double(), w.double(), [ws[0]], [1, 1], [1, 1], [1, 1], False, [0, 0],
         1, [True, False, False])[0]
     monkeypatch.setattr(conv, "WINOGRAD", False)
-    monkeypatch.setattr(conv, "WINDOW_MENU", {k: [e for e in menu if e[:2] == (128, 256)]
-                                              for k, menu in conv.WINDOW_MENU.items()})
+    monkeypatch.setattr(conv, "WINDOW_MENU", {
+        k: [e for e in menu if e[:2] == (128, 256) and (e[5:] or (0,))[0] == persist]
+        for k, menu in conv.WINDOW_MENU.items()})
     monkeypatch.setattr(conv, "tuner", Tuner("conv-tail-test"))
     monkeypatch.setattr(conv.tuner, "path", lambda: "/dev/null/none")
     grids, real = [], conv.run
@@ -1785,7 +1840,8 @@ def test_gpu_window_gemm_split_tail(dtype, monkeypatch):
             conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), weight_grad=False,
                                  bias_grad=False)[0])
     clear_plans()
-    assert grids == [38, 38, 58, 58, 29, 29], grids  # (forward, input gradient)
+    # (forward, input gradient; persistent: at most one program an SM)
+    assert grids == [20 if persist else 38] * 2 + [58, 58, 29, 29], grids
     for got in results.values():
         for name, g, e, same in (("y", got[0], want_y.clamp_min(0), results[132, 1 << 40][0]),
                                  ("dx", got[1], want_dx, results[132, 1 << 40][1])):

@@ -640,30 +640,20 @@ _WINDOW_SIZES = ["ROWS", "HP", "WP", "OUT_H", "OUT_W"]
 
 @triton.jit
 def _window_tile(
-        src_ptr, w_ptr, bias_ptr, out_ptr, p0, n0,
+        a_desc, b_desc, a_lo_desc, b_lo_desc, bias_ptr, out_ptr, p0, n0,
         ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
-        stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w,
+        stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
         HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # out[n, c, oh, ow] = bias[c] + sum_{i, j, k} src_pad[n, oh + i*DH, ow + j*DW, k] *
-    # w_pack[c, i*KW + j, k]; src_pad flat [ROWS = N*HP*WP, KP], w_pack flat [N_CH, KH*KW*WK]
-    # (WK: a multiple of 64, so that a K step never crosses taps; channels past the real count
-    # are zero in both). Here: the [BLOCK_M grid pixels, BLOCK_N channels] tile at (p0, n0).
-    # PRESPLIT (3xTF32): both buffers hold TF32 heads whose tails lie lo_src / lo_w elements on;
+    # w_pack[c, i*KW + j, k]; src_pad flat [ROWS = N*HP*WP, KP] (a_desc's rows of BLOCK_K
+    # channels), w_pack flat [N_CH, KH*KW*WK] (b_desc's; WK: a multiple of 64, so that a K step
+    # never crosses taps; channels past the real count are zero in both). Here: the
+    # [BLOCK_M grid pixels, BLOCK_N channels] tile at (p0, n0).
+    # PRESPLIT (3xTF32): both buffers hold TF32 heads, whose tails a_lo_desc / b_lo_desc read;
     # a step's three TF32 products start from zero and join acc by a float32 add (as
     # _conv_wgrad_kernel: chained onto acc, the tensor cores' accumulation loses accuracy).
-    taps_k = KH * KW * WK
-    a_desc = tl.make_tensor_descriptor(src_ptr, shape=[ROWS, KP], strides=[KP, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(w_ptr, shape=[N_CH, taps_k], strides=[taps_k, 1],
-                                       block_shape=[BLOCK_N, BLOCK_K])
-    if PRESPLIT:
-        a_lo_desc = tl.make_tensor_descriptor(src_ptr + lo_src, shape=[ROWS, KP],
-                                              strides=[KP, 1], block_shape=[BLOCK_M, BLOCK_K])
-        b_lo_desc = tl.make_tensor_descriptor(w_ptr + lo_w, shape=[N_CH, taps_k],
-                                              strides=[taps_k, 1],
-                                              block_shape=[BLOCK_N, BLOCK_K])
     ch_blocks = tl.cdiv(KP, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for it in range(0, KH * KW * ch_blocks):
@@ -717,10 +707,13 @@ def _window_full_tiles(tiles, SMS):
 
 def _window_programs(rows, n_ch, sms, plan):
     """_window_gemm_kernel's grid for `plan` (as _window_full_tiles: one program a tile, two
-    a tile of a split tail)."""
+    a tile of a split tail; PERSIST: at most PERSIST programs an SM, each taking tiles in
+    turn)."""
     tiles = cdiv(rows, plan["BLOCK_M"]) * cdiv(n_ch, plan["BLOCK_N"])
     rest = tiles % sms if plan["BLOCK_M"] * plan["BLOCK_N"] >= WINDOW_TAIL_TILE else 0
-    return (tiles + rest if 0 < 2 * rest <= sms else tiles,)
+    units = tiles + rest if 0 < 2 * rest <= sms else tiles
+    persist = plan.get("PERSIST", 0)
+    return (min(units, persist * sms) if persist else units,)
 
 
 @triton.jit(do_not_specialize=_WINDOW_SIZES)
@@ -730,34 +723,86 @@ def _window_gemm_kernel(
         stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w, SMS,
         HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr, TAIL_TILE: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # The window GEMM (_window_tile), one program a [BLOCK_M, BLOCK_N] tile, pixel blocks
-    # fastest. Tiles of TAIL_TILE elements and up (WINDOW_TAIL_TILE: one fills an SM): where
-    # the last wave of tiles would fill at most half of the SMS, its tiles run as two
-    # half-wide tiles each, on twice the SMs: half a wave's time instead of a whole one
-    # (256x256x14x14 k3: 450 tiles of 128x256 on 132 SMs, 3.4 waves; _window_programs).
-    pid = tl.program_id(0)
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        PERSIST: tl.constexpr = 0):
+    # The window GEMM (_window_tile), [BLOCK_M, BLOCK_N] tiles, pixel blocks fastest. Tiles of
+    # TAIL_TILE elements and up (WINDOW_TAIL_TILE: one fills an SM): where the last wave of
+    # tiles would fill at most half of the SMS, its tiles run as two half-wide tiles each, on
+    # twice the SMs: half a wave's time instead of a whole one (256x256x14x14 k3: 450 tiles of
+    # 128x256 on 132 SMs, 3.4 waves; _window_programs). One program a tile (half tile), or
+    # PERSIST: a grid of at most PERSIST programs an SM, program p taking tiles p, p + grid, ...
+    # and then the half tiles the same way; a program's next tile's loads then start while
+    # its last one's epilogue runs, and no program waits for a slot on an SM (H200, 14x14
+    # TF32 forward: 218 -> 196 us).
+    taps_k = KH * KW * WK
+    a_desc = tl.make_tensor_descriptor(src_ptr, shape=[ROWS, KP], strides=[KP, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(w_ptr, shape=[N_CH, taps_k], strides=[taps_k, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    a_lo_desc, b_lo_desc = a_desc, b_desc
+    if PRESPLIT:  # the tails, lo_src / lo_w elements on
+        a_lo_desc = tl.make_tensor_descriptor(src_ptr + lo_src, shape=[ROWS, KP],
+                                              strides=[KP, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_lo_desc = tl.make_tensor_descriptor(w_ptr + lo_w, shape=[N_CH, taps_k],
+                                              strides=[taps_k, 1],
+                                              block_shape=[BLOCK_N, BLOCK_K])
     m_blocks = tl.cdiv(ROWS, BLOCK_M)
     tiles = m_blocks * tl.cdiv(N_CH, BLOCK_N)
     full = tiles
     if BLOCK_M * BLOCK_N >= TAIL_TILE:
         full = _window_full_tiles(tiles, SMS)
-    if pid < full:
-        pid_n = pid // m_blocks
-        _window_tile(src_ptr, w_ptr, bias_ptr, out_ptr, (pid - pid_n * m_blocks) * BLOCK_M,
-                     pid_n * BLOCK_N, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
-                     stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w,
+    if PERSIST:
+        for unit in range(tl.program_id(0), full + 2 * (tiles - full), tl.num_programs(0)):
+            _window_unit(unit, full, m_blocks, a_desc, b_desc, a_lo_desc, b_lo_desc, w_ptr,
+                         lo_w, bias_ptr, out_ptr, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W,
+                         KH, KW, DH, DW, stride_on, stride_oc, stride_oh, stride_ow,
+                         stride_bias, HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
+                         BLOCK_M * BLOCK_N >= TAIL_TILE, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        _window_unit(tl.program_id(0), full, m_blocks, a_desc, b_desc, a_lo_desc, b_lo_desc,
+                     w_ptr, lo_w, bias_ptr, out_ptr, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W,
+                     KH, KW, DH, DW, stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
+                     HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
+                     BLOCK_M * BLOCK_N >= TAIL_TILE, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def _window_unit(
+        unit, full, m_blocks, a_desc, b_desc, a_lo_desc, b_lo_desc, w_ptr, lo_w,
+        bias_ptr, out_ptr, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
+        stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
+        HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr, SPLIT_TAIL: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Work unit `unit` of _window_gemm_kernel: tile `unit` while below `full`, else (SPLIT_TAIL)
+    half h = unit - full of tile full + h // 2, whose weights' half-wide boxes (from w_ptr,
+    and the tails lo_w on) only these units make."""
+    if unit < full:
+        pid_n = unit // m_blocks
+        _window_tile(a_desc, b_desc, a_lo_desc, b_lo_desc, bias_ptr, out_ptr,
+                     (unit - pid_n * m_blocks) * BLOCK_M, pid_n * BLOCK_N,
+                     ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
+                     stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
                      HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
                      BLOCK_M, BLOCK_N, BLOCK_K)
-    elif BLOCK_M * BLOCK_N >= TAIL_TILE:
-        tile = full + (pid - full) // 2
+    elif SPLIT_TAIL:
+        taps_k = KH * KW * WK
+        h_desc = tl.make_tensor_descriptor(w_ptr, shape=[N_CH, taps_k], strides=[taps_k, 1],
+                                           block_shape=[BLOCK_N // 2, BLOCK_K])
+        h_lo_desc = h_desc
+        if PRESPLIT:
+            h_lo_desc = tl.make_tensor_descriptor(w_ptr + lo_w, shape=[N_CH, taps_k],
+                                                  strides=[taps_k, 1],
+                                                  block_shape=[BLOCK_N // 2, BLOCK_K])
+        tile = full + (unit - full) // 2
         pid_n = tile // m_blocks
-        half = (pid - full) % 2
-        _window_tile(src_ptr, w_ptr, bias_ptr, out_ptr, (tile - pid_n * m_blocks) * BLOCK_M,
-                     pid_n * BLOCK_N + half * (BLOCK_N // 2), ROWS, KP, WK, N_CH, HP, WP,
-                     OUT_H, OUT_W, KH, KW, DH, DW, stride_on, stride_oc, stride_oh, stride_ow,
-                     stride_bias, lo_src, lo_w, HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION,
-                     DOT_FP32, BLOCK_M, BLOCK_N // 2, BLOCK_K)
+        _window_tile(a_desc, h_desc, a_lo_desc, h_lo_desc, bias_ptr, out_ptr,
+                     (tile - pid_n * m_blocks) * BLOCK_M,
+                     pid_n * BLOCK_N + (unit - full) % 2 * (BLOCK_N // 2),
+                     ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
+                     stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
+                     HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
+                     BLOCK_M, BLOCK_N // 2, BLOCK_K)
 
 
 @triton.jit(do_not_specialize=["ROWS", "WP", "DY_SHIFT"])
@@ -1207,19 +1252,25 @@ SHIFT_WGRAD_MENU = {
 }
 
 
-# _window_gemm_kernel: (BLOCK_M grid pixels, BLOCK_N at most, K step, warps, stages), best
-# first by the H100 sweep of 2026-11-24 (benchmarks/sweep_conv.py --window: MNIST conv2 and the
-# ResNet-style 3x3 layers); with 256 output channels and more the 128x256 tiles go first.
+# _window_gemm_kernel: (BLOCK_M grid pixels, BLOCK_N at most, K step, warps, stages[,
+# PERSIST programs an SM]), best first by the H100 sweep of 2026-11-24 (benchmarks/sweep_conv.py
+# --window: MNIST conv2 and the ResNet-style 3x3 layers). Above 64 output channels the
+# persistent entries go first (H200, session 24, us: 256 channels at 14x14, 128x256 tiles,
+# TF32 218 -> 196, bf16 116 -> 107; 128 channels at 28x28, 128x128 tiles with one warpgroup,
+# two programs an SM, TF32 235 -> 223, bf16 130 -> 121; 64 channels at 56x56 no faster), and
+# from 256 channels the 256-wide tiles.
 WINDOW_MENU = {
     "tf32": [(128, 128, 32, 8, 3), (256, 128, 32, 8, 4), (128, 256, 32, 8, 3),
-             (128, 128, 32, 4, 4)],
+             (128, 128, 32, 4, 4), (128, 128, 32, 4, 3, 2), (128, 256, 32, 8, 3, 1),
+             (256, 128, 32, 8, 3, 1)],
     "tf32x3": [(128, 64, 32, 4, 3), (128, 128, 32, 8, 3), (128, 128, 16, 4, 4),
                (64, 128, 32, 4, 3)],
-    "half": [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3)],
+    "half": [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3),
+             (128, 128, 64, 4, 3, 2), (128, 256, 64, 8, 3, 1), (256, 128, 64, 8, 3, 1)],
 }
 # (tf32x3's first entry: one warpgroup for up to 64 output channels, the H200 sweep of session
 # 22 (notes/PERF.md); us at MNIST conv2's input gradient 78.3 -> 73.3 against 8 warps, 56x56
-# 980 -> 954, its forward 986 -> 969. Above 64 channels the 128-wide entries go first.)
+# 980 -> 954, its forward 986 -> 969.)
 
 
 def _menu_kind(precision, dtype):
@@ -1286,14 +1337,17 @@ def _window_configs(n_ch, max_k, kind):
     if INTERPRET:
         return [triton.Config({"BLOCK_M": 64, "BLOCK_N": _block(n_ch), "BLOCK_K": min(32, max_k)},
                               num_warps=4, num_stages=1)]
-    menu = WINDOW_MENU[kind]
-    if n_ch > 64:  # the wide tiles first: 256 columns from 256 channels, else 128
-        menu = sorted(menu, key=lambda entry: (n_ch >= 256 and entry[1] < 256, entry[1] < 128))
+    menu = [entry + (0,) * (6 - len(entry)) for entry in WINDOW_MENU[kind]]
+    if n_ch > 64:  # persistent, wide tiles first: 256 columns from 256 channels, else 128
+        menu.sort(key=lambda e: (n_ch >= 256 and e[1] < 256, e[1] < 128, not e[5]))
     configs = {}
-    for bm, bn, bk, warps, stages in menu:
+    for bm, bn, bk, warps, stages, persist in menu:
         bn, bk = _block(n_ch, bn), min(bk, max_k)
-        configs[bm, bn, bk, warps, stages] = triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
+        blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        if persist:  # (else no key: the plans cached and shipped before PERSIST stay valid)
+            blocks["PERSIST"] = persist
+        configs[bm, bn, bk, warps, stages, persist] = triton.Config(
+            blocks, num_warps=warps, num_stages=stages)
     return list(configs.values())
 
 
@@ -1302,8 +1356,9 @@ def _window_configs(n_ch, max_k, kind):
 # with 8 warps: with 4 (one warpgroup), 64- and 128-pixel steps gave wrong weight gradients
 # at 256x128x28x28 in bf16 and fp16 on Triton 3.6 (errors 3e-2 to 1e-1 of the largest
 # element, against 3e-3 with 8 warps; 32-pixel steps were right), which
-# test_gpu_window_weight_grad_menu checks for every entry.
-WINDOW_WGRAD_MENU = [(128, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4)]
+# test_gpu_window_weight_grad_menu checks for every entry. (64, 4, 6): the H200's best at
+# 256x64x56x56 in session 24, dw + db 296 -> 281 us against (128, 4, 3).
+WINDOW_WGRAD_MENU = [(128, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4), (64, 4, 6)]
 
 
 def _window_wgrad_configs(block_m, block_n):
