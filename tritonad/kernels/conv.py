@@ -1339,7 +1339,7 @@ def _window_configs(n_ch, max_k, kind):
                               num_warps=4, num_stages=1)]
     menu = [entry + (0,) * (6 - len(entry)) for entry in WINDOW_MENU[kind]]
     if n_ch > 64:  # persistent, wide tiles first: 256 columns from 256 channels, else 128
-        menu.sort(key=lambda e: (n_ch >= 256 and e[1] < 256, e[1] < 128, not e[5]))
+        menu = sorted(menu, key=lambda e: (n_ch >= 256 and e[1] < 256, e[1] < 128, not e[5]))
     configs = {}
     for bm, bn, bk, warps, stages, persist in menu:
         bn, bk = _block(n_ch, bn), min(bk, max_k)
