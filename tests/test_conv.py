@@ -1294,6 +1294,32 @@ def test_window_weight_grad(geometry, monkeypatch):
                          atol=2e-2 * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("programs, splits", [(1, 1), (3, 2), (40, 3)])
+def test_window_weight_grad_sums_db_in_its_launch(programs, splits, monkeypatch):
+    """The window weight gradient's launch sums the bias gradient in programs of its own
+    ahead of the GEMM's (any count of them: past dy's row blocks some sum nothing), with no
+    pass of its own: db against float64 torch, dw unchanged by them, and asked for with the
+    input gradient (another copy of dy, rows shifted) the same bits."""
+    monkeypatch.setattr(conv, "DW_SPLIT", splits)
+    monkeypatch.setattr(conv, "WINDOW_DB_PROGRAMS", programs)
+    xs, ws = (2, 16, 9, 10), (130, 16, 3, 3)  # (two column blocks of db's tiles, 7 row blocks)
+    x = random_array(xs, td.bfloat16, low=-1, high=1, seed=1)
+    w = random_array(ws, td.bfloat16, low=-1, high=1, seed=2)
+    dy = random_array((2, 130, 9, 10), td.bfloat16, low=-1, high=1, seed=4)
+    args = ((1, 1), (1, 1), (1, 1), 1)
+    seen = _launched(monkeypatch)
+    _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
+    names = [name for name, _ in seen]
+    assert "_window_wgrad_kernel" in names and "_channel_sum_kernel" not in names, names
+    _, dw_alone, _ = conv.conv2d_backward(dy, x, w, *args, input_grad=False, bias_grad=False)
+    assert np.array_equal(to_numpy(dw), to_numpy(dw_alone))
+    _, dw_both, db_both = conv.conv2d_backward(dy, x, w, *args)
+    assert np.array_equal(to_numpy(db_both), to_numpy(db))
+    assert np.array_equal(to_numpy(dw_both), to_numpy(dw))
+    want = to_numpy(dy).astype(np.float64).sum(axis=(0, 2, 3))
+    assert_close(to_numpy(db).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("geometry", _WINDOW_GEOMETRIES)
 def test_window_weight_grad_reads_the_input_gradients_copy(geometry, monkeypatch):
     """Asked for both, the half-precision window weight gradient reads the input gradient's
@@ -1325,7 +1351,7 @@ def test_window_menus_by_channel_count(monkeypatch):
     """The window GEMM's first plan (the one taken untuned) by output channels: at float32
     accuracy one warpgroup's 64-wide tile up to 64 channels, 8 warps and 128-wide tiles above;
     256-wide tiles first from 256 channels (TF32); persistent plans first from 128 channels
-    at TF32 and half precision."""
+    at TF32 and half precision. The weight gradient's by tile."""
     monkeypatch.setattr(conv, "INTERPRET", False)  # (the interpreter has a menu of one)
 
     def first(n_ch, kind):
@@ -1342,6 +1368,10 @@ def test_window_menus_by_channel_count(monkeypatch):
     # tiles, two of 128x128
     assert persist == {(n, k): {128: 2, 256: 1}.get(n, 0) if k != "tf32x3" else 0
                        for n, k in persist}, persist
+    # the weight gradient's: tiles of 128 (rows or columns) with 8 warps, 64-pixel steps first
+    for tile, want in (((128, 128), (64, 8, 3)), ((64, 128), (64, 8, 3)), ((64, 32), (128, 4, 3))):
+        config = conv._window_wgrad_configs(*tile)[0]
+        assert (config.kwargs["BLOCK_K"], config.num_warps, config.num_stages) == want, tile
 
 
 def test_window_gemm_only_where_it_applies(monkeypatch):

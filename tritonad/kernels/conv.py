@@ -99,6 +99,9 @@ WINDOW_GEMM = True       # stride-1 forward / input gradient: the padded channel
 WINDOW_WASTE = 3.0       # ... where the padded plane is at most this many times the output's
 WINDOW_TAIL_TILE = 128 * 256  # ... tiles this large (one an SM) split a short last wave
 WINDOW_WGRAD = True      # half-precision weight gradient of those layers: the window form too
+WINDOW_DB_BYTES = 2 << 20  # ... its launch sums the bias gradient too: a program this much dy,
+WINDOW_DB_MIN = 16         # ... in at least this many programs and at most one for two SMs
+WINDOW_DB_PROGRAMS = None  # ... or this many programs (None: by the two above)
 WINDOW_X3_MIN = 64       # window GEMM at float32 accuracy from this many reduced channels
 #                          (below, the implicit GEMM was as fast or faster: H100 sweep; H200,
 #                          256x64x56x56: forward 1024 -> 986 us, input gradient 1069 -> 975)
@@ -149,8 +152,15 @@ def _source_coord(base, shift, DIV, SIZE, TRANSPOSED: tl.constexpr):
 def _split_share(units):
     """[lo, hi): split program_id(1)'s even share of `units` in order (of num_programs(1)
     splits; the last ones may be empty): the split-K weight gradients' K ranges."""
-    share = tl.cdiv(units, tl.num_programs(1))
-    lo = tl.program_id(1) * share
+    return _even_share(units, tl.program_id(1), tl.num_programs(1))
+
+
+@triton.jit
+def _even_share(units, part, parts):
+    """[lo, hi): part `part`'s even share of `units` in order, of `parts` (the last ones may
+    be empty)."""
+    share = tl.cdiv(units, parts)
+    lo = part * share
     return lo, tl.minimum(lo + share, units)
 
 
@@ -805,12 +815,12 @@ def _window_unit(
                      BLOCK_M, BLOCK_N // 2, BLOCK_K)
 
 
-@triton.jit(do_not_specialize=["ROWS", "WP", "DY_SHIFT"])
+@triton.jit(do_not_specialize=["ROWS", "WP", "DY_SHIFT", "DB_PROGRAMS"])
 def _window_wgrad_kernel(
-        dy_ptr, x_ptr, dw_ptr,
-        ROWS, COP, CP, C_OUT, C_IN, WP, KW, DH, DW, DY_SHIFT,
-        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj,
-        DOT_FP32: tl.constexpr,
+        dy_ptr, x_ptr, dw_ptr, db_ptr,
+        ROWS, COP, CP, C_OUT, C_IN, WP, KH, KW, DH, DW, DY_SHIFT, DB_PROGRAMS,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, stride_ds, stride_dc,
+        DOT_FP32: tl.constexpr, DB_ROWS: tl.constexpr, DB_COLS: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # The window GEMM's weight gradient (half types): dw[s, o, c, i, j] = sum over the grid
     # pixels p of split s of dy_grid[p, o] * x_pad[p + i*DH*WP + j*DW, c]. x_pad [ROWS, CP] is
@@ -821,41 +831,88 @@ def _window_wgrad_kernel(
     # dy_grid's pixel p is row p + DY_SHIFT of dy_ptr (the input gradient's copy of dy, the
     # same plane with dy at another corner: _implicit_wgrad), rows past ROWS zeros.
     # One program: a [BLOCK_M out channels, BLOCK_N channels] tile of one tap, the pixels (the
-    # GEMM's K) in steps of BLOCK_K; split s takes an even share of the steps.
+    # GEMM's K) in steps of BLOCK_K; split s takes an even share of the steps. The grid's first
+    # DB_PROGRAMS programs sum the bias gradient's partials instead (_window_db_part), on SMs
+    # the GEMM's one wave leaves free; then programs tile by tile, split by split.
     pid = tl.program_id(0)
-    split = tl.program_id(1)
-    co_blocks = tl.cdiv(C_OUT, BLOCK_M)
-    c_blocks = tl.cdiv(C_IN, BLOCK_N)
-    tap = pid // (co_blocks * c_blocks)
-    r = pid - tap * co_blocks * c_blocks
-    pid_m = r // c_blocks
-    pid_n = r - pid_m * c_blocks
-    i = tap // KW
-    j = tap - i * KW
-    o0 = pid_m * BLOCK_M
-    c0 = pid_n * BLOCK_N
-    shift = i * DH * WP + j * DW
-    dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[ROWS, COP], strides=[COP, 1],
-                                        block_shape=[BLOCK_K, BLOCK_M])
-    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[ROWS, CP], strides=[CP, 1],
-                                       block_shape=[BLOCK_K, BLOCK_N])
-    lo, hi = _split_share(tl.cdiv(ROWS, BLOCK_K))
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for step in range(lo, hi):
-        p0 = step * BLOCK_K
-        a = dy_desc.load([p0 + DY_SHIFT, o0])
-        b = x_desc.load([p0 + shift, c0])
-        if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a.T, b, acc=acc)
+    if pid < DB_PROGRAMS:
+        _window_db_part(dy_ptr, db_ptr, pid, DB_PROGRAMS, ROWS, COP, C_OUT, DY_SHIFT,
+                        stride_ds, stride_dc, DB_ROWS, DB_COLS)
+    else:
+        co_blocks = tl.cdiv(C_OUT, BLOCK_M)
+        c_blocks = tl.cdiv(C_IN, BLOCK_N)
+        tiles = co_blocks * c_blocks * KH * KW
+        pid -= DB_PROGRAMS
+        split = pid // tiles
+        tile = pid - split * tiles
+        tap = tile // (co_blocks * c_blocks)
+        r = tile - tap * co_blocks * c_blocks
+        pid_m = r // c_blocks
+        pid_n = r - pid_m * c_blocks
+        i = tap // KW
+        j = tap - i * KW
+        o0 = pid_m * BLOCK_M
+        c0 = pid_n * BLOCK_N
+        shift = i * DH * WP + j * DW
+        dy_desc = tl.make_tensor_descriptor(dy_ptr, shape=[ROWS, COP], strides=[COP, 1],
+                                            block_shape=[BLOCK_K, BLOCK_M])
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[ROWS, CP], strides=[CP, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+        lo, hi = _even_share(tl.cdiv(ROWS, BLOCK_K), split,
+                             (tl.num_programs(0) - DB_PROGRAMS) // tiles)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for step in range(lo, hi):
+            p0 = step * BLOCK_K
+            a = dy_desc.load([p0 + DY_SHIFT, o0])
+            b = x_desc.load([p0 + shift, c0])
+            if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a.T, b, acc=acc)
 
-    offs_m = o0 + tl.arange(0, BLOCK_M)
-    ch = c0 + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < C_OUT
-    dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
-        (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
-    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=m_ok[:, None] & (ch < C_IN)[None, :])
+        offs_m = o0 + tl.arange(0, BLOCK_M)
+        ch = c0 + tl.arange(0, BLOCK_N)
+        m_ok = offs_m < C_OUT
+        dw_ptrs = dw_ptr + split.to(tl.int64) * stride_ws + offs_m[:, None] * stride_wo + \
+            (ch * stride_wc + i * stride_wi + j * stride_wj)[None, :]
+        tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty),
+                 mask=m_ok[:, None] & (ch < C_IN)[None, :])
+
+
+@triton.jit
+def _window_db_part(dy_ptr, db_ptr, part, parts, ROWS, COP, C_OUT, DY_SHIFT,
+                    stride_ds, stride_dc, DB_ROWS: tl.constexpr, DB_COLS: tl.constexpr):
+    # db[part, o] = the float32 sum of dy_grid[p, o] over part's even share of the grid pixels
+    # p (blocks of DB_ROWS, in order): dy_grid's pixel p is row p + DY_SHIFT of dy_ptr [ROWS,
+    # COP] (rows past ROWS: zeros), whichever copy of dy it is, so that both copies give the
+    # same sums in the same order. Plain loads of [DB_ROWS, DB_COLS] tiles, four a step (a
+    # program keeps ~32 kB in flight: it runs beside the GEMM's programs, few of it).
+    lo, hi = _even_share(tl.cdiv(ROWS, DB_ROWS), part, parts)
+    lo *= DB_ROWS
+    hi = tl.minimum(hi * DB_ROWS, ROWS)
+    rows = tl.arange(0, DB_ROWS)
+    for c0 in range(0, C_OUT, DB_COLS):
+        cols = c0 + tl.arange(0, DB_COLS)
+        col_ok = cols < C_OUT
+        acc = tl.zeros([DB_ROWS, DB_COLS], dtype=tl.float32)
+        for p0 in range(lo, hi, 4 * DB_ROWS):  # (four loads issued before their sums)
+            t0 = _db_tile(dy_ptr, p0 + rows, hi, ROWS, COP, DY_SHIFT, cols, col_ok)
+            t1 = _db_tile(dy_ptr, p0 + DB_ROWS + rows, hi, ROWS, COP, DY_SHIFT, cols, col_ok)
+            t2 = _db_tile(dy_ptr, p0 + 2 * DB_ROWS + rows, hi, ROWS, COP, DY_SHIFT, cols,
+                          col_ok)
+            t3 = _db_tile(dy_ptr, p0 + 3 * DB_ROWS + rows, hi, ROWS, COP, DY_SHIFT, cols,
+                          col_ok)
+            acc += (t0.to(tl.float32) + t1.to(tl.float32)) + \
+                (t2.to(tl.float32) + t3.to(tl.float32))
+        tl.store(db_ptr + part * stride_ds + cols * stride_dc, tl.sum(acc, axis=0), mask=col_ok)
+
+
+@triton.jit
+def _db_tile(dy_ptr, p, hi, ROWS, COP, DY_SHIFT, cols, col_ok):
+    r = p + DY_SHIFT
+    ok = (p < hi) & (r < ROWS)
+    return tl.load(dy_ptr + r.to(tl.int64)[:, None] * COP + cols[None, :],
+                   mask=ok[:, None] & col_ok[None, :], other=0.0)
 
 
 @triton.jit
@@ -1358,8 +1415,11 @@ def _window_configs(n_ch, max_k, kind):
 # element, against 3e-3 with 8 warps; 32-pixel steps were right), which
 # test_gpu_window_weight_grad_menu checks for every entry. The H200's best in session 24 (dw +
 # db, us): 256x64x56x56 (64, 4, 6) 281 against (128, 4, 3) 296; 14x14 and 28x28 (64, 8, 3),
-# 207-210 against (32, 8, 4) 209-211 (14x14) and 246 against 248 (28x28).
+# 207-210 against (32, 8, 4) 209-211 (14x14) and 246 against 248 (28x28). Tiles of 128 take
+# WINDOW_WGRAD_WIDE_FIRST first: session 25 (H200, with db's programs in the launch), bf16 and
+# fp16 alike, 14x14 193 us against 209 for (128, 8, 3), 28x28 224-227 against 230-232.
 WINDOW_WGRAD_MENU = [(128, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4), (64, 4, 6), (64, 8, 3)]
+WINDOW_WGRAD_WIDE_FIRST = (64, 8, 3)
 
 
 def _window_wgrad_configs(block_m, block_n):
@@ -1369,8 +1429,9 @@ def _window_wgrad_configs(block_m, block_n):
         return [triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 32},
                               num_warps=4, num_stages=1)]
     least = 8 if max(block_m, block_n) >= 128 else 1
+    menu = [WINDOW_WGRAD_WIDE_FIRST] * (least == 8) + WINDOW_WGRAD_MENU
     configs = {}
-    for bk, warps, stages in WINDOW_WGRAD_MENU:
+    for bk, warps, stages in menu:
         warps = max(warps, least)
         configs[bk, warps, stages] = triton.Config(
             {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": bk}, num_warps=warps,
@@ -1652,13 +1713,25 @@ def _implicit_gemm(src, w, bias, out, g, transposed, relu=False, keep=None):
              DOT_FP32=_dot_fp32(src.dtype)), src.device)
 
 
-def _wgrad_splits(tiles, pixels, device):
-    """Split-K count for the weight gradient: at most two programs per SM in all, each with at
-    least a few hundred pixels. NOTE: at most, not about: the programs are equal, so a few over
-    a whole number of rounds cost one more round (28x28 TF32: 9 tiles x 30 splits = 270 > 264)."""
+def _wgrad_splits(tiles, pixels, device, reserved=0):
+    """Split-K count for the weight gradient: at most two programs per SM in all (less
+    `reserved` programs of other work in the same launch), each with at least a few hundred
+    pixels. NOTE: at most, not about: the programs are equal, so a few over a whole number of
+    rounds cost one more round (28x28 TF32: 9 tiles x 30 splits = 270 > 264)."""
     if DW_SPLIT is not None:
         return max(1, min(int(DW_SPLIT), pixels))
-    return max(1, min(2 * _sm_count(device) // tiles, pixels // 256))
+    return max(1, min((2 * _sm_count(device) - reserved) // tiles, pixels // 256))
+
+
+def _window_db_programs(rows, cols, itemsize, device):
+    """Programs of the window weight gradient's launch that sum the bias gradient from dy's
+    copy [rows, cols]: one for every WINDOW_DB_BYTES of it, at least WINDOW_DB_MIN (a program
+    beside the GEMM's reads ~50 GB/s: MNIST conv2's 4 MB took 40 us in 4 programs, its GEMM 33),
+    at most one for two SMs."""
+    if WINDOW_DB_PROGRAMS is not None:
+        return int(WINDOW_DB_PROGRAMS)
+    most = max(1, _sm_count(device) // 2)
+    return min(most, max(WINDOW_DB_MIN, cdiv(rows * cols * itemsize, WINDOW_DB_BYTES)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -1674,7 +1747,8 @@ def _implicit_wgrad(dy, x, dw, db, g, dy_pad=None):
     Each split writes float32 partial tiles to a workspace [S, Co, C, kh, kw], and
     _channel_sum_kernel db's partials (over splits of their own) to another; one launch of
     fixed-order sums then writes both. With one split the kernel writes dw itself and db is
-    _bias_grad's. The batch-inner form takes db's partials from its copy of dy instead. (3x3
+    _bias_grad's. The batch-inner form takes db's partials from its copy of dy instead, the
+    window form from programs of its own launch (_window_db_part), with or without splits. (3x3
     layers at float32 accuracy with many channels and enough tiles: Winograd's form instead,
     see _winograd.)"""
     co, c = dy.shape[1], x.shape[1]
@@ -1713,23 +1787,31 @@ def _implicit_wgrad(dy, x, dw, db, g, dy_pad=None):
     tiles = cdiv(co, block_m) * (g.kh * g.kw * cdiv(c, block_n) if by_tap
                                  else cdiv(k_total, block_n))
     pixels = g.n * g.oh * g.ow
-    splits = _wgrad_splits(tiles, pixels, dy.device)
-    # NOTE: db by its own kernel, not summed in the GEMM's loop: that read each dy tile from
+    # NOTE: db by its own programs, not summed in the GEMM's loop: that read each dy tile from
     # shared memory into registers beside wgmma and cost 6-98 us at the ResNet-style layers
     # (28x28 TF32: 549 -> 451 us; 14x14 bf16: 241 -> 195; H200, notes/PERF.md, session 21)
     # The batch-inner form's copy of dy sums it too: db is the fixed-order sum of those
     # partials, not a pass of its own (TF32 dw + db at 28x28: 535 -> 488 us, 14x14: 442 ->
-    # 419, H100). NOTE: not the window form's copy: its tiles are one image's, whose many
-    # partials cost more to sum than the pass (notes/PERF.md, session 22)
+    # 419, H100). The window form's launch has programs of its own that sum its copy of dy,
+    # on the SMs its GEMM leaves free (a pass of its own cost 10-34 us at 14x14-56x56 bf16;
+    # summed as the copy is written, more: its tiles are one image's, notes/PERF.md, session 22)
     db_in_copy = db is not None and inner
+    db_programs = 0
+    if window and db is not None:
+        _, plane, _ = _window_plane(g, False)
+        db_programs = _window_db_programs(g.n * plane[0] * plane[1], _round_up(co, 16),
+                                          dy.element_size(), dy.device)
+    splits = _wgrad_splits(tiles, pixels, dy.device, db_programs)
     db_part = None  # db's partials [rows, Co], summed beside dw's
+    if db_programs:
+        db_part = empty((db_programs, co), torch.float32, dw.device)
     if splits == 1:
         part = dw.unsqueeze(0)
-        if db is not None and not db_in_copy:
+        if db is not None and not db_in_copy and not db_programs:
             _bias_grad(dy, db)
     else:
         part = empty((splits, *dw.shape), torch.float32, dw.device)
-        if db is not None and not db_in_copy:  # (a split count of their own)
+        if db is not None and not db_in_copy and not db_programs:  # (splits of their own)
             db_part = _channel_sums(dy)
     kind = _menu_kind(precision, x.dtype)
     lo_dy = lo_x = 0
@@ -1770,11 +1852,15 @@ def _implicit_wgrad(dy, x, dw, db, g, dy_pad=None):
             dy_shift = 0
         key = (f"windoww:{g.n}x{co}x{c}:{plane[0]}x{plane[1]}->{g.oh}x{g.ow}:k{g.kh}x{g.kw}:"
                f"d{g.dh}{g.dw}:{kind}:{str(x.dtype)[6:]}:split{splits}")
+        db_out = db_part if db_programs else part
+        db_cols = min(next_power_of_2(co), 128)
         _run_tuned(_window_wgrad_kernel, _window_wgrad_configs(block_m, block_n), key,
-                   lambda meta: (tiles, splits), (
-            dy_grid, x_pad, part, g.n * plane[0] * plane[1], dy_grid.shape[-1],
-            x_pad.shape[-1], co, c, plane[1], g.kw, g.dh, g.dw, dy_shift, *part.stride()),
-            dict(DOT_FP32=_dot_fp32(x.dtype)), x.device)
+                   lambda meta: (db_programs + tiles * splits,), (
+            dy_grid, x_pad, part, db_out, g.n * plane[0] * plane[1], dy_grid.shape[-1],
+            x_pad.shape[-1], co, c, plane[1], g.kh, g.kw, g.dh, g.dw, dy_shift, db_programs,
+            *part.stride(), db_out.stride(0), db_out.stride(-1)),
+            dict(DOT_FP32=_dot_fp32(x.dtype), DB_ROWS=max(1, 4096 // db_cols),
+                 DB_COLS=db_cols), x.device)
     elif shift:
         key = (f"shiftw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
                f"{'-split' if presplit else ''}:{kind}:{str(x.dtype)[6:]}:split{splits}:"
@@ -2034,9 +2120,9 @@ def _settings():
         SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
         SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
         WINDOW_PRESPLIT_MIN, BATCH_INNER, BATCH_INNER_MIN_CHANNELS, BATCH_INNER_MAX_PIXELS, \
-        BATCH_INNER_MAX_BYTES, \
-        WINDOW_WGRAD, WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, \
-        WINOGRAD_WGRAD_MIN_TILES, WINOGRAD_WGRAD_FILL, winograd.settings()
+        BATCH_INNER_MAX_BYTES, WINDOW_WGRAD, WINDOW_DB_BYTES, WINDOW_DB_MIN, WINDOW_DB_PROGRAMS, \
+        WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, WINOGRAD_WGRAD_MIN_TILES, \
+        WINOGRAD_WGRAD_FILL, winograd.settings()
 
 
 @planned(settings=_settings, arrays=3)
