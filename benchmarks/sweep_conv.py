@@ -240,7 +240,7 @@ def window_main(args):
     def setup(layer, precision, cfg):
         conv.WINDOW_GEMM = conv.WINDOW_WGRAD = cfg != "previous"
         conv.WINDOW_PRESPLIT = cfg != "x3dot"
-        conv.WINDOW_X3_MIN = conv.WINDOW_PRESPLIT_MIN = 0
+        conv.WINDOW_X3_MIN = 0
         conv.WINDOW_MENU, conv.WINDOW_WGRAD_MENU = default_menu, default_wgrad
         if isinstance(cfg, tuple) and len(cfg) == 3:
             conv.WINDOW_WGRAD_MENU = [cfg]
@@ -449,7 +449,7 @@ def main(argv=None):
                  "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_TAPS_BELOW",
                  "SHIFT_MIN_CHANNELS", "SHIFT_PLANES", "SHIFT_PLANES_MAX_PIXELS",
                  "SHIFT_PLANES_MIN_CHANNELS", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
-                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN", "WINDOW_PRESPLIT_MIN",
+                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN",
                  "WINDOW_WGRAD", "WINDOW_WGRAD_MENU", "WINOGRAD", "BATCH_INNER")
         defaults = {name: getattr(conv, name) for name in knobs}
         conv.WINOGRAD = False  # the sweeps time the direct kernels (Winograd: sweep_winograd)

@@ -1156,8 +1156,7 @@ def test_window_gemm(geometry, dtype, precision, monkeypatch):
     dy = random_array((g.n, g.co, g.oh, g.ow), dtype, low=-1, high=1, seed=4)
     args = ((1, 1), pad, dil, groups)
     results = {}
-    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels,
-    monkeypatch.setattr(conv, "WINDOW_PRESPLIT_MIN", 16)  # pre-split from 128)
+    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels)
     td.set_conv_precision(precision)
     try:
         for window, presplit in ((True, True), (True, False), (False, True)):
@@ -1349,7 +1348,7 @@ def test_window_weight_grad_reads_the_input_gradients_copy(geometry, monkeypatch
 
 def test_window_menus_by_channel_count(monkeypatch):
     """The window GEMM's first plan (the one taken untuned) by output channels: at float32
-    accuracy one warpgroup's 64-wide tile up to 64 channels, 8 warps and 128-wide tiles above;
+    accuracy one warpgroup's 64-wide tile, two programs an SM, at every channel count;
     256-wide tiles first from 256 channels (TF32); persistent plans first from 128 channels
     at TF32 and half precision. The weight gradient's by tile."""
     monkeypatch.setattr(conv, "INTERPRET", False)  # (the interpreter has a menu of one)
@@ -1359,14 +1358,14 @@ def test_window_menus_by_channel_count(monkeypatch):
         return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps
 
     assert first(32, "tf32x3") == (128, 32, 4) and first(64, "tf32x3") == (128, 64, 4)
-    assert first(96, "tf32x3") == (128, 128, 8) and first(300, "tf32x3") == (128, 128, 8)
+    assert first(96, "tf32x3") == (128, 64, 4) and first(300, "tf32x3") == (128, 64, 4)
     assert first(64, "tf32") == (128, 64, 8) and first(256, "tf32") == (128, 256, 8)
     assert first(128, "half") == (128, 128, 4)
     persist = {(n_ch, kind): conv._window_configs(n_ch, 64, kind)[0].kwargs.get("PERSIST", 0)
                for n_ch in (32, 64, 128, 256) for kind in ("tf32", "half", "tf32x3")}
     # persistent from 128 channels at TF32 and half precision: one program an SM of 128x256
-    # tiles, two of 128x128
-    assert persist == {(n, k): {128: 2, 256: 1}.get(n, 0) if k != "tf32x3" else 0
+    # tiles, two of 128x128; at float32 accuracy two of 128x64 at every count
+    assert persist == {(n, k): {128: 2, 256: 1}.get(n, 0) if k != "tf32x3" else 2
                        for n, k in persist}, persist
     # the weight gradient's: tiles of 128 (rows or columns) with 8 warps, 64-pixel steps first
     for tile, want in (((128, 128), (64, 8, 3)), ((64, 128), (64, 8, 3)), ((64, 32), (128, 4, 3))):
@@ -1405,7 +1404,8 @@ def test_window_gemm_only_where_it_applies(monkeypatch):
 def test_padded_channels_last_places_flips_and_splits():
     """The window GEMM's operand copies: a strided [N, C, H, W] source at a corner of a zeroed
     [N, HP, WP, CP] buffer, each plane turned by 180 degrees (flip), float32 as TF32 heads
-    with their exact tails one buffer on (split); two sources of other shapes in one launch."""
+    with their exact tails one buffer on (split, for both or one of them); two sources of
+    other shapes in one launch."""
     t = random_array((2, 5, 3, 4), low=-1e3, high=1e3, seed=5).permute(0, 3, 1, 2)  # [2,4,5,3]
     w = random_array((3, 70, 2, 3), low=-1e3, high=1e3, seed=6)   # more pixel and channel blocks
     src, wsrc = (torch.from_numpy(to_numpy(a)) for a in (t, w))
@@ -1422,6 +1422,13 @@ def test_padded_channels_last_places_flips_and_splits():
             assert not (got[0].numpy().view(np.uint32) & 0x1FFF).any()
     plain, = conv._padded_channels_last((t, (0, 0), (5, 3), 4))
     assert torch.equal(torch.from_numpy(to_numpy(plain)), src.permute(0, 2, 3, 1))
+    # split for one of the two copies only (the window GEMM's weights at float32 accuracy)
+    whole, cut = conv._padded_channels_last((t, (0, 0), (5, 3), 4), (w, (0, 0), (2, 3), 70),
+                                            split=(False, True))
+    assert torch.equal(torch.from_numpy(to_numpy(whole)), src.permute(0, 2, 3, 1))
+    cut = torch.from_numpy(to_numpy(cut))
+    assert cut.shape == (2, 3, 2, 3, 70) and torch.equal(cut[0] + cut[1], wsrc.permute(0, 2, 3, 1))
+    assert not (cut[0].numpy().view(np.uint32) & 0x1FFF).any() and cut[1].abs().max() > 0
     empty_first, second = conv._padded_channels_last((t[:0], (0, 0), (5, 3), 4),
                                                      (t, (0, 0), (5, 3), 4))
     assert empty_first.shape == (0, 5, 3, 4)
@@ -1807,8 +1814,7 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
     want_dx = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), w.double(), [ws[0]], [1, 1], list(pad), list(dil), False,
         [0, 0], 1, [True, False, False])[0]
-    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels,
-    monkeypatch.setattr(conv, "WINDOW_PRESPLIT_MIN", 16)  # pre-split from 128;
+    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels;
     monkeypatch.setattr(conv, "WINOGRAD", False)    # Winograd takes 3x3 ones at 128 and up)
     td.set_conv_precision(precision)
     try:

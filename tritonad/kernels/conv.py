@@ -105,9 +105,8 @@ WINDOW_DB_PROGRAMS = None  # ... or this many programs (None: by the two above)
 WINDOW_X3_MIN = 64       # window GEMM at float32 accuracy from this many reduced channels
 #                          (below, the implicit GEMM was as fast or faster: H100 sweep; H200,
 #                          256x64x56x56: forward 1024 -> 986 us, input gradient 1069 -> 975)
-WINDOW_PRESPLIT = True   # ... its operands split into TF32 head + tail beforehand
-WINDOW_PRESPLIT_MIN = 128  # ... from this many reduced channels (below, tl.dot's own split:
-#                            the pre-split forward took 1296 us at 256x64x56x56 on an H200)
+WINDOW_PRESPLIT = True   # ... its weights split into TF32 head + tail beforehand, the source
+#                          in the kernel (else tl.dot's own split of both, in the kernel)
 CHANNEL_SUM_TILE = 4096   # the bias gradient's partial sums: elements a program loads a step
 CHANNEL_SUM_RUN = 512     # ... channels a program while their planes' run is this short
 CHANNEL_SUM_PROGRAMS = 16  # ... programs an SM
@@ -576,14 +575,16 @@ def _batch_inner_kernel(src_ptr, out_ptr, sums_ptr, N_IMG, C, H, W, HP, WP, NB, 
 @triton.jit
 def _batch_inner_wgrad_kernel(
         dy_ptr, x_ptr, dw_ptr, C_OUT, C_IN, K, XK, WP, NB, KH, KW,
-        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, lo_dy, lo_x,
+        stride_ws, stride_wo, stride_wc, stride_wi, stride_wj, lo_x,
         PRESPLIT: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # dw[s, o, c, i, j] = sum over split s's K steps of dy_t[o, k] * x_t[c, k + (i*WP + j)*NB]
     # (see above: dy_t [Co, K = H*WP*NB], x_t [C, XK = HP*WP*NB]). One program: a [BLOCK_M out
     # channels, BLOCK_N channels] tile of one tap; split s takes an even share of the K steps.
-    # PRESPLIT: both copies hold TF32 heads with tails lo_dy / lo_x elements on, three TF32
-    # products a step (as _conv_wgrad_kernel).
+    # PRESPLIT (3xTF32): x's copy holds TF32 heads with tails lo_x elements on; dy's tiles are
+    # split here (wgmma's A operand, from registers), so that dy's copy, which every tap's
+    # programs read, is half the bytes (MNIST conv2, H200: dw + db 88.5 -> 71.4 us, both
+    # copies split before); three TF32 products a step, the small ones first (_window_tile).
     pid = tl.program_id(0)
     split = tl.program_id(1)
     ch_blocks = tl.cdiv(C_IN, BLOCK_N)
@@ -601,8 +602,6 @@ def _batch_inner_wgrad_kernel(
     x_desc = tl.make_tensor_descriptor(x_ptr, shape=[C_IN, XK], strides=[XK, 1],
                                        block_shape=[BLOCK_N, BLOCK_K])
     if PRESPLIT:
-        dy_lo_desc = tl.make_tensor_descriptor(dy_ptr + lo_dy, shape=[C_OUT, K], strides=[K, 1],
-                                               block_shape=[BLOCK_M, BLOCK_K])
         x_lo_desc = tl.make_tensor_descriptor(x_ptr + lo_x, shape=[C_IN, XK], strides=[XK, 1],
                                               block_shape=[BLOCK_N, BLOCK_K])
     lo, hi = _split_share(tl.cdiv(K, BLOCK_K))
@@ -612,13 +611,12 @@ def _batch_inner_wgrad_kernel(
         a = dy_desc.load([o0, k0])
         b = x_desc.load([c0, k0 + shift])
         if PRESPLIT:
-            a_lo = dy_lo_desc.load([o0, k0])
             b_lo = x_lo_desc.load([c0, k0 + shift])
-            # NOTE: as _conv_wgrad_kernel, a step's products start from zero and join acc by
-            # a float32 add (chained onto acc, the tensor cores' accumulation loses accuracy)
-            part = tl.dot(a, b.T, input_precision="tf32")
-            part = tl.dot(a_lo, b.T, acc=part, input_precision="tf32")
-            part = tl.dot(a, b_lo.T, acc=part, input_precision="tf32")
+            a_hi = _tf32_head(a)
+            a_lo = a - a_hi
+            part = tl.dot(a_lo, b.T, input_precision="tf32")
+            part = tl.dot(a_hi, b_lo.T, acc=part, input_precision="tf32")
+            part = tl.dot(a_hi, b.T, acc=part, input_precision="tf32")
             acc += part
         else:
             acc = tl.dot(a, b.T, acc=acc, input_precision="tf32")
@@ -650,7 +648,7 @@ _WINDOW_SIZES = ["ROWS", "HP", "WP", "OUT_H", "OUT_W"]
 
 @triton.jit
 def _window_tile(
-        a_desc, b_desc, a_lo_desc, b_lo_desc, bias_ptr, out_ptr, p0, n0,
+        a_desc, b_desc, b_lo_desc, bias_ptr, out_ptr, p0, n0,
         ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
         stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
         HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
@@ -661,9 +659,13 @@ def _window_tile(
     # channels), w_pack flat [N_CH, KH*KW*WK] (b_desc's; WK: a multiple of 64, so that a K step
     # never crosses taps; channels past the real count are zero in both). Here: the
     # [BLOCK_M grid pixels, BLOCK_N channels] tile at (p0, n0).
-    # PRESPLIT (3xTF32): both buffers hold TF32 heads, whose tails a_lo_desc / b_lo_desc read;
-    # a step's three TF32 products start from zero and join acc by a float32 add (as
-    # _conv_wgrad_kernel: chained onto acc, the tensor cores' accumulation loses accuracy).
+    # PRESPLIT (3xTF32): w_pack holds the weights' TF32 heads, whose tails b_lo_desc reads; the
+    # source's tile is split here (wgmma's A operand, from registers): the weights' tiles then
+    # go to the tensor cores from shared memory as TMA left them, where tl.dot's own split
+    # rewrites them there every step (H200, 256x64x56x56 input gradient: 958 -> 791 us). A
+    # step's three TF32 products start from zero, the small ones first (as tl.dot's "tf32x3";
+    # the large one first: 2.7x its error), and join acc by a float32 add (chained onto acc,
+    # the tensor cores' accumulation loses accuracy).
     ch_blocks = tl.cdiv(KP, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for it in range(0, KH * KW * ch_blocks):
@@ -675,11 +677,12 @@ def _window_tile(
         a = a_desc.load([row, k0])
         b = b_desc.load([n0, col])
         if PRESPLIT:
-            a_lo = a_lo_desc.load([row, k0])
             b_lo = b_lo_desc.load([n0, col])
-            step = tl.dot(a, b.T, input_precision="tf32")
-            step = tl.dot(a_lo, b.T, acc=step, input_precision="tf32")
-            step = tl.dot(a, b_lo.T, acc=step, input_precision="tf32")
+            a_hi = _tf32_head(a)
+            a_lo = a - a_hi
+            step = tl.dot(a_lo, b.T, input_precision="tf32")
+            step = tl.dot(a_hi, b_lo.T, acc=step, input_precision="tf32")
+            step = tl.dot(a_hi, b.T, acc=step, input_precision="tf32")
             acc += step
         else:
             if DOT_FP32:  # NOTE: the interpreter's bfloat16 dot is wrong
@@ -730,7 +733,7 @@ def _window_programs(rows, n_ch, sms, plan):
 def _window_gemm_kernel(
         src_ptr, w_ptr, bias_ptr, out_ptr,
         ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
-        stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_src, lo_w, SMS,
+        stride_on, stride_oc, stride_oh, stride_ow, stride_bias, lo_w, SMS,
         HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
         INPUT_PRECISION: tl.constexpr, DOT_FP32: tl.constexpr, TAIL_TILE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -749,10 +752,8 @@ def _window_gemm_kernel(
                                        block_shape=[BLOCK_M, BLOCK_K])
     b_desc = tl.make_tensor_descriptor(w_ptr, shape=[N_CH, taps_k], strides=[taps_k, 1],
                                        block_shape=[BLOCK_N, BLOCK_K])
-    a_lo_desc, b_lo_desc = a_desc, b_desc
-    if PRESPLIT:  # the tails, lo_src / lo_w elements on
-        a_lo_desc = tl.make_tensor_descriptor(src_ptr + lo_src, shape=[ROWS, KP],
-                                              strides=[KP, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_lo_desc = b_desc
+    if PRESPLIT:  # the weights' tails, lo_w elements on
         b_lo_desc = tl.make_tensor_descriptor(w_ptr + lo_w, shape=[N_CH, taps_k],
                                               strides=[taps_k, 1],
                                               block_shape=[BLOCK_N, BLOCK_K])
@@ -763,13 +764,13 @@ def _window_gemm_kernel(
         full = _window_full_tiles(tiles, SMS)
     if PERSIST:
         for unit in range(tl.program_id(0), full + 2 * (tiles - full), tl.num_programs(0)):
-            _window_unit(unit, full, m_blocks, a_desc, b_desc, a_lo_desc, b_lo_desc, w_ptr,
+            _window_unit(unit, full, m_blocks, a_desc, b_desc, b_lo_desc, w_ptr,
                          lo_w, bias_ptr, out_ptr, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W,
                          KH, KW, DH, DW, stride_on, stride_oc, stride_oh, stride_ow,
                          stride_bias, HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
                          BLOCK_M * BLOCK_N >= TAIL_TILE, BLOCK_M, BLOCK_N, BLOCK_K)
     else:
-        _window_unit(tl.program_id(0), full, m_blocks, a_desc, b_desc, a_lo_desc, b_lo_desc,
+        _window_unit(tl.program_id(0), full, m_blocks, a_desc, b_desc, b_lo_desc,
                      w_ptr, lo_w, bias_ptr, out_ptr, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W,
                      KH, KW, DH, DW, stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
                      HAS_BIAS, RELU, PRESPLIT, INPUT_PRECISION, DOT_FP32,
@@ -778,7 +779,7 @@ def _window_gemm_kernel(
 
 @triton.jit
 def _window_unit(
-        unit, full, m_blocks, a_desc, b_desc, a_lo_desc, b_lo_desc, w_ptr, lo_w,
+        unit, full, m_blocks, a_desc, b_desc, b_lo_desc, w_ptr, lo_w,
         bias_ptr, out_ptr, ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
         stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
         HAS_BIAS: tl.constexpr, RELU: tl.constexpr, PRESPLIT: tl.constexpr,
@@ -789,7 +790,7 @@ def _window_unit(
     and the tails lo_w on) only these units make."""
     if unit < full:
         pid_n = unit // m_blocks
-        _window_tile(a_desc, b_desc, a_lo_desc, b_lo_desc, bias_ptr, out_ptr,
+        _window_tile(a_desc, b_desc, b_lo_desc, bias_ptr, out_ptr,
                      (unit - pid_n * m_blocks) * BLOCK_M, pid_n * BLOCK_N,
                      ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
                      stride_on, stride_oc, stride_oh, stride_ow, stride_bias,
@@ -806,7 +807,7 @@ def _window_unit(
                                                   block_shape=[BLOCK_N // 2, BLOCK_K])
         tile = full + (unit - full) // 2
         pid_n = tile // m_blocks
-        _window_tile(a_desc, h_desc, a_lo_desc, h_lo_desc, bias_ptr, out_ptr,
+        _window_tile(a_desc, h_desc, h_lo_desc, bias_ptr, out_ptr,
                      (tile - pid_n * m_blocks) * BLOCK_M,
                      pid_n * BLOCK_N + (unit - full) % 2 * (BLOCK_N // 2),
                      ROWS, KP, WK, N_CH, HP, WP, OUT_H, OUT_W, KH, KW, DH, DW,
@@ -972,7 +973,7 @@ def _channels_last_kernel(src_ptr, out_ptr, C, H, W, CP, HP, WP, TOP, LEFT, lo,
                           src2_ptr, out2_ptr, C2, H2, W2, CP2, HP2, WP2, TOP2, LEFT2, lo2,
                           stride2_sn, stride2_sc, stride2_sh, stride2_sw,
                           FLIP: tl.constexpr, FLIP2: tl.constexpr, SPLIT: tl.constexpr,
-                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                          SPLIT2: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     # _channels_last_block's copy of src to out by the first PROGRAMS programs, and of src2 to
     # out2 by the rest (none where the grid has PROGRAMS): two arrays in one launch, such as a
     # convolution's source and its weights (one dependent launch less, ~1.5 us in a graph).
@@ -984,7 +985,7 @@ def _channels_last_kernel(src_ptr, out_ptr, C, H, W, CP, HP, WP, TOP, LEFT, lo,
     else:
         _channels_last_block(src2_ptr, out2_ptr, pid - PROGRAMS, C2, H2, W2, CP2, HP2, WP2,
                              TOP2, LEFT2, lo2, stride2_sn, stride2_sc, stride2_sh, stride2_sw,
-                             FLIP2, SPLIT, BLOCK_P, BLOCK_C)
+                             FLIP2, SPLIT2, BLOCK_P, BLOCK_C)
 
 
 @triton.jit
@@ -1304,8 +1305,8 @@ WGRAD_MENU = {
 SHIFT_WGRAD_MENU = {
     "ieee": [(16, 4, 2), (32, 4, 2)],
     "tf32": [(64, 4, 3), (32, 4, 3), (16, 4, 4)],
-    "tf32x3": [(32, 4, 3), (32, 8, 3), (16, 4, 3)],
-    "half": [(128, 4, 3), (64, 8, 3), (64, 4, 3)],
+    "tf32x3": [(32, 4, 3), (32, 8, 3), (16, 4, 3), (64, 4, 3)],  # (64: the batch-inner form's
+    "half": [(128, 4, 3), (64, 8, 3), (64, 4, 3)],                # best at MNIST conv2, H200)
 }
 
 
@@ -1320,14 +1321,16 @@ WINDOW_MENU = {
     "tf32": [(128, 128, 32, 8, 3), (256, 128, 32, 8, 4), (128, 256, 32, 8, 3),
              (128, 128, 32, 4, 4), (128, 128, 32, 4, 3, 2), (128, 256, 32, 8, 4, 1),
              (256, 128, 32, 8, 3, 1)],
-    "tf32x3": [(128, 64, 32, 4, 3), (128, 128, 32, 8, 3), (128, 128, 16, 4, 4),
-               (64, 128, 32, 4, 3)],
+    "tf32x3": [(128, 64, 32, 4, 3, 2), (128, 64, 32, 4, 3), (128, 128, 32, 8, 3),
+               (128, 64, 32, 4, 4, 2)],
     "half": [(128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3),
              (128, 128, 64, 4, 3, 2), (128, 256, 64, 8, 3, 1), (256, 128, 64, 8, 3, 1)],
 }
-# (tf32x3's first entry: one warpgroup for up to 64 output channels, the H200 sweep of session
-# 22 (notes/PERF.md); us at MNIST conv2's input gradient 78.3 -> 73.3 against 8 warps, 56x56
-# 980 -> 954, its forward 986 -> 969.)
+# (tf32x3's first entry at every channel count: one warpgroup's 64-wide tiles, two programs an
+# SM, the weights' tails from memory (WINDOW_PRESPLIT); H200, session 25, us, forward / input
+# gradient, Winograd off: 256x64x56x56 776 / 791 against 816 / 831 one program a tile;
+# 256x128x28x28 704 / 724 against 761 / 729 for 128x128 tiles with 8 warps; 256x256x14x14
+# 713 / 729 against 742 / 713. MNIST conv2's input gradient: 66 against 64 one a tile.)
 
 
 def _menu_kind(precision, dtype):
@@ -1395,7 +1398,8 @@ def _window_configs(n_ch, max_k, kind):
         return [triton.Config({"BLOCK_M": 64, "BLOCK_N": _block(n_ch), "BLOCK_K": min(32, max_k)},
                               num_warps=4, num_stages=1)]
     menu = [entry + (0,) * (6 - len(entry)) for entry in WINDOW_MENU[kind]]
-    if n_ch > 64:  # persistent, wide tiles first: 256 columns from 256 channels, else 128
+    if n_ch > 64 and kind != "tf32x3":
+        # persistent, wide tiles first: 256 columns from 256 channels, else 128
         menu = sorted(menu, key=lambda e: (n_ch >= 256 and e[1] < 256, e[1] < 128, not e[5]))
     configs = {}
     for bm, bn, bk, warps, stages, persist in menu:
@@ -1481,24 +1485,26 @@ def _padded_channels_last(*copies, split=False):
     """Each copy (t, corner, plane, channels[, flip]), one or two of them, in one launch: t
     [N, C, H, W] (any strides) placed at `corner` (top, left) of a zeroed channels-last buffer
     [N, plane[0], plane[1], channels] (channels >= C; flip: each plane turned by 180 degrees
-    first; split: float32 as TF32 heads, their tails one buffer further on). Returns the
-    buffers, contiguous ([2, N, ...] when split)."""
+    first; split, for all copies or a tuple of one a copy: float32 as TF32 heads, their tails
+    one buffer further on). Returns the buffers, contiguous ([2, N, ...] where split)."""
     assert 1 <= len(copies) <= 2
+    splits = tuple(split) if isinstance(split, tuple) else (split,) * len(copies)
     outs, jobs = [], []
     block_p, block_c = (64, 32) if not INTERPRET else (256, 64)
-    for t, corner, (hp, wp), channels, *flip in copies:
+    for (t, corner, (hp, wp), channels, *flip), cut in zip(copies, splits):
         n, c, h, w = t.shape
-        out = empty((1 + int(split), n, hp, wp, channels), t.dtype, t.device)
-        outs.append(out if split else out[0])
+        out = empty((1 + int(cut), n, hp, wp, channels), t.dtype, t.device)
+        outs.append(out if cut else out[0])
         programs = cdiv(hp * wp, block_p) * cdiv(channels, block_c) * n
         if programs:
             jobs.append(((t, out, c, h, w, channels, hp, wp, corner[0], corner[1],
-                          out[0].numel(), *t.stride()), programs, bool(flip and flip[0])))
+                          out[0].numel(), *t.stride()), programs, bool(flip and flip[0]),
+                         bool(cut)))
     if jobs:
-        (args, programs, flip), (args2, programs2, flip2) = jobs[0], jobs[-1]
+        (args, programs, flip, cut), (args2, programs2, flip2, cut2) = jobs[0], jobs[-1]
         total = programs + (programs2 if len(jobs) == 2 else 0)
         run(_channels_last_kernel, (total,), *args, programs, *args2, FLIP=flip, FLIP2=flip2,
-            SPLIT=split, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4)
+            SPLIT=cut, SPLIT2=cut2, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=4)
     return outs
 
 
@@ -1577,30 +1583,31 @@ def _window_gemm(src, w, bias, out, g, transposed, relu, keep=None):
     n_ch, k_ch = wk.shape[0], wk.shape[1]
     corner, plane, out_hw = _window_plane(g, transposed)
     precision = _precision(src.dtype)
-    presplit = precision == "tf32x3" and WINDOW_PRESPLIT and k_ch >= WINDOW_PRESPLIT_MIN
+    presplit = precision == "tf32x3" and WINDOW_PRESPLIT  # (the weights)
     kind = _menu_kind(precision, src.dtype)
     kp, wk_ch = _round_up(k_ch, 16), _round_up(k_ch, 64)  # (16-byte rows; no step over taps)
     copies = (src, corner, plane, kp), (wk, (0, 0), (g.kh, g.kw), wk_ch, transposed)
+    cuts = (False, presplit)
     if not transposed:  # one launch for both (~1.5 us less on a graph's chain)
-        a, b = _padded_channels_last(*copies, split=presplit)
+        a, b = _padded_channels_last(*copies, split=cuts)
     else:
         # NOTE: two launches. In the MNIST cnn's captured step the input gradient's GEMM then
         # starts after the weight gradient beside it, and the two share the GPU to the end;
         # with one launch it started first and took most of the GPU, and conv1's weight
         # gradient after it had to share with conv2's: 206.7 us a step against 202.4 (H200)
-        (a,), (b,) = (_padded_channels_last(c, split=presplit) for c in copies)
-        if keep is not None and not presplit:
+        (a,), (b,) = (_padded_channels_last(c, split=cut) for c, cut in zip(copies, cuts))
+        if keep is not None:
             keep["dy"] = a, corner, plane
     rows, sms = g.n * plane[0] * plane[1], _sm_count(src.device)
     key = (f"window:{g.n}x{k_ch}x{n_ch}:{plane[0]}x{plane[1]}->{out_hw[0]}x{out_hw[1]}:"
-           f"k{g.kh}x{g.kw}:d{g.dh}{g.dw}:{precision}{'-split' if presplit else ''}:{kind}:"
+           f"k{g.kh}x{g.kw}:d{g.dh}{g.dw}:{precision}{'-wsplit' if presplit else ''}:{kind}:"
            f"{str(src.dtype)[6:]}")
     _run_tuned(_window_gemm_kernel, _window_configs(n_ch, _block(k_ch, 64), kind), key,
                lambda plan: _window_programs(rows, n_ch, sms, plan), (
         a, b, bias if bias is not None else b, out,
         rows, kp, wk_ch, n_ch, plane[0], plane[1], out_hw[0], out_hw[1], g.kh, g.kw, g.dh, g.dw,
         *out.stride(), bias.stride(0) if bias is not None else 0,
-        a[0].numel() if presplit else 0, b[0].numel() if presplit else 0, sms),
+        b[0].numel() if presplit else 0, sms),
         dict(HAS_BIAS=bias is not None, RELU=relu, PRESPLIT=presplit,
              INPUT_PRECISION="tf32" if presplit else precision,
              DOT_FP32=_dot_fp32(src.dtype), TAIL_TILE=WINDOW_TAIL_TILE), src.device)
@@ -1640,7 +1647,7 @@ def _batch_inner(g, x, presplit):
             g.c >= BATCH_INNER_MIN_CHANNELS and g.h * g.w <= BATCH_INNER_MAX_PIXELS):
         return False
     wp, nb = g.w + g.kw - 1, _round_up(g.n, 4)
-    size = (g.c * (g.h + g.kh - 1) + g.co * g.h) * wp * nb * 4 * (1 + int(presplit))
+    size = (g.c * (g.h + g.kh - 1) * (1 + int(presplit)) + g.co * g.h) * wp * nb * 4
     return size <= BATCH_INNER_MAX_BYTES and (INTERPRET or _tma_capable(x.device))
 
 
@@ -1817,10 +1824,10 @@ def _implicit_wgrad(dy, x, dw, db, g, dy_pad=None):
     lo_dy = lo_x = 0
     planes = use_tma and not spans and _use_shifted_planes(g, x, presplit)
     wp, hp = g.w, g.h
-    if inner:  # x and dy batch-inner (heads and tails where presplit): every tile TMA
+    if inner:  # x and dy batch-inner (x's heads and tails where presplit): every tile TMA
         hp, wp, nb = g.h + g.kh - 1, g.w + g.kw - 1, _round_up(g.n, 4)
         x, lo_x, _ = _batch_inner_copy(x, hp, wp, nb, g.ph, g.pw, presplit)
-        dy, lo_dy, sums = _batch_inner_copy(dy, g.h, wp, nb, 0, 0, presplit, db_in_copy)
+        dy, _, sums = _batch_inner_copy(dy, g.h, wp, nb, 0, 0, False, db_in_copy)
         db_part = sums if db_in_copy else db_part
     elif planes:  # x as KW shifted planes of pitch wp (and dy on that pitch): every tile TMA
         wp, hp = _round_up(g.w, 4), g.h + g.kh - 1
@@ -1832,11 +1839,11 @@ def _implicit_wgrad(dy, x, dw, db, g, dy_pad=None):
         x, lo_x = _split_tf32(x), x.numel()
     if inner:
         key = (f"batchw:{g.n}x{co}x{c}:{g.h}x{g.w}:k{g.kh}x{g.kw}:{precision}"
-               f"{'-split' if presplit else ''}:split{splits}")
+               f"{'-xsplit' if presplit else ''}:split{splits}")
         _run_tuned(_batch_inner_wgrad_kernel, _shift_wgrad_configs(block_m, block_n, kind), key,
                    lambda meta: (tiles, splits), (
             dy, x, part, co, c, g.h * wp * nb, hp * wp * nb, wp, nb, g.kh, g.kw,
-            *part.stride(), lo_dy, lo_x), dict(PRESPLIT=presplit), x.device)
+            *part.stride(), lo_x), dict(PRESPLIT=presplit), x.device)
     elif window:
         corner, plane, _ = _window_plane(g, False)
         x_copy = x, corner, plane, _round_up(c, 16)
@@ -2119,10 +2126,10 @@ def _settings():
         PACK_WEIGHTS, CHANNELS_LAST, DW_PRESPLIT, FLAT_SHIFT, SHIFT_TMA, SHIFT_TAPS_BELOW, \
         SHIFT_MIN_CHANNELS, SHIFT_PLANES, SHIFT_PLANES_MAX_PIXELS, SHIFT_PLANES_MIN_CHANNELS, \
         SHIFT_PLANES_MAX_BYTES, WINDOW_GEMM, WINDOW_WASTE, WINDOW_PRESPLIT, WINDOW_X3_MIN, \
-        WINDOW_PRESPLIT_MIN, BATCH_INNER, BATCH_INNER_MIN_CHANNELS, BATCH_INNER_MAX_PIXELS, \
-        BATCH_INNER_MAX_BYTES, WINDOW_WGRAD, WINDOW_DB_BYTES, WINDOW_DB_MIN, WINDOW_DB_PROGRAMS, \
-        WINOGRAD, WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, WINOGRAD_WGRAD_MIN_TILES, \
-        WINOGRAD_WGRAD_FILL, winograd.settings()
+        BATCH_INNER, BATCH_INNER_MIN_CHANNELS, BATCH_INNER_MAX_PIXELS, BATCH_INNER_MAX_BYTES, \
+        WINDOW_WGRAD, WINDOW_DB_BYTES, WINDOW_DB_MIN, WINDOW_DB_PROGRAMS, WINOGRAD, \
+        WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BYTES, WINOGRAD_WGRAD_MIN_TILES, WINOGRAD_WGRAD_FILL, \
+        winograd.settings()
 
 
 @planned(settings=_settings, arrays=3)
