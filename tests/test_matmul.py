@@ -651,6 +651,122 @@ def test_tma_plan_replays_with_new_memory(monkeypatch):
         check(got, a, b)
 
 
+# ---------------------------------------------------------------------------- b in registers
+# kernels/hopper.py: TF32 a @ b with an N-major b, b's tiles as wgmma's register operand (Gluon,
+# Hopper only; it does not run under the interpreter).
+
+
+def test_rs_menu():
+    """The Gluon kernel goes first for large TF32 a @ b with a K-major a and an N-major b, on a
+    GPU that runs it (rs=True); every other problem keeps its menu."""
+    for n in (4096, 8192):
+        plans = mm.candidate_plans(1, n, n, n, "tf32", True, False, 132, tma=True, rs=True)
+        assert plans[0] == mm._rs_plan() and plans[1:] == \
+            mm.candidate_plans(1, n, n, n, "tf32", True, False, 132, tma=True)
+        assert mm.describe(plans[0]) == \
+            "256x128x32 w8 s4, tma, b in registers (gluon)"
+        for kind, a_kmajor, b_kmajor in [("tf32", True, True), ("tf32", False, False),
+                                         ("half", True, False), ("ieee", True, False)]:
+            assert mm.candidate_plans(1, n, n, n, kind, a_kmajor, b_kmajor, 132, tma=True,
+                                      rs=True) == \
+                mm.candidate_plans(1, n, n, n, kind, a_kmajor, b_kmajor, 132, tma=True)
+    for m, n, k in MNIST.values():  # not TMA problems
+        assert not any(p.get("rs") for p in
+                       mm.candidate_plans(1, m, n, k, "tf32", True, False, 132, rs=True))
+
+
+def test_rs_plan_falls_back_where_gluon_cannot_run(monkeypatch):
+    """A forced Gluon plan where the kernel cannot run (the interpreter, or operands TMA cannot
+    read) runs the classic kernel with b staged, and gives the reference's results."""
+    monkeypatch.setattr(mm, "FORCE_PLAN", mm._rs_plan())
+    td.set_matmul_precision("high")
+    try:
+        for a, b in [(random_array((40, 36), seed=1), random_array((36, 44), seed=2)),
+                     (random_array((33, 30), seed=3), random_array((30, 41), seed=4)),
+                     (random_array((20, 24), seed=5), random_array((40, 24), seed=6).t())]:
+            bias = random_array((b.shape[1],), seed=7)
+            check(run(a, b, bias, "relu"), a, b, bias, "relu", kind="tf32")
+    finally:
+        td.set_matmul_precision("highest")
+
+
+@pytest.mark.skipif(not mm.hopper.GLUON, reason="this Triton has no Gluon Hopper dialect")
+def test_rs_kernel_compiles_for_hopper(tmp_path):
+    """The Gluon kernel compiles for sm_90 with this Triton (no GPU needed): its wgmmas read b
+    from registers, and each K step waits only for the step before it (wait(1)), so that one
+    step's wgmma runs while the next step's registers load."""
+    script = tmp_path / "compile_rs.py"
+    script.write_text(r"""
+import os, re, sys
+os.environ["TRITON_INTERPRET"] = "0"
+sys.path.insert(0, ROOT)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from tritonad.kernels import hopper as H
+sig = {n: "*fp32" for n in ("a_ptr", "b_ptr", "c_ptr", "bias_ptr")}
+sig.update({n: "i32" for n in ("M", "N", "K", "stride_a", "stride_b", "stride_c",
+                               "stride_bias")})
+const = dict(BN=H.TILE_N, BM=H.TILE_M, BK=H.TILE_K, STAGES=H.STAGES, GROUP_M=8, HAS_BIAS=True,
+             RELU=True, num_warps=H.WARPS)
+sig.update({n: "constexpr" for n in const})
+k = triton.compile(GluonASTSource(H._tf32_nmajor_kernel, sig, constexprs=const),
+                   target=GPUTarget("cuda", 90, 32), options={"num_warps": H.WARPS})
+ptx = k.asm["ptx"]
+print("register-A", len(re.findall(r"wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+                                   r"\{[^}]*\}, \{%r", ptx)))
+print("wait1", len(re.findall(r"wgmma.wait_group.sync.aligned 1;", ptx)))
+""".replace("ROOT", repr(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = dict(line.split() for line in done.stdout.splitlines() if line[:1] in "rw")
+    # four k8 wgmmas a K step: the first step, two a loop trip, one after the loop
+    assert counts == {"register-A": "16", "wait1": "4"}
+
+
+@pytest.mark.gpu
+def test_gpu_rs_kernel(precision, monkeypatch):
+    """The Gluon kernel (forced) against float64: K of 1, 2, 3 and 17 K steps (the loop's
+    first step, pairs and last step), edges that cut tiles, bias + relu, a strided a, a batch
+    of rows times one b; on a GPU that is not a Hopper it falls back to the classic kernel."""
+    precision("high")
+    monkeypatch.setattr(mm, "FORCE_PLAN", mm._rs_plan())
+    for i, (m, n, k) in enumerate([(64, 48, 20), (257, 132, 36), (33, 200, 96),
+                                   (300, 260, 516), (1000, 1028, 2048)]):
+        a, b = random_array((m, k), seed=i), random_array((k, n), seed=i + 10)
+        bias = random_array((n,), seed=i + 20)
+        assert _tma_layout(a, b, kind="tf32") is not None
+        _gpu_check(run(a, b, bias, "relu"), a, b, bias, "relu", "tf32")
+        _gpu_check(run(a, b), a, b, kind="tf32")
+    big = random_array((300, 520), seed=30)
+    a, b = big[:, :516], random_array((516, 260), seed=31)
+    _gpu_check(run(a, b), a, b, kind="tf32")
+    x, w = random_array((3, 2, 100, 64), seed=32), random_array((64, 132), seed=33)
+    _gpu_check(run(x, w), x, w, kind="tf32")
+
+
+@pytest.mark.gpu
+def test_gpu_rs_is_the_first_guess_on_hopper(precision):
+    """A large TF32 a @ b takes the Gluon plan untuned on a Hopper (and not elsewhere), and it
+    replays from a CUDA graph."""
+    precision("high")
+    a, b = random_array((4096, 2048), seed=1), random_array((2048, 4096), seed=2)
+    out = run(a, b)
+    hopper = mm.hopper.rs_available(torch.cuda.current_device())
+    assert bool(mm.tuner.last[1].get("rs")) == hopper
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(a, b)
+    a.copy_(random_array((4096, 2048), seed=3))
+    graph.replay()
+    torch.cuda.synchronize()
+    _gpu_check(out, a, b, kind="tf32")
+
+
 # ---------------------------------------------------------------------------- autodiff level
 
 
@@ -845,17 +961,19 @@ def test_gpu_tma_plans(kind, prec, precision, monkeypatch):
 @pytest.mark.parametrize("n", [4096, 8192])
 def test_gpu_tma_default_large(kind, prec, n, precision):
     """a @ b at 4096^3 and 8192^3 in TF32 / bf16 / fp16 runs the tuner's best guess and is
-    right: a TMA plan for fp16/bf16 at 8192 (the key says so), the classic plans otherwise
-    (TF32 staged K-major)."""
+    right: a TMA plan for fp16/bf16 at 8192 (the key says so); TF32 the Gluon kernel on a
+    Hopper (":rs"), else the classic plans staged K-major; the classic plans otherwise."""
     precision(prec)
     a, b = _gpu_inputs((n, n), (n, n), kind, seed=11)
     _gpu_check(run(a, b), a, b, kind=kind)
     key, plan = mm.tuner.last
     tma = kind != "tf32" and n == 8192
-    assert key.endswith(":tma") == tma
+    rs = kind == "tf32" and mm.hopper.rs_available(torch.cuda.current_device())
+    assert key.endswith(":tma") == tma and key.endswith(":rs") == rs
     if mm.tuner.sources[key] == "heuristic":
-        assert bool(plan.get("tma")) == tma
-        assert plan["stage_b"] == (kind == "tf32")
+        assert bool(plan.get("tma")) == tma or rs
+        assert bool(plan.get("rs")) == rs
+        assert plan["stage_b"] == (kind == "tf32" and not rs)
 
 
 @pytest.mark.gpu

@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from ..backend import autotuning, matmul_precision
+from . import hopper
 from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
 from .tuning import Tuner, measure_ms  # noqa: F401  (measure_ms: the sweeps use it from here)
 
@@ -395,6 +396,13 @@ def _tma_plan(BM, BN, BK, warps, stages, persistent, stage_a=False, stage_b=Fals
             "persistent": persistent, "ws": ws}
 
 
+def _rs_plan():
+    """The plan of hopper._tf32_nmajor_kernel (TF32 a @ b with an N-major b, b's tiles as
+    wgmma's register operand): its BM x BN is the output tile in m x n."""
+    return {**_plan(hopper.TILE_M, hopper.TILE_N, hopper.TILE_K, hopper.WARPS, hopper.STAGES),
+            "tma": True, "persistent": False, "ws": False, "rs": True}
+
+
 def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
     """How many K slices to give each output tile: enough programs to fill `sms` SMs once,
     each slice at least two BLOCK_K steps long, at most 16 slices (the reduction reads them
@@ -406,7 +414,7 @@ def split_k_heuristic(batch, M, N, K, BM, BN, BK, sms):
     return max(1, min(sms // tiles, k_tiles // 2, 16))
 
 
-def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False):
+def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs=False):
     """The plans the tuner times for one problem, best guess first.
 
     Large problems (the 128x128 tiles fill the SMs) try the large-tile menu of their kind.
@@ -414,7 +422,8 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False):
     of split_k_heuristic and without. TF32 adds K-major staged variants of the first plans
     when an operand's K stride is not 1. `tma`: TMA can read the operands (_tma_operands); large
     fp16/bf16/TF32 problems then also try TMA plans, first where tma_first() says so; TF32 ones
-    staged K-major where an operand is not.
+    staged K-major where an operand is not. `rs`: the GPU runs hopper.py's kernel; a TF32 TMA
+    problem with a K-major a and an N-major b then tries it first.
     """
     if kind == "fp64":
         return [_plan(*t) for t in _LARGE_TILES["fp64"]]
@@ -473,7 +482,16 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False):
                 tma_plans.insert(0, _tma_plan(*tiles[0], ws=True))
         first = tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor)
         plans = tma_plans + plans if first else plans + tma_plans
+        if rs and rs_problem(kind, a_kmajor, b_kmajor):
+            # H200, 2026-11-25: 0.83-0.85 of cuBLAS at 4096^3, 0.91-0.94 at 8192^3, against
+            # 0.72-0.82 for the staged plans (notes/PERF.md, session 26)
+            plans.insert(0, _rs_plan())
     return plans
+
+
+def rs_problem(kind, a_kmajor, b_kmajor):
+    """Whether a TMA problem is one for hopper.py's kernel: TF32, a K-major, b N-major."""
+    return kind == "tf32" and a_kmajor and not b_kmajor
 
 
 def tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor):
@@ -506,7 +524,8 @@ def describe(plan) -> str:
         words.append("3xtf32")
     if plan.get("tma"):
         words.append("tma" + ", persistent" * bool(plan.get("persistent"))
-                     + ", warp-specialized" * bool(plan.get("ws")))
+                     + ", warp-specialized" * bool(plan.get("ws"))
+                     + ", b in registers (gluon)" * bool(plan.get("rs")))
     return ", ".join(words)
 
 
@@ -692,6 +711,14 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
     """Run `plan` on one batch group: a [B0, B1, M, K] @ b [B0, B1, K, N] -> out; a gated by
     `gate` and its row sums into `rows` (2-d problems only: B0 = B1 = 1)."""
     M, K, N = a.rows, a.cols, b.cols
+    if plan.get("rs"):
+        layout = _tma_operands(B0, B1, a, b, out, kind, gate, rows) if K > 0 else None
+        if layout is not None and hopper.AVAILABLE and rs_problem(kind, layout[1], layout[3]):
+            M, _, stride_a, _, stride_b, stride_c = layout
+            return hopper.launch(run, M, N, K, a.t, b.t, out.t, stride_a, stride_b, stride_c,
+                                 bias, relu, plan["GM"])
+        # (a forced or stale plan elsewhere: the classic kernel, b staged K-major)
+        plan = {**_plan(*_LARGE_TILES["tf32"][0]), "stage_b": True}
     if plan["stage_a"] and a.sc != 1 and K > 1:
         a = _stage(a, B0, B1)
     if plan["stage_b"] and b.sr != 1 and K > 1:
@@ -871,8 +898,12 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
         # key before TMA plans existed is stale (where the classic plans stay first, it stands)
         key += ":tma" * (tma and tma_first(batch, M, N, K, kind, a_layout == "k",
                                            b_layout == "k"))
+        # ":rs": hopper.py's kernel goes first, so plans cached or shipped before it are stale
+        rs = tma and hopper.rs_available(a.device.index if a.device.index is not None
+                                         else torch.cuda.current_device())
+        key += ":rs" * (rs and rs_problem(kind, a_layout == "k", b_layout == "k"))
         plan = tuner.choose(key, lambda: candidate_plans(
-            batch, M, N, K, kind, a_layout == "k", b_layout == "k", sms, tma),
+            batch, M, N, K, kind, a_layout == "k", b_layout == "k", sms, tma, rs),
             run_plan, a.device)
     if FORCE_PLAN:
         plan = {**plan, **FORCE_PLAN}
