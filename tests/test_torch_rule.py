@@ -148,9 +148,10 @@ def _violations(path):
             continue
         on_raw = isinstance(target, ast.Attribute) and target.attr == "_data"
         on_forward_arg = isinstance(target, ast.Name) and target.id in forward_args.get(id(node), ())
-        # in kernels/ every array is raw; tl.*, math.* and numpy calls are not torch
+        # in kernels/ every array is raw; tl.*, gl.* (Gluon), math.* and numpy calls are not
+        # torch
         in_kernel_code = in_kernels and not (isinstance(target, ast.Name) and
-                                             target.id in ("tl", "triton", "math", "np"))
+                                             target.id in ("tl", "gl", "triton", "math", "np"))
         if on_raw or on_forward_arg or in_kernel_code:
             found.append((node.lineno, f".{method}() on raw memory"))
     return found
