@@ -15,7 +15,7 @@ registers, and waits for the step before the one it issues (wait(1)) before that
 registers are loaded again. The first step runs before the loop (use_acc=False) so that no
 instruction writes the accumulator while a wgmma may run (else ptxas serializes every wgmma:
 its warning C7515). The epilogue adds the bias and applies relu, and stores the tile
-transposed (each thread's 8 adjacent n of one m: full 32-byte sectors).
+transposed: one store instruction writes 8 adjacent n at each of 4 m, whole 32-byte sectors.
 
 Gluon kernels do not run under Triton's interpreter: AVAILABLE is False there, and on other
 GPUs than Hopper (sm_90) the matmul menu never offers this path (rs_available).
@@ -26,7 +26,7 @@ import functools
 
 import torch
 
-from .launch import INTERPRET
+from .launch import INTERPRET, cdiv
 
 try:
     from triton.experimental import gluon
@@ -149,7 +149,7 @@ if GLUON:  # (defined under the interpreter too: tests compile it for sm_90)
 def launch(run, M, N, K, a, b, out, stride_a, stride_b, stride_c, bias, relu, group_m):
     """out [M, N] = a [M, K] (K-major, row stride stride_a) @ b [K, N] (N-major, row stride
     stride_b), TF32, bias added and relu applied per `bias` / `relu`; `run` launches."""
-    grid = (-(-M // TILE_M) * -(-N // TILE_N),)
+    grid = (cdiv(M, TILE_M) * cdiv(N, TILE_N),)
     run(_tf32_nmajor_kernel, grid, a, b, out, bias if bias is not None else out, M, N, K,
         stride_a, stride_b, stride_c, bias.stride(0) if bias is not None else 0,
         BN=TILE_N, BM=TILE_M, BK=TILE_K, STAGES=STAGES, GROUP_M=group_m,

@@ -483,8 +483,8 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
         first = tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor)
         plans = tma_plans + plans if first else plans + tma_plans
         if rs and rs_problem(kind, a_kmajor, b_kmajor):
-            # H200, 2026-11-25: 0.83-0.85 of cuBLAS at 4096^3, 0.91-0.94 at 8192^3, against
-            # 0.72-0.82 for the staged plans (notes/PERF.md, session 26)
+            # H200, 2026-11-25: 0.83-0.93 of cuBLAS at 4096^3, 0.88-0.94 at 8192^3, against
+            # 0.71-0.85 for the staged plans (notes/PERF.md, session 26)
             plans.insert(0, _rs_plan())
     return plans
 
