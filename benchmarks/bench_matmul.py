@@ -9,8 +9,10 @@ t_tritonad (above 1: tritonad is faster).
 Sections, each in fp32 (exact IEEE), tf32, bf16 and fp16 (torch gets the same setting through
 torch.backends.cuda.matmul.allow_tf32):
 - squares: M = N = K from 256 to 8192 (--quick: 1024 and 4096; --sizes picks others), a @ b
-  with both row-major. Times are kernel times (CUDA events around one call, as do_bench); the
-  plan column names the path that ran ("tma, persistent, warp-specialized": the TMA kernel).
+  with both row-major. Times are kernel times (CUDA events around one call, as do_bench): the
+  median of three rounds that alternate whether tritonad or torch is timed first, since the GPU
+  slows under its power cap within milliseconds (common.bench_pair). The plan column names the
+  path that ran.
 - mnist: the products of one training step of the MLP 784-256-100-10 at batch 128 and of the
   CNN's classifier 3136-512-10 at batch 100: the fused linear forward act(x @ W^T + b) against
   torch.addmm followed by torch.relu, and the backward products dX = dY @ W and dW = dY^T @ X
@@ -74,7 +76,7 @@ def measure(case, ours, theirs, flop, graph):
     theirs()
     plan = mm.describe(mm.tuner.last[1]) if mm.tuner.last else "?"  # the plan ours() ran
     row = dict(case, tune_s=tune_s, gflop=flop / 1e9, plan=plan)
-    ms_td, ms_torch = common.bench(ours), common.bench(theirs)
+    ms_td, ms_torch = common.bench_pair(ours, theirs)
     row.update(ms_td=ms_td, ms_torch=ms_torch, tflops_td=flop / ms_td / 1e9,
                tflops_torch=flop / ms_torch / 1e9, ratio=ms_torch / ms_td)
     if graph:

@@ -43,6 +43,23 @@ def bench(fn, warmup=25, rep=100, flush_l2=True):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def bench_pair(ours, theirs, rounds=3, timer=None):
+    """Median milliseconds of ours() and of theirs(), timed by `timer` (bench) in `rounds`
+    rounds that alternate which of the two goes first; returns (ms_ours, ms_theirs).
+
+    Under a power cap the SM clock falls within tens of milliseconds of sustained load (H200,
+    700 W: 1980 MHz idle, 1450-1570 MHz under a TF32 matmul; notes/PERF.md, session 27), so
+    whichever of two back-to-back timings runs first meets a cooler, faster GPU. Alternating
+    the order and taking medians gives both the same conditions."""
+    timer = timer or bench
+    times = ([], [])
+    for i in range(rounds):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for side in order:
+            times[side].append(timer((ours, theirs)[side]))
+    return tuple(sorted(t)[len(t) // 2] for t in times)
+
+
 def per_call_us(fn, calls):
     """Microseconds per call of fn() run `calls` times back to back, synchronised once at the
     end (after 20 untimed calls): what an eager loop pays per call, host time included."""

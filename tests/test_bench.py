@@ -81,3 +81,25 @@ def test_bench_says_where_the_plans_came_from(monkeypatch):
     monkeypatch.setattr(conv.tuner, "sources", {"d": "tuned"})
     assert cli._plan_sources() == ("plans: matmul 1 by the shape heuristic, 2 from the shipped "
                                    "table; conv 1 tuned now")
+
+
+def test_bench_pair_alternates_and_takes_medians(monkeypatch):
+    """bench_pair times both sides each round, the first side changing every round, and
+    returns each side's median (an outlying round of either side does not move it)."""
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    import common
+
+    def ours():
+        pass
+
+    def theirs():
+        pass
+
+    calls, times = [], {ours: iter([5.0, 1.0, 2.0]), theirs: iter([3.0, 4.0, 90.0])}
+
+    def timer(fn):
+        calls.append("ours" if fn is ours else "theirs")
+        return next(times[fn])
+
+    assert common.bench_pair(ours, theirs, rounds=3, timer=timer) == (2.0, 4.0)
+    assert calls == ["ours", "theirs", "theirs", "ours", "ours", "theirs"]
