@@ -79,8 +79,9 @@ def main(argv=None):
     for fn in contenders.values():
         fn()
     torch.cuda.synchronize()
+    plan = mm.describe(mm.tuner.last[1]) if mm.tuner.last else "?"  # the plan tritonad ran
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.precision} "
-          f"{n}^3, {args.seconds:g} s a contender; plan: {mm.describe(mm.tuner.last[1]) if mm.tuner.last else '?'}")
+          f"{n}^3, {args.seconds:g} s a contender; plan: {plan}")
     print(f"{'round':>5} {'who':>9} {'first us':>9} {'steady us':>10} {'clock MHz':>10} "
           f"{'power W':>8}")
     for i in range(args.rounds):
