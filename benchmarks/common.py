@@ -48,9 +48,10 @@ def bench_pair(ours, theirs, rounds=3, timer=None):
     rounds that alternate which of the two goes first; returns (ms_ours, ms_theirs).
 
     Under a power cap the SM clock falls within tens of milliseconds of sustained load (H200,
-    700 W: 1980 MHz idle, 1440-1590 MHz under a large TF32 matmul; notes/PERF.md, session 27), so
-    whichever of two back-to-back timings runs first meets a cooler, faster GPU. Alternating
-    the order and taking medians gives both the same conditions."""
+    700 W: 1980 MHz idle, 1440-1590 MHz under a large TF32 matmul; benchmarks/probe_power.py,
+    2026-11-25, notes/PERF.md under Matmul), so whichever of two back-to-back timings runs
+    first meets a cooler, faster GPU. Alternating the order and taking medians gives both the
+    same conditions."""
     timer = timer or bench
     times = ([], [])
     for i in range(rounds):

@@ -7,7 +7,8 @@ A large TF32 product draws the board to its cap (H200: ~690 of 700 W) within ten
 milliseconds; from then on the clock, not the kernel's cycle count alone, sets its speed, and
 a kernel that moves more bytes through L2 runs at a lower clock. Per contender and round:
 microseconds per call in the last third of the window (steady state) and the mean clock and
-power over the last two thirds. Notes/PERF.md, session 27, has the numbers and their reading.
+power over the last two thirds. notes/PERF.md (Matmul, 2026-11-25: H200, torch 2.11.0+cu130,
+Triton 3.6.0) has the numbers and their reading.
 """
 from __future__ import annotations
 
