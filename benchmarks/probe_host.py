@@ -67,7 +67,8 @@ def main():
     a, b = torch.randn(128, 256, device="cuda"), torch.randn(256, device="cuda")
     ta, tb = td.from_torch(a), td.from_torch(b)
     ta + tb  # makes the plan
-    plan = next(p for k, p in elementwise._PLANS.items() if k[0] == "add")
+    add_form = elementwise.form(td.elementwise.OPS["add"])
+    plan = next(p for k, p in elementwise._PLANS.items() if k[0] is add_form)
     kl = plan.single
     out = torch.empty_like(a)
     po, pa, pb = out.data_ptr(), a.data_ptr(), b.data_ptr()
@@ -91,13 +92,13 @@ def main():
         ("torch: current raw stream", lambda: torch._C._cuda_getCurrentRawStream(0)),
         ("torch: stream.cuda_stream", lambda: stream.cuda_stream),
         ("tritonad: elementwise plan key (2 operands)",
-         lambda: ("add", elementwise._key(a), elementwise._key(b), None)),
-        ("tritonad: KernelLaunch alone (add, ints)", lambda: kl(po, pa, pb, po, 0, 0, 0)),
+         lambda: (add_form, elementwise._key(a), elementwise._key(b), None)),
+        ("tritonad: KernelLaunch alone (add, ints)", lambda: kl(po, pa, pb, po, po, 0, 0, 0, 0)),
         ("tritonad: plan(out=None) (alloc + launch)",
          lambda: plan(None, a, b, None, 0, 0, 0)),
         ("tritonad: kernels.elementwise.add(a, b)", lambda: elementwise.add(a, b)),
         ("tritonad: backend.add(a, b)", lambda: be.add(a, b)),
-        ("tritonad: Add.apply(ta, tb)", lambda: ops.Add.apply(ta, tb)),
+        ("tritonad: Add.apply(ta, tb)", lambda: td.elementwise.OPS["add"].function.apply(ta, tb)),
         ("tritonad: ta + tb (the whole op)", lambda: ta + tb),
         ("tritonad: Tensor._wrap(a)", lambda: td.Tensor._wrap(a)),
         ("tritonad: backend.relu(a)", lambda: be.relu(a)),

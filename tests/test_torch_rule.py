@@ -151,7 +151,8 @@ def _violations(path):
         # in kernels/ every array is raw; tl.*, gl.* (Gluon), math.* and numpy calls are not
         # torch
         in_kernel_code = in_kernels and not (isinstance(target, ast.Name) and
-                                             target.id in ("tl", "gl", "triton", "math", "np"))
+                                             target.id in ("tl", "gl", "triton", "math", "np",
+                                                           "libdevice"))
         if on_raw or on_forward_arg or in_kernel_code:
             found.append((node.lineno, f".{method}() on raw memory"))
     return found

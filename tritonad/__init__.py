@@ -11,9 +11,13 @@ from . import dtypes
 from .autodiff import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled
 from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, ge, gt, le, log,
                            lt, matmul, max, maximum, mean, min, minimum, mul, ne, neg, pow, relu,
-                           reshape, sigmoid, softmax, log_softmax, sqrt, sub, sum, tanh,
+                           reshape, sigmoid, softmax, log_softmax, logsumexp, sqrt, sub, sum,
+                           tanh,
                            transpose, var, where, clamp, permute, flatten, unsqueeze, squeeze)
 from .autodiff.shape_ops import cat, stack
+from .autodiff import elementwise as _elementwise
+globals().update({name: f for name, f in _elementwise.FUNCTIONS.items()  # the table's ops
+                  if name not in ("clamp_tensor", "gelu_tanh")}, gelu=_elementwise.gelu)
 from .backend import (Backend, autotune, autotuning, conv_precision, get_backend,
                       matmul_precision, register_backend, set_backend, set_conv_precision,
                       set_matmul_precision, set_sync_checks, sync_checks, use_backend)

@@ -27,6 +27,7 @@ import threading
 import torch
 
 from . import dtypes
+from . import elementwise as _table
 from .dtypes import DType
 
 
@@ -97,61 +98,28 @@ class Backend:
         """[start, start + step, ...) up to but excluding end, as numpy.arange."""
         raise NotImplementedError
 
-    # ---------------------------------------------------------------- elementwise, unary
-    def neg(self, x, out=None): raise NotImplementedError
-    def exp(self, x, out=None): raise NotImplementedError
-    def log(self, x, out=None): raise NotImplementedError
-    def sqrt(self, x, out=None): raise NotImplementedError
-    def abs(self, x, out=None): raise NotImplementedError
-    def sign(self, x, out=None):
-        """-1, 0 or 1 (0 at 0), in x's dtype."""
+    # ---------------------------------------------------------------- the elementwise table
+    def elementwise(self, formula, *operands, out=None):
+        """out = formula(*operands) for an entry of tritonad/elementwise.py or one of its
+        derivatives: arrays (broadcast together) or numbers, then the entry's number
+        parameters; the result typed as the entry says. Every entry is also a primitive of its
+        own name (`backend.gelu(x)`, `backend.leaky_relu(x, 0.01)`), bound below."""
         raise NotImplementedError
-    def relu(self, x, out=None): raise NotImplementedError
-    def sigmoid(self, x, out=None):
-        """1 / (1 + exp(-x)), stable for large |x| (no overflow, exact 0 and 1 in the limits)."""
+
+    def relu_backward(self, dy, x, out=None):
+        """dx = dy where x > 0, else 0 (relu's derivative, the gate of fused backwards)."""
+        return self.elementwise(_table.relu.derivatives["x"], x, dy, out=out)
+
+    def pow(self, a, b, out=None):
+        """a ** b with numpy's special cases; integers wrap."""
         raise NotImplementedError
-    def tanh(self, x, out=None): raise NotImplementedError
 
     def pow_scalar(self, x, exponent, out=None):
         """x ** exponent for a Python number exponent (float result for float x)."""
         raise NotImplementedError
 
     def clamp(self, x, min=None, max=None, out=None):
-        """Elementwise min(max(x, min), max); either bound may be None."""
-        raise NotImplementedError
-
-    # fused backward helpers: one pass each instead of two or three
-    def relu_backward(self, dy, x, out=None):
-        """dx = dy * (x > 0).  NOTE: relu'(0) = 0, as torch."""
-        raise NotImplementedError
-
-    def sigmoid_backward(self, dy, y, out=None):
-        """dx = dy * y * (1 - y), y = sigmoid(x)."""
-        raise NotImplementedError
-
-    def tanh_backward(self, dy, y, out=None):
-        """dx = dy * (1 - y * y), y = tanh(x)."""
-        raise NotImplementedError
-
-    # ---------------------------------------------------------------- elementwise, binary
-    def add(self, a, b, out=None): raise NotImplementedError
-    def sub(self, a, b, out=None): raise NotImplementedError
-    def mul(self, a, b, out=None): raise NotImplementedError
-    def div(self, a, b, out=None):
-        """True division: integer operands give float32."""
-        raise NotImplementedError
-    def pow(self, a, b, out=None): raise NotImplementedError
-    def maximum(self, a, b, out=None): raise NotImplementedError
-    def minimum(self, a, b, out=None): raise NotImplementedError
-    def eq(self, a, b, out=None): raise NotImplementedError
-    def ne(self, a, b, out=None): raise NotImplementedError
-    def lt(self, a, b, out=None): raise NotImplementedError
-    def le(self, a, b, out=None): raise NotImplementedError
-    def gt(self, a, b, out=None): raise NotImplementedError
-    def ge(self, a, b, out=None): raise NotImplementedError
-
-    def where(self, cond, a, b, out=None):
-        """cond ? a : b with cond bool; a, b arrays or numbers; all three broadcast."""
+        """Elementwise min(max(x, min), max) for number bounds; either may be None."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- reductions
@@ -520,6 +488,18 @@ _MATMUL_PRECISIONS = ("highest", "high")
 _settings = {"matmul_precision": "highest", "conv_precision": "high",
              "autotune": os.environ.get("TRITONAD_AUTOTUNE", "0") not in ("", "0"),
              "sync_checks": os.environ.get("TRITONAD_SYNC_CHECKS", "0") not in ("", "0")}
+
+
+def _table_primitive(op):
+    def primitive(self, *operands, out=None):
+        return self.elementwise(op, *operands, out=out)
+    primitive.__name__ = primitive.__qualname__ = op.name
+    primitive.__doc__ = op.doc
+    return primitive
+
+
+for _op in _table.OPS.values():  # backend.exp(x), backend.add(a, b), ... for every entry
+    setattr(Backend, _op.name, _table_primitive(_op))
 
 
 def check_metrics(op, logits, metrics):

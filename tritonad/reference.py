@@ -25,14 +25,23 @@ import functools
 import math
 import os
 import threading
+import types
 
 import numpy as np
 import torch
 
-from . import dtypes
+from . import dtypes, npmath
+from . import elementwise as _table
 from .backend import (Backend, check_gather_rows_at, check_metrics, check_mlp_cross_entropy,
                       check_take_row, check_weight_grad_outputs, register_backend)
 from .dtypes import DType
+
+# the elementwise table's formulas see npmath's vocabulary and the table's constants
+_NUMPY_NAMESPACE = {name: value for name, value in vars(npmath).items()
+                    if not name.startswith("__")}
+_NUMPY_NAMESPACE.update(_table.CONSTANTS)
+_NUMPY_FORMS = {}  # formula -> its function bound to _NUMPY_NAMESPACE
+
 
 # ------------------------------------------------------------------------ numpy <-> raw arrays
 
@@ -762,13 +771,6 @@ class NumpyBackend(Backend):
         """x's values in the type a float result of `dtype` is computed in."""
         return np.asarray(to_numpy(x)).astype(compute_dtype(dtype), copy=False)
 
-    def _unary_float(self, fn, x, out):
-        dtype = dtypes.get_dtype(x.dtype)
-        if not dtype.is_floating_point:
-            dtype = dtypes.default_float
-        with np.errstate(all="ignore"):
-            return self._out(fn(self._float_in(x, dtype)), dtype, out)
-
     def _binary(self, fn, a, b, out, result=None, float_result=False, fresh=False):
         # fresh: fn always returns a new array, which the result may keep without a copy
         dtype = dtypes.result_type(a, b)
@@ -796,34 +798,48 @@ class NumpyBackend(Backend):
         self.check_device("arange", device)
         return self._new(np.arange(start, end, step), dtype)
 
-    # unary ------------------------------------------------------------------------------------
-    def neg(self, x, out=None):
-        return self._out(-to_numpy(x), dtypes.get_dtype(x.dtype), out)
+    # the elementwise table ---------------------------------------------------------------------
+    def elementwise(self, formula, *operands, out=None):
+        """Any entry or derivative of tritonad/elementwise.py, its formula evaluated with numpy
+        (npmath's vocabulary) in the compute type, rounded once to the result's type."""
+        fn = _NUMPY_FORMS.get(formula)
+        if fn is None:
+            fn = _NUMPY_FORMS[formula] = types.FunctionType(
+                formula.fn.__code__, _NUMPY_NAMESPACE, formula.fn.__name__, formula.fn.__defaults__)
+        arrays = [x for x in operands if isinstance(x, torch.Tensor)]
+        if not arrays:
+            raise TypeError(f"{formula.name}: expected at least one array operand")
+        deciding = operands[1 if formula.condition else 0:
+                            len(getattr(formula, "operands", ())) or formula.arity]
+        promoted = dtypes.result_type(*deciding)
+        if formula.result == "bool":
+            dtype, compute = dtypes.bool_, promoted
+        else:
+            dtype = promoted
+            if formula.result == "float" and not dtype.is_floating_point:
+                dtype = dtypes.default_float
+            compute = dtype
+        values = []
+        for i, x in enumerate(operands):
+            if isinstance(x, torch.Tensor):
+                v = np.asarray(to_numpy(x))
+                if i == 0 and formula.condition:
+                    v = v.astype(bool, copy=False)
+                elif compute.is_floating_point:
+                    v = v.astype(compute_dtype(compute), copy=False)
+                else:
+                    v = v.astype(compute.numpy, copy=False)
+            else:
+                v = x
+            values.append(v)
+        with np.errstate(all="ignore"):
+            result = np.asarray(fn(*values))
+        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+        return self._out(np.broadcast_to(result, shape), dtype, out)
 
-    def exp(self, x, out=None): return self._unary_float(np.exp, x, out)
-    def log(self, x, out=None): return self._unary_float(np.log, x, out)
-    def sqrt(self, x, out=None): return self._unary_float(np.sqrt, x, out)
-    def tanh(self, x, out=None): return self._unary_float(np.tanh, x, out)
-
-    def abs(self, x, out=None):
-        return self._out(np.abs(to_numpy(x)), dtypes.get_dtype(x.dtype), out)
-
-    def sign(self, x, out=None):
-        return self._out(np.sign(to_numpy(x)), dtypes.get_dtype(x.dtype), out)
-
-    def relu(self, x, out=None):
-        v = to_numpy(x)
-        # NOTE: NaN stays NaN (np.maximum propagates it), as torch.relu
-        y = np.maximum(v, np.zeros((), v.dtype))
-        dtype = dtypes.get_dtype(x.dtype)
-        return self._fresh(y, dtype) if out is None else write(out, y)
-
-    def sigmoid(self, x, out=None):
-        def stable(v):
-            # exp of a non-positive number only: no overflow for large |x|
-            e = np.exp(-np.abs(v))
-            return np.where(v >= 0, 1 / (1 + e), e / (1 + e))
-        return self._unary_float(stable, x, out)
+    def relu_backward(self, dy, x, out=None):
+        """dx = dy where x > 0, else 0 (relu's derivative, as a gate for fused backwards)."""
+        return self.elementwise(_table.relu.derivatives["x"], x, dy, out=out)
 
     def pow_scalar(self, x, exponent, out=None):
         return self._binary(np.power, x, exponent, out)
@@ -837,35 +853,7 @@ class NumpyBackend(Backend):
             v = np.where(v > max, np.asarray(max).astype(v.dtype), v)
         return self._out(v, dtype, out)
 
-    def relu_backward(self, dy, x, out=None):
-        return self._binary(lambda g, v: _select(v > 0, g), dy, x, out,
-                            result=dtypes.get_dtype(dy.dtype), fresh=True)
-
-    def sigmoid_backward(self, dy, y, out=None):
-        return self._binary(lambda g, s: g * s * (1 - s), dy, y, out)
-
-    def tanh_backward(self, dy, y, out=None):
-        return self._binary(lambda g, t: g * (1 - t * t), dy, y, out)
-
-    # binary -----------------------------------------------------------------------------------
-    def add(self, a, b, out=None): return self._binary(np.add, a, b, out)
-    def sub(self, a, b, out=None): return self._binary(np.subtract, a, b, out)
-    def mul(self, a, b, out=None): return self._binary(np.multiply, a, b, out)
-    def div(self, a, b, out=None): return self._binary(np.divide, a, b, out, float_result=True)
     def pow(self, a, b, out=None): return self._binary(np.power, a, b, out)
-    def maximum(self, a, b, out=None): return self._binary(np.maximum, a, b, out)
-    def minimum(self, a, b, out=None): return self._binary(np.minimum, a, b, out)
-    def eq(self, a, b, out=None): return self._binary(np.equal, a, b, out, dtypes.bool_)
-    def ne(self, a, b, out=None): return self._binary(np.not_equal, a, b, out, dtypes.bool_)
-    def lt(self, a, b, out=None): return self._binary(np.less, a, b, out, dtypes.bool_)
-    def le(self, a, b, out=None): return self._binary(np.less_equal, a, b, out, dtypes.bool_)
-    def gt(self, a, b, out=None): return self._binary(np.greater, a, b, out, dtypes.bool_)
-    def ge(self, a, b, out=None): return self._binary(np.greater_equal, a, b, out, dtypes.bool_)
-
-    def where(self, cond, a, b, out=None):
-        dtype = dtypes.result_type(a, b)
-        va, vb = (np.asarray(to_numpy(v)).astype(dtype.numpy, copy=False) for v in (a, b))
-        return self._out(np.where(to_numpy(cond), va, vb), dtype, out)
 
     # reductions -------------------------------------------------------------------------------
     def _reduce_in(self, x):

@@ -11,11 +11,13 @@ import torch
 from .. import dtypes, generator
 from ..backend import _NO_CONTEXT, backend_of, conv_output_hw, get_backend
 from ..tensor import Tensor, arange
+from .composite import composite
+from .elementwise import isfinite, where
 from .function import Function
 from .grad_mode import is_grad_enabled
 from .shape_ops import expand, reshape, unsqueeze
 
-__all__ = ["matmul", "linear", "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss",
+__all__ = ["matmul", "linear", "softmax", "log_softmax", "logsumexp", "cross_entropy", "nll_loss", "mse_loss",
            "conv2d", "max_pool2d", "avg_pool2d", "dropout", "unfold", "fold", "pair"]
 
 
@@ -130,9 +132,8 @@ class Linear(Function):
 
     @staticmethod
     def _differentiable_backward(ctx, dy, x, w, y):
-        from .ops import ReluBackward
-
-        dz = ReluBackward.apply(dy, y) if ctx.activation == "relu" else dy
+        # relu's derivative in Tensor ops (differentiable again), gated by the output y
+        dz = where(y <= 0, 0.0, dy) if ctx.activation == "relu" else dy
         needs = ctx.needs_input_grad
         dx = matmul(dz, w) if needs[0] else None
         dw = matmul(dz.transpose(0, 1), x) if needs[1] else None
@@ -233,20 +234,68 @@ class LogSoftmax(Function):
         return Tensor._wrap(_b().log_softmax_backward(dy._data, y._data, ctx.dim)), None
 
 
-def softmax(x, dim):
-    """exp(x) / sum(exp(x)) along dim, computed stably."""
-    _same_float("softmax", x)
+def _softmax_input(op, x, dtype):
+    if dtype is not None:
+        x = x.to(dtype)
+    _same_float(op, x)
+    return x
+
+
+@composite
+def softmax(x, dim, dtype=None):
+    """exp(x) / sum(exp(x)) along dim, computed stably; dtype: cast x to it first."""
+    x = _softmax_input("softmax", x, dtype)
+    if x.ndim == 0:
+        return reshape(softmax(reshape(x, (1,)), 0), ())
+    dim = _dim("softmax", x, dim)
+    m = x.detach().amax(dim, keepdim=True)  # (the shift cancels: no gradient flows through it)
+    e = (x - where(isfinite(m), m, 0.0)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+@softmax.fused("softmax")
+def _(x, dim, dtype=None):
+    # one kernel each way: y in one pass over the row, dx = y * (dy - sum(dy * y)) in one more
+    x = _softmax_input("softmax", x, dtype)
     if x.ndim == 0:
         return reshape(Softmax.apply(reshape(x, (1,)), 0), ())
     return Softmax.apply1(x, _dim("softmax", x, dim))
 
 
-def log_softmax(x, dim):
-    """x - logsumexp(x) along dim."""
-    _same_float("log_softmax", x)
+@composite
+def log_softmax(x, dim, dtype=None):
+    """x - logsumexp(x) along dim; dtype: cast x to it first."""
+    x = _softmax_input("log_softmax", x, dtype)
+    if x.ndim == 0:
+        return reshape(log_softmax(reshape(x, (1,)), 0), ())
+    dim = _dim("log_softmax", x, dim)
+    m = x.detach().amax(dim, keepdim=True)
+    z = x - where(isfinite(m), m, 0.0)
+    return z - z.exp().sum(dim, keepdim=True).log()
+
+
+@log_softmax.fused("log_softmax")
+def _(x, dim, dtype=None):
+    x = _softmax_input("log_softmax", x, dtype)
     if x.ndim == 0:
         return reshape(LogSoftmax.apply(reshape(x, (1,)), 0), ())
     return LogSoftmax.apply1(x, _dim("log_softmax", x, dim))
+
+
+@composite
+def logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x))) over dim (an int or a tuple), computed stably: m + log(sum(exp(x - m)))
+    with m the maximum (0 where it is infinite, so that rows of -inf give -inf, not NaN)."""
+    if not x.dtype.is_floating_point:
+        x = x.to(dtypes.default_float)
+    m = x.detach().amax(dim, keepdim=True)
+    m = where(isfinite(m), m, 0.0)
+    s = (x - m).exp().sum(dim, keepdim=True).log() + m
+    if keepdim:
+        return s
+    from .ops import normalize_dims
+    dims = normalize_dims("logsumexp", dim, x.ndim)
+    return s.reshape(tuple(n for i, n in enumerate(x.shape) if dims is not None and i not in dims))
 
 
 # ---------------------------------------------------------------------------------- losses

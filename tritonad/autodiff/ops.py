@@ -14,6 +14,9 @@ import numbers
 from .. import dtypes
 from ..backend import _state, get_backend
 from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F401  (re-exported)
+from .. import elementwise as table
+from .elementwise import *  # noqa: F401,F403  (every entry of the elementwise table)
+from .elementwise import clamp_tensor_bounds, where
 from .function import Function
 from .grad_mode import is_grad_enabled
 
@@ -119,61 +122,6 @@ def _require_float(op, x):
 # ---------------------------------------------------------------------------------- binary ops
 
 
-class Add(Function):
-    """y = a + b."""
-    primitive = "add"
-    @staticmethod
-    def forward(ctx, a, b):
-        return backend().add(a, b)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy, dy
-
-
-class Sub(Function):
-    """y = a - b."""
-    primitive = "sub"
-    @staticmethod
-    def forward(ctx, a, b):
-        return backend().sub(a, b)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy, (-dy if ctx.needs_input_grad[1] else None)
-
-
-class Mul(Function):
-    """y = a * b: da = dy * b, db = dy * a."""
-    primitive = "mul"
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return backend().mul(a, b)
-
-    @staticmethod
-    def backward(ctx, dy):
-        a, b = ctx.saved
-        return (dy * b if ctx.needs_input_grad[0] else None,
-                dy * a if ctx.needs_input_grad[1] else None)
-
-
-class Div(Function):
-    """y = a / b: da = dy / b, db = -dy * y / b."""
-    primitive = "div"
-    @staticmethod
-    def forward(ctx, a, b):
-        y = backend().div(a, b)
-        ctx.save_for_backward(b, y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        b, y = ctx.saved
-        return (dy / b if ctx.needs_input_grad[0] else None,
-                -(dy * y) / b if ctx.needs_input_grad[1] else None)
-
-
 class Pow(Function):
     """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a)."""
     primitive = "pow"
@@ -214,67 +162,6 @@ class PowScalar(Function):
         return dy * ctx.p * (x ** (ctx.p - 1) if ctx.p != 2 else x), None
 
 
-class _MinMax(Function):
-    """Elementwise maximum/minimum; NOTE: at ties each side gets half the gradient (as torch)."""
-    pick = "maximum"
-
-    @classmethod
-    def forward(cls, ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return getattr(backend(), cls.pick)(a, b)
-
-    @classmethod
-    def backward(cls, ctx, dy):
-        a, b = ctx.saved
-        wins = (a > b) if cls.pick == "maximum" else (a < b)
-        share = where(wins, 1.0, where(a == b, 0.5, 0.0))
-        da = dy * share if ctx.needs_input_grad[0] else None
-        db = dy * (1.0 - share) if ctx.needs_input_grad[1] else None
-        return da, db
-
-
-class Maximum(_MinMax):
-    primitive = "maximum"
-    pick = "maximum"
-
-
-class Minimum(_MinMax):
-    primitive = "minimum"
-    pick = "minimum"
-
-
-class Where(Function):
-    """y = cond ? a : b; the gradient goes to the side that was picked."""
-    primitive = "where"
-    @staticmethod
-    def forward(ctx, cond, a, b):
-        ctx.save_for_backward(cond)
-        return backend().where(cond, a, b)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (cond,) = ctx.saved
-        return (None,
-                where(cond, dy, 0.0) if ctx.needs_input_grad[1] else None,
-                where(cond, 0.0, dy) if ctx.needs_input_grad[2] else None)
-
-
-class _Compare(Function):
-    """Comparisons give bool tensors and no gradient."""
-    op = "eq"
-
-    @classmethod
-    def forward(cls, ctx, a, b):
-        return getattr(backend(), cls.op)(a, b)
-
-
-def _comparison(name):
-    return type(name.capitalize(), (_Compare,), {"op": name, "primitive": name})
-
-
-Eq, Ne, Lt, Le, Gt, Ge = (_comparison(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
-
-
 def _arithmetic(fn):
     """The op of binary Function `fn` (add, sub, mul, div): _binary and Function.apply2 in one
     frame for its commonest eager call, two plain Tensors with nothing to record; every other
@@ -302,15 +189,15 @@ def _arithmetic(fn):
     return op
 
 
-add, sub, mul, div = (_arithmetic(f) for f in (Add, Sub, Mul, Div))
-def maximum(a, b): return _binary(Maximum, a, b)
-def minimum(a, b): return _binary(Minimum, a, b)
-def eq(a, b): return _binary(Eq, a, b)
-def ne(a, b): return _binary(Ne, a, b)
-def lt(a, b): return _binary(Lt, a, b)
-def le(a, b): return _binary(Le, a, b)
-def gt(a, b): return _binary(Gt, a, b)
-def ge(a, b): return _binary(Ge, a, b)
+add, sub, mul, div = (_arithmetic(getattr(table, n).function) for n in ("add", "sub", "mul", "div"))
+def maximum(a, b): return _binary(table.maximum.function, a, b)
+def minimum(a, b): return _binary(table.minimum.function, a, b)
+def eq(a, b): return _binary(table.eq.function, a, b)
+def ne(a, b): return _binary(table.ne.function, a, b)
+def lt(a, b): return _binary(table.lt.function, a, b)
+def le(a, b): return _binary(table.le.function, a, b)
+def gt(a, b): return _binary(table.gt.function, a, b)
+def ge(a, b): return _binary(table.ge.function, a, b)
 
 
 def pow(a, b):
@@ -320,186 +207,7 @@ def pow(a, b):
     return _binary(Pow, a, b)
 
 
-def where(cond, a, b):
-    """cond ? a : b elementwise (`td.where(x > 0, x, 0.0)`); a and b may be numbers."""
-    if not isinstance(cond, Tensor) or cond.dtype is not dtypes.bool_:
-        raise TypeError("where: the condition must be a bool tensor")
-    a, b = _operand(a, cond), _operand(b, cond)
-    broadcast_shapes("where", *(t.shape for t in (cond, a, b) if isinstance(t, Tensor)))
-    return Where.apply(cond, a, b)
-
-
 # ---------------------------------------------------------------------------------- unary ops
-
-
-class Neg(Function):
-    primitive = "neg"
-    @staticmethod
-    def forward(ctx, x):
-        return backend().neg(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return -dy
-
-
-class Exp(Function):
-    """y = exp(x). Saves y: dy/dx = y."""
-    primitive = "exp"
-    @staticmethod
-    def forward(ctx, x):
-        y = backend().exp(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved
-        return dy * y
-
-
-class Log(Function):
-    """y = log(x): dx = dy / x."""
-    primitive = "log"
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return backend().log(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved
-        return dy / x
-
-
-class Sqrt(Function):
-    """y = sqrt(x): dx = dy / (2 y)."""
-    primitive = "sqrt"
-    @staticmethod
-    def forward(ctx, x):
-        y = backend().sqrt(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved
-        return dy / (y * 2.0)
-
-
-class Abs(Function):
-    """y = |x|: dx = dy * sign(x).  NOTE: the subgradient at 0 is 0, as torch."""
-    primitive = "abs"
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return backend().abs(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved
-        return dy * sign(x)
-
-
-class Sign(Function):
-    """Piecewise constant: zero gradient."""
-    primitive = "sign"
-    @staticmethod
-    def forward(ctx, x):
-        return backend().sign(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy * 0.0
-
-
-class Relu(Function):
-    """y = max(x, 0): dx = dy * (x > 0), one fused pass.  NOTE: relu'(0) = 0."""
-    primitive = "relu"
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return backend().relu(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved
-        return ReluBackward.apply(dy, x)
-
-
-class ReluBackward(Function):
-    """dx = dy * (x > 0) as its own op, so that relu's gradient is differentiable: d/d(dy) is
-    the same mask and d/dx is zero almost everywhere."""
-    primitive = "relu_backward"
-    @staticmethod
-    def forward(ctx, dy, x):
-        ctx.save_for_backward(x)
-        return backend().relu_backward(dy, x)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved
-        return ReluBackward.apply(g, x), None
-
-
-class Sigmoid(Function):
-    """y = 1 / (1 + exp(-x)): dx = dy * y * (1 - y)."""
-    primitive = "sigmoid"
-    @staticmethod
-    def forward(ctx, x):
-        y = backend().sigmoid(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved
-        return SigmoidBackward.apply(dy, y)
-
-
-class SigmoidBackward(Function):
-    """dx = dy * y * (1 - y): d/d(dy) = y (1 - y), d/dy = dy (1 - 2 y)."""
-    primitive = "sigmoid_backward"
-    @staticmethod
-    def forward(ctx, dy, y):
-        ctx.save_for_backward(dy, y)
-        return backend().sigmoid_backward(dy, y)
-
-    @staticmethod
-    def backward(ctx, g):
-        dy, y = ctx.saved
-        return (SigmoidBackward.apply(g, y) if ctx.needs_input_grad[0] else None,
-                g * dy * (1.0 - 2.0 * y) if ctx.needs_input_grad[1] else None)
-
-
-class Tanh(Function):
-    """y = tanh(x): dx = dy * (1 - y^2)."""
-    primitive = "tanh"
-    @staticmethod
-    def forward(ctx, x):
-        y = backend().tanh(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved
-        return TanhBackward.apply(dy, y)
-
-
-class TanhBackward(Function):
-    """dx = dy * (1 - y^2): d/d(dy) = 1 - y^2, d/dy = -2 dy y."""
-    primitive = "tanh_backward"
-    @staticmethod
-    def forward(ctx, dy, y):
-        ctx.save_for_backward(dy, y)
-        return backend().tanh_backward(dy, y)
-
-    @staticmethod
-    def backward(ctx, g):
-        dy, y = ctx.saved
-        return (TanhBackward.apply(g, y) if ctx.needs_input_grad[0] else None,
-                g * dy * y * -2.0 if ctx.needs_input_grad[1] else None)
 
 
 class Clamp(Function):
@@ -524,23 +232,13 @@ class Clamp(Function):
         return where(inside, dy, 0.0), None, None
 
 
-def neg(x): return Neg.apply1(x)
-def exp(x): return Exp.apply1(x)
-def log(x): return Log.apply1(x)
-def sqrt(x): return Sqrt.apply1(x)
-def abs(x): return Abs.apply1(x)
-def sign(x): return Sign.apply1(x)
-def relu(x): return Relu.apply1(x)
-def sigmoid(x): return Sigmoid.apply1(x)
-def tanh(x): return Tanh.apply1(x)
 
 
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     if isinstance(min, Tensor) or isinstance(max, Tensor):
-        out = x if min is None else maximum(x, min)
-        return out if max is None else minimum(out, max)
+        return clamp_tensor_bounds(x, min, max)
     return Clamp.apply(x, min, max)
 
 

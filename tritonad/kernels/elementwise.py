@@ -1,14 +1,17 @@
-"""Elementwise kernels: fills, strided copies and casts, unary and binary maths with numpy
-broadcasting, `where`, and the fused activation backwards.
+"""The elementwise kernel: every entry of the elementwise table (tritonad/elementwise.py) and
+its derivatives, plus fills, strided copies and casts, arange, clamp by numbers and pow.
 
-Every op is one launch of `_elementwise_kernel`. The launcher broadcasts the operands' strides to
-the output's shape (stride 0 on broadcast dimensions: a broadcast row is read in place, never
-copied), drops size-1 dimensions and merges neighbouring dimensions that are contiguous for every
-operand. What remains is either one contiguous run (the lean 1-d fast path: large blocks,
-vectorised 16-byte accesses) or at most MAX_RANK strided dimensions, which the kernel walks by
-splitting the flat output index into coordinates. Python numbers are kernel arguments, never
-arrays.
+Every op is one launch of `_elementwise_kernel`. A table entry's formula is compiled in as the
+constexpr FN (its vocabulary bound to kernels/tlmath.py), taking up to four operands; the other
+ops are named by OP. The launcher broadcasts the operands' strides to the output's shape (stride
+0 on broadcast dimensions: a broadcast row is read in place, never copied), drops size-1
+dimensions and merges neighbouring dimensions that are contiguous for every operand. What remains
+is either one contiguous run (the lean 1-d fast path: large blocks, vectorised 16-byte accesses)
+or at most MAX_RANK strided dimensions, which the kernel walks by splitting the flat output index
+into coordinates. Python numbers are kernel arguments, never arrays.
 
+Memory traffic: one read of each array operand and one write of the result, the floor for an
+elementwise op; a derivative reads only what its formula names (dy and x, or dy and y).
 Values are computed in `COMPUTE`: float32 for float16/bfloat16/float32, float64 for float64, the
 integer type itself for integers (int32 for bool and uint8), and rounded once on the store.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+import types
 
 import numpy as np
 import torch
@@ -24,13 +28,10 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
+from .. import elementwise as table
+from . import tlmath
 from .launch import (INTERPRET, PDL, KernelLaunch, PlanCache, cdiv, dtype_of, empty,
                      next_power_of_2, offset_ptr, ptr)
-
-PRIMITIVES = ("fill_", "copy_", "contiguous", "cast", "arange", "neg", "exp", "log", "sqrt",
-              "abs", "sign", "relu", "sigmoid", "tanh", "pow_scalar", "clamp", "relu_backward",
-              "sigmoid_backward", "tanh_backward", "add", "sub", "mul", "div", "pow", "maximum",
-              "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where")
 
 MAX_RANK = 4                 # strided dimensions the kernel walks after collapsing
 CONTIGUOUS_BLOCK, CONTIGUOUS_WARPS = 4096, 8
@@ -130,123 +131,62 @@ def _pow_int(x, y):
 
 
 @triton.jit
-def _tanh(x):
-    # tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|) <= 1: exp never overflows.
-    # NOTE: near 0, 1 - e cancels; there the odd series x - x^3/3 + 2x^5/15 - 17x^7/315 +
-    # 62x^9/2835 is accurate to 1e-11 relative for |x| < 0.125.
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
-    t = tl.where(x < 0, -t, t)
-    x2 = x * x
-    series = x * (1.0 + x2 * (-1.0 / 3 + x2 * (2.0 / 15 + x2 * (-17.0 / 315 + x2 * (62.0 / 2835)))))
-    return tl.where(tl.abs(x) < 0.125, series.to(t.dtype), t)
-
-
-@triton.jit
-def _sigmoid(x):
-    # 1 / (1 + exp(-x)) with exp of -|x| only: exactly 0 or 1 in the limits, never inf / inf.
-    e = tl.exp(-tl.abs(x))
-    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-@triton.jit
-def _apply(a, b, c, idx, OP: tl.constexpr, B_KIND: tl.constexpr, C_KIND: tl.constexpr):
-    """The op on values already in their compute type (c only for where and clamp)."""
-    # one shape for both operands (a number is a scalar): the interpreter cannot combine a
-    # scalar mask with a block mask
-    a, b = tl.broadcast(a, b)
-    if OP == "copy":
-        r = a
-    elif OP == "neg":
-        r = -a
-    elif OP == "exp":
-        r = tl.exp(a)
-    elif OP == "log":
-        r = tl.log(a)
-    elif OP == "sqrt":
-        if a.dtype == tl.float32:
-            r = tl.sqrt_rn(a)  # NOTE: IEEE-rounded, as numpy (tl.sqrt may be approximate)
-        else:
-            r = tl.sqrt(a)
-    elif OP == "abs":
-        r = tl.abs(a)
-    elif OP == "sign":
-        r = tl.where(a > 0, 1, tl.where(a < 0, -1, a)).to(a.dtype)  # sign(NaN) = NaN
-    elif OP == "relu":
-        r = tl.where(a < 0, 0, a).to(a.dtype)  # NOTE: NaN stays NaN, as torch.relu
-    elif OP == "sigmoid":
-        r = _sigmoid(a)
-    elif OP == "tanh":
-        r = _tanh(a)
-    elif OP == "square":
-        r = a * a
-    elif OP == "clamp":
-        # bounds arrive already converted to x's dtype, then to the compute type
-        r = a
-        if B_KIND != 3:
-            r = tl.where(r < b, b, r)
-        if C_KIND != 3:
-            r = tl.where(r > c, c, r)
-    elif OP == "relu_backward":
-        r = tl.where(b > 0, a, 0).to(a.dtype)  # NOTE: relu'(0) = 0, as torch
-    elif OP == "sigmoid_backward":
-        r = a * b * (1.0 - b)
-    elif OP == "tanh_backward":
-        r = a * (1.0 - b * b)
-    elif OP == "add":
-        r = a + b
-    elif OP == "sub":
-        r = a - b
-    elif OP == "mul":
-        r = a * b
-    elif OP == "div":
-        if a.dtype == tl.float32:
-            r = tl.div_rn(a, b)  # NOTE: IEEE-rounded division (plain / is approximate)
-        else:
-            r = a / b
-    elif OP == "pow":
-        if a.dtype.is_floating():
-            r = _pow_float(a, b).to(a.dtype)
-        else:
-            r = _pow_int(a, b)
-    elif OP == "maximum":
-        r = tl.where((a > b) | (a != a), a, b)  # NaN in either operand propagates
-    elif OP == "minimum":
-        r = tl.where((a < b) | (a != a), a, b)
-    elif OP == "eq":
-        r = a == b
-    elif OP == "ne":
-        r = a != b
-    elif OP == "lt":
-        r = a < b
-    elif OP == "le":
-        r = a <= b
-    elif OP == "gt":
-        r = a > b
-    elif OP == "ge":
-        r = a >= b
-    elif OP == "where":
-        r = tl.where(a, b, c)
-    elif OP == "arange":
-        r = a + idx.to(b.dtype) * b
+def _apply(a, b, c, d, idx, OP: tl.constexpr, FN: tl.constexpr, ARITY: tl.constexpr,
+           B_KIND: tl.constexpr, C_KIND: tl.constexpr):
+    """The op on values already in their compute type: a formula of the elementwise table
+    (FN, taking ARITY operands), or one of the few ops that are not in it (copies and fills,
+    arange, clamp by numbers, pow)."""
+    if ARITY == 1:
+        r = FN(a)
+    elif ARITY == 2:
+        r = FN(a, b)
+    elif ARITY == 3:
+        r = FN(a, b, c)
+    elif ARITY == 4:
+        r = FN(a, b, c, d)
     else:
-        tl.static_assert(False, "unknown elementwise op")
+        # one shape for both operands (a number is a scalar): the interpreter cannot combine a
+        # scalar mask with a block mask
+        a, b = tl.broadcast(a, b)
+        if OP == "copy":
+            r = a
+        elif OP == "square":
+            r = a * a
+        elif OP == "clamp":
+            # bounds arrive already converted to x's dtype, then to the compute type
+            r = a
+            if B_KIND != 3:
+                r = tl.where(r < b, b, r)
+            if C_KIND != 3:
+                r = tl.where(r > c, c, r)
+        elif OP == "pow":
+            if a.dtype.is_floating():
+                r = _pow_float(a, b).to(a.dtype)
+            else:
+                r = _pow_int(a, b)
+        elif OP == "arange":
+            r = a + idx.to(b.dtype) * b
+        else:
+            tl.static_assert(False, "unknown elementwise op")
     return r
 
 
 # NOTE: the scalar operands (ints, or float64 bit patterns) are typed tl.int64 and not
 # specialized: every call of a signature runs one compiled kernel, whatever the numbers
-@triton.jit(do_not_specialize=["a_value", "b_value", "c_value"])
-def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value: tl.int64, b_value: tl.int64,
-                        c_value: tl.int64,
+@triton.jit(do_not_specialize=["a_value", "b_value", "c_value", "d_value"])
+def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, d_ptr, a_value: tl.int64,
+                        b_value: tl.int64, c_value: tl.int64, d_value: tl.int64,
                         n, size1, size2, size3,
                         stride_o0, stride_o1, stride_o2, stride_o3,
                         stride_a0, stride_a1, stride_a2, stride_a3,
                         stride_b0, stride_b1, stride_b2, stride_b3,
                         stride_c0, stride_c1, stride_c2, stride_c3,
-                        OP: tl.constexpr, A_KIND: tl.constexpr, B_KIND: tl.constexpr,
-                        C_KIND: tl.constexpr, COMPUTE: tl.constexpr, CONTIGUOUS: tl.constexpr,
-                        INT64: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
+                        stride_d0, stride_d1, stride_d2, stride_d3,
+                        OP: tl.constexpr, FN: tl.constexpr, ARITY: tl.constexpr,
+                        COND: tl.constexpr, A_KIND: tl.constexpr, B_KIND: tl.constexpr,
+                        C_KIND: tl.constexpr, D_KIND: tl.constexpr, COMPUTE: tl.constexpr,
+                        CONTIGUOUS: tl.constexpr, INT64: tl.constexpr, BLOCK: tl.constexpr,
+                        GDC: tl.constexpr):
     if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -263,6 +203,7 @@ def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value: tl.int64, b_value
         off_a = idx
         off_b = idx
         off_c = idx
+        off_d = idx
     else:
         i3 = idx % size3
         rest = idx // size3
@@ -274,13 +215,21 @@ def _elementwise_kernel(out_ptr, a_ptr, b_ptr, c_ptr, a_value: tl.int64, b_value
         off_a = i0 * stride_a0 + i1 * stride_a1 + i2 * stride_a2 + i3 * stride_a3
         off_b = i0 * stride_b0 + i1 * stride_b1 + i2 * stride_b2 + i3 * stride_b3
         off_c = i0 * stride_c0 + i1 * stride_c1 + i2 * stride_c2 + i3 * stride_c3
-    if OP == "where":
+        off_d = i0 * stride_d0 + i1 * stride_d1 + i2 * stride_d2 + i3 * stride_d3
+    if COND:  # a bool condition (where): nonzero is True
         a = _load_operand(a_ptr, a_value, off_a, mask, A_KIND, tl.int1)
     else:
         a = _load_operand(a_ptr, a_value, off_a, mask, A_KIND, COMPUTE)
     b = _load_operand(b_ptr, b_value, off_b, mask, B_KIND, COMPUTE)
     c = _load_operand(c_ptr, c_value, off_c, mask, C_KIND, COMPUTE)
-    r = _apply(a, b, c, idx, OP, B_KIND, C_KIND)
+    d = _load_operand(d_ptr, d_value, off_d, mask, D_KIND, COMPUTE)
+    if ARITY > 0:  # a formula sees blocks only: numbers are splatted (the interpreter cannot
+        # combine a scalar with a block in every operation)
+        a = tl.broadcast_to(a, [BLOCK])
+        b = tl.broadcast_to(b, [BLOCK])
+        c = tl.broadcast_to(c, [BLOCK])
+        d = tl.broadcast_to(d, [BLOCK])
+    r = _apply(a, b, c, d, idx, OP, FN, ARITY, B_KIND, C_KIND)
     r = tl.broadcast_to(cast_for_store(r, out_ptr), [BLOCK])  # scalars only: fill_, arange
     tl.store(out_ptr + off_o, r, mask=mask)
 
@@ -392,17 +341,17 @@ class _Plan:
     contiguous run is cut into a 16-aligned body and a tail, none for an empty result)."""
 
     __slots__ = ("shape", "strides", "dtype", "device", "kinds", "launches", "single", "ta",
-                 "tb", "tc", "like")
+                 "tb", "tc", "td", "like")
 
     def __init__(self, shape, dtype, device, kinds, launches, like):
         self.shape, self.dtype, self.device = shape, dtype, device
         self.strides = _contiguous_strides(shape)
         self.kinds, self.launches = kinds, launches
         self.single = launches[0][0] if len(launches) == 1 and launches[0][1] == 0 else None
-        self.ta, self.tb, self.tc = (k == TENSOR for k in kinds)
+        self.ta, self.tb, self.tc, self.td = (k == TENSOR for k in kinds)
         self.like = like  # 0 or 1: the result is laid out as operand a or b (empty_like: faster)
 
-    def __call__(self, out, a, b, c, pa, pb, pc):
+    def __call__(self, out, a, b, c, pa, pb, pc, d=None, pd=0):
         if out is None:
             like = self.like
             if like == 0:
@@ -416,15 +365,15 @@ class _Plan:
         if launch is not None:  # the common case: one launch over the whole arrays
             o = ptr(out)
             launch(o, ptr(a) if self.ta else o, ptr(b) if self.tb else o,
-                   ptr(c) if self.tc else o, pa, pb, pc)
+                   ptr(c) if self.tc else o, ptr(d) if self.td else o, pa, pb, pc, pd)
             return out
         for launch, start in self.launches:
             o = offset_ptr(out, start) if start else ptr(out)
-            pointers = [o, o, o]
-            for i, (x, kind) in enumerate(zip((a, b, c), self.kinds)):
+            pointers = [o, o, o, o]
+            for i, (x, kind) in enumerate(zip((a, b, c, d), self.kinds)):
                 if kind == TENSOR:
                     pointers[i] = offset_ptr(x, start) if start else ptr(x)
-            launch(o, *pointers, pa, pb, pc)
+            launch(o, *pointers, pa, pb, pc, pd)
         return out
 
 
@@ -440,11 +389,12 @@ def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
     """Run an elementwise call through its plan (made and cached on the signature's first call).
 
     out: the array to write or None (then a new contiguous one of shape/dtype on device)."""
+    operands = list(operands) + [None] * (4 - len(operands))
+    payloads = tuple(payloads) + (0,) * (4 - len(payloads))
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, *(list(operands) + [None] * (3 - len(operands))), *payloads)
+        return plan(out, *operands[:3], *payloads[:3], operands[3], payloads[3])
     result = out if out is not None else empty(shape, dtype.torch, device)
-    operands = list(operands) + [None] * (3 - len(operands))
     launches = _launch(op, result, operands, compute)
     if launches is not None:
         kinds = [TENSOR if isinstance(x, torch.Tensor) else ABSENT if x is None
@@ -457,7 +407,7 @@ def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
 
 
 def _launch(op, out, operands, compute):
-    """out[...] = op(*operands) elementwise; operands: 3 arrays, numbers or None. Returns the
+    """out[...] = op(*operands) elementwise; operands: 4 arrays, numbers or None. Returns the
     launches made as [(KernelLaunch, element offset)], or None when they cannot be replayed
     (a layout walked with one launch per outer coordinate)."""
     n = out.numel()
@@ -517,10 +467,10 @@ def _launch_collapsed(op, out, arrays, kinds, values, sizes, strides, compute, s
     launch = KernelLaunch(
         _elementwise_kernel, (cdiv(n, block),),
         [out, *arrays, *values, n, *sizes[1:], *(s for st in strides for s in st)],
-        dict(OP=op, A_KIND=kinds[0], B_KIND=kinds[1], C_KIND=kinds[2], COMPUTE=compute,
-             CONTIGUOUS=contiguous, INT64=needs_int64(n, sizes, strides), BLOCK=block,
-             num_warps=warps, **PDL),
-        dynamic=range(7))
+        dict(**_op_meta(op), A_KIND=kinds[0], B_KIND=kinds[1], C_KIND=kinds[2],
+             D_KIND=kinds[3], COMPUTE=compute, CONTIGUOUS=contiguous,
+             INT64=needs_int64(n, sizes, strides), BLOCK=block, num_warps=warps, **PDL),
+        dynamic=range(9))
     return [(launch, start)]
 
 
@@ -640,69 +590,24 @@ def arange(start, end, step, dtype, device):
                     (pa, pb, 0), compute)
 
 
-def _unary(op, x, out, float_result=False):
-    """y = op(x) elementwise in x's dtype (float32 for integer x when float_result)."""
-    key = (op, _key(x) if type(x) is _Tensor else _operand(x)[0],
-           None if out is None else _key(out))
-    plan = _PLANS.get(key)
-    if plan is not None:
-        return plan(out, x, None, None, 0, 0, 0)
-    device = _check_operands(op, x)
-    dtype = dtype_of(x)
-    if float_result and not dtype.is_floating_point:
-        dtype = dtypes.default_float
-    _check_out(op, out, x.shape, device)
-    return _planned(key, op, out, x.shape, dtype, device, [x], (0, 0, 0), compute_type(dtype))
-
-
-def neg(x, out=None): return _unary("neg", x, out)
-def exp(x, out=None): return _unary("exp", x, out, float_result=True)
-def log(x, out=None): return _unary("log", x, out, float_result=True)
-def sqrt(x, out=None): return _unary("sqrt", x, out, float_result=True)
-def abs(x, out=None): return _unary("abs", x, out)
-
-
-def sign(x, out=None):
-    """-1, 0 or 1 (0 at 0, NaN at NaN), in x's dtype."""
-    return _unary("sign", x, out)
-
-
-def relu(x, out=None):
-    """max(x, 0); NaN stays NaN."""
-    return _unary("relu", x, out)
-
-
-def sigmoid(x, out=None):
-    """1 / (1 + exp(-x)), stable for large |x| (exactly 0 and 1 in the limits)."""
-    return _unary("sigmoid", x, out, float_result=True)
-
-
-def tanh(x, out=None): return _unary("tanh", x, out, float_result=True)
-
-
-def _binary(op, a, b, out, result=None, float_result=False):
-    """r = op(a, b) with numpy broadcasting; the result type is dtypes.result_type(a, b)
-    (float32 for integers when float_result), or `result` (comparisons: bool)."""
-    if type(a) is _Tensor:  # (_key inline: this runs on every eager call)
-        ka, pa = (a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() % 16 == 0), 0
-    else:
-        ka, pa = _operand(a)
-    if type(b) is _Tensor:
-        kb, pb = (b.dtype, b.shape, b.stride(), b.get_device(), b.data_ptr() % 16 == 0), 0
-    else:
-        kb, pb = _operand(b)
+def _binary(op, a, b, out):
+    """r = op(a, b) (pow) with numpy broadcasting; the result type is dtypes.result_type(a, b)."""
+    ka, pa = _operand(a)
+    kb, pb = _operand(b)
     key = (op, ka, kb, None if out is None else _key(out))
     plan = _PLANS.get(key)
     if plan is not None:
         return plan(out, a, b, None, pa, pb, 0)
     device = _check_operands(op, a, b)
     dtype = dtypes.result_type(a, b)
-    if float_result and not dtype.is_floating_point:
-        dtype = dtypes.default_float
     shape = broadcast_shape(op, a, b)
     _check_out(op, out, shape, device)
-    return _planned(key, op, out, shape, result or dtype, device, [a, b], (pa, pb, 0),
-                    compute_type(dtype))
+    return _planned(key, op, out, shape, dtype, device, [a, b], (pa, pb, 0), compute_type(dtype))
+
+
+def pow(a, b, out=None):
+    """a ** b elementwise, numpy's special cases (see _pow_float); integers wrap."""
+    return _binary("pow", a, b, out)
 
 
 def pow_scalar(x, exponent, out=None):
@@ -724,8 +629,8 @@ def pow_scalar(x, exponent, out=None):
 
 
 def clamp(x, min=None, max=None, out=None):
-    """Elementwise min(max(x, min), max); either bound may be None. Bounds are converted to x's
-    dtype first (as the reference does), so an int x stays int."""
+    """Elementwise min(max(x, min), max) for number bounds, either of which may be None. Bounds
+    are converted to x's dtype first (as the reference does), so an int x stays int."""
     device = _check_operands("clamp", x)
     dtype = dtype_of(x)
     _check_out("clamp", out, x.shape, device)
@@ -753,56 +658,133 @@ def _convert_number(value, dtype):
     return int(math.trunc(value)) if math.isfinite(value) else 0
 
 
-def relu_backward(dy, x, out=None):
-    """dx = dy * (x > 0), in dy's dtype.  NOTE: relu'(0) = 0, as torch."""
-    result = dtype_of(dy) if isinstance(dy, torch.Tensor) else None
-    return _binary("relu_backward", dy, x, out, result=result)
+# ----------------------------------------------------------------------------------- the table
+# Every entry of tritonad/elementwise.py (and each of its derivatives) runs as
+# _elementwise_kernel with the entry's formula compiled in as FN: its vocabulary bound to
+# tlmath's functions, its constants to tl.constexpr.
+
+_NAMESPACE = {name: value for name, value in vars(tlmath).items() if not name.startswith("__")}
+_NAMESPACE.update({name: tl.constexpr(value) for name, value in table.CONSTANTS.items()},
+                  __name__=table.__name__)
 
 
-def sigmoid_backward(dy, y, out=None):
-    """dx = dy * y * (1 - y), y = sigmoid(x)."""
-    return _binary("sigmoid_backward", dy, y, out)
+class _Form:
+    """A table formula as the kernel runs it: FN, how many operands, how its result is typed."""
+
+    __slots__ = ("name", "fn", "arity", "result", "condition", "operands")
+
+    def __init__(self, formula):
+        self.name, self.arity, self.result = formula.name, formula.arity, formula.result
+        self.condition = formula.condition
+        # the operands that decide the result type: an op's own (not its numbers), or all a
+        # derivative reads
+        self.operands = len(getattr(formula, "operands", ())) or formula.arity
+        code = formula.fn.__code__
+        fn = types.FunctionType(code, _NAMESPACE, code.co_name, formula.fn.__defaults__)
+        self.fn = triton.jit(fn)
+
+    def __repr__(self):
+        return f"<kernel form {self.name}>"
 
 
-def tanh_backward(dy, y, out=None):
-    """dx = dy * (1 - y * y), y = tanh(x)."""
-    return _binary("tanh_backward", dy, y, out)
+_FORMS = {}
 
 
-def add(a, b, out=None): return _binary("add", a, b, out)
-def sub(a, b, out=None): return _binary("sub", a, b, out)
-def mul(a, b, out=None): return _binary("mul", a, b, out)
+def form(formula):
+    """The compiled form of an entry or derivative of the table (made once)."""
+    f = _FORMS.get(formula)
+    if f is None:
+        f = _FORMS[formula] = _Form(formula)
+    return f
 
 
-def div(a, b, out=None):
-    """True division: integer operands give float32."""
-    return _binary("div", a, b, out, float_result=True)
+def _op_meta(op):
+    """The kernel's constexpr arguments that say which op it computes."""
+    if isinstance(op, str):
+        return dict(OP=op, FN=None, ARITY=0, COND=False)
+    return dict(OP="table", FN=op.fn, ARITY=op.arity, COND=op.condition)
 
 
-def pow(a, b, out=None): return _binary("pow", a, b, out)
-def maximum(a, b, out=None): return _binary("maximum", a, b, out)
-def minimum(a, b, out=None): return _binary("minimum", a, b, out)
-def eq(a, b, out=None): return _binary("eq", a, b, out, result=dtypes.bool_)
-def ne(a, b, out=None): return _binary("ne", a, b, out, result=dtypes.bool_)
-def lt(a, b, out=None): return _binary("lt", a, b, out, result=dtypes.bool_)
-def le(a, b, out=None): return _binary("le", a, b, out, result=dtypes.bool_)
-def gt(a, b, out=None): return _binary("gt", a, b, out, result=dtypes.bool_)
-def ge(a, b, out=None): return _binary("ge", a, b, out, result=dtypes.bool_)
+def _first_call(f, operands, out, key):
+    """A table formula's first call for a signature: checks, result type, plan."""
+    device = _check_operands(f.name, *operands)
+    deciding = operands[1 if f.condition else 0:f.operands]
+    promoted = dtypes.result_type(*deciding)
+    if f.result == "bool":
+        dtype, compute = dtypes.bool_, compute_type(promoted)
+    else:
+        dtype = promoted
+        if f.result == "float" and not dtype.is_floating_point:
+            dtype = dtypes.default_float
+        compute = compute_type(dtype)
+    shape = broadcast_shape(f.name, *operands)
+    _check_out(f.name, out, shape, device)
+    payloads = [0 if isinstance(x, _Tensor) else _operand(x)[1] for x in operands]
+    return _planned(key, f, out, shape, dtype, device, operands, payloads, compute)
 
 
-def where(cond, a, b, out=None):
-    """cond ? a : b; cond an array (nonzero = True), a and b arrays or numbers; all three
-    broadcast; the result type is dtypes.result_type(a, b)."""
-    if not isinstance(cond, torch.Tensor):
-        raise TypeError(f"where: cond must be an array, got {type(cond).__name__}")
-    (ka, pa), (kb, pb) = _operand(a), _operand(b)
-    key = ("where", _operand(cond)[0], ka, kb, _out_key(out))
+def apply(formula, *operands, out=None):
+    """out[...] = formula(*operands) elementwise, for any entry or derivative of the table:
+    operands are arrays (any strides, broadcast together) or numbers."""
+    f = form(formula)
+    keys = tuple(_operand(x)[0] for x in operands)
+    key = (f, keys, None if out is None else _key(out))
     plan = _PLANS.get(key)
     if plan is not None:
-        return plan(out, cond, a, b, 0, pa, pb)
-    device = _check_operands("where", cond, a, b)
-    dtype = dtypes.result_type(a, b)
-    shape = broadcast_shape("where", cond, a, b)
-    _check_out("where", out, shape, device)
-    return _planned(key, "where", out, shape, dtype, device, [cond, a, b], (0, pa, pb),
-                    compute_type(dtype))
+        padded = list(operands) + [None] * (4 - len(operands))
+        pays = [0 if isinstance(x, _Tensor) else _operand(x)[1] for x in padded]
+        return plan(out, *padded[:3], *pays[:3], padded[3], pays[3])
+    return _first_call(f, operands, out, key)
+
+
+def _launcher(op):
+    """The primitive of a table entry: one and two operands inline the plan lookup (the eager
+    path of `x.exp()` and `a + b`), the rest go through `apply`."""
+    f = form(op)
+    if op.arity == 1:
+        def run(x, out=None):
+            key = (f, _key(x) if type(x) is _Tensor else _operand(x)[0],
+                   None if out is None else _key(out))
+            plan = _PLANS.get(key)
+            if plan is not None:
+                return plan(out, x, None, None, 0, 0, 0)
+            return _first_call(f, (x,), out, key)
+    elif op.arity == 2:
+        def run(a, b, out=None):
+            if type(a) is _Tensor:  # (_key inline: this runs on every eager call)
+                ka, pa = (a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() % 16 == 0), 0
+            else:
+                ka, pa = _operand(a)
+            if type(b) is _Tensor:
+                kb, pb = (b.dtype, b.shape, b.stride(), b.get_device(), b.data_ptr() % 16 == 0), 0
+            else:
+                kb, pb = _operand(b)
+            key = (f, ka, kb, None if out is None else _key(out))
+            plan = _PLANS.get(key)
+            if plan is not None:
+                return plan(out, a, b, None, pa, pb, 0)
+            return _first_call(f, (a, b), out, key)
+    else:
+        def run(*operands, out=None):
+            return apply(op, *operands, out=out)
+    run.__name__ = run.__qualname__ = op.name
+    run.__doc__ = f"{op.doc} Elementwise, broadcast; the kernel of tritonad.elementwise.{op.name}."
+    return run
+
+
+for _op in table.OPS.values():
+    globals()[_op.name] = _launcher(_op)
+
+
+def relu_backward(dy, x, out=None):
+    """dx = dy where x > 0, else 0 (relu's derivative, as a gate for fused backwards)."""
+    return apply(table.relu.derivatives["x"], x, dy, out=out)
+
+
+PRIMITIVES = ("fill_", "copy_", "contiguous", "cast", "arange", "pow", "pow_scalar", "clamp",
+              "relu_backward", "elementwise") + tuple(table.OPS)
+
+
+def elementwise(formula, *operands, out=None):
+    """The backend primitive for any formula of the table (an entry or a derivative)."""
+    return apply(formula, *operands, out=out)

@@ -1,15 +1,16 @@
 """Neural-network building blocks: `from tritonad import nn`."""
 from . import functional, fused, init, utils  # noqa: F401
+from .activation import *  # noqa: F401,F403  (GELU, SiLU, ... from the elementwise table)
+from .activation import MODULES as _ACTIVATIONS
 from .layers import (AvgPool2d, Conv2d, Dropout, Flatten, Identity, Linear, LogSoftmax,
-                     MaxPool2d, ModuleDict, ModuleList, ReLU, Sequential, Sigmoid, Softmax,
-                     Tanh)
+                     MaxPool2d, ModuleDict, ModuleList, Sequential, Softmax)
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .fused import FusedMLP
 from .module import Module
 from .parameter import Parameter
 
-__all__ = ["Module", "Parameter", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "ReLU", "Sigmoid",
-           "Tanh", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Sequential",
+__all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "MaxPool2d",
+           "AvgPool2d", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Sequential",
            "ModuleList", "ModuleDict", "FusedMLP",
            "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional"]
 
