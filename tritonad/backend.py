@@ -13,8 +13,10 @@ Conventions shared by all primitives:
   (it may be one of the inputs: elementwise ops read each element before writing it).
 - Half-precision inputs are computed in float32 and rounded once on output.
 
-Two backends plug in: `numpy` (tritonad/reference.py, the executable spec) and `triton`
-(tritonad/kernels/, the product). `set_backend`, `get_backend` and `use_backend` choose between
+Two backends plug in: `numpy` (tritonad/reference/, the executable spec) and `triton`
+(tritonad/kernels/, the product). The core primitives (Backend) are what a backend implements;
+the fused and training-specific ones (FusedPrimitives, some of them fusions for the MNIST
+recipes' patterns) default to compositions of the core ones. `set_backend`, `get_backend` and `use_backend` choose between
 them; the default is `triton` where a CUDA GPU is present and `numpy` otherwise (override with
 the environment variable TRITONAD_BACKEND).
 """
@@ -33,8 +35,172 @@ from .dtypes import DType
 _NO_CONTEXT = contextlib.nullcontext()
 
 
-class Backend:
-    """The primitives. Subclasses implement every method that raises NotImplementedError."""
+class FusedPrimitives:
+    """The fused and training-specific primitives: each has a default written over the core
+    primitives of the same backend (raw arrays in, raw arrays out), so a backend need not
+    implement any of them; the triton backend replaces them with its fused kernels.
+
+    Some are fusions for the patterns of the MNIST recipes (models.py, train.py), apart from
+    the general ops: the fused MLP training step (mlp_cross_entropy_grads_, kernels/mlp.py),
+    the classifier head (linear_cross_entropy, kernels/head.py) and a first convolution with
+    relu and max pooling (conv2d_relu_max_pool2d and its backward, kernels/conv_pool.py). The
+    others read a training step's values on the device, without a host sync (count_correct_,
+    take_row_, gather_rows_at_: kernels/reduce.py and kernels/index.py). The defaults are
+    their specification: the tests compare the fused kernels with them.
+    """
+
+    # ---------------------------------------------------------------- device-side step values
+    def count_correct_(self, logits, target, counter):
+        """counter += the number of rows i where the first largest logits[i] sits at target[i].
+        logits: [N, C] float, target: [N] int, counter: a 1-element int64 array (in place, on
+        the device, so that a training loop counts its accuracy without a host sync).
+        Default: argmax, eq, sum and add."""
+        hits = self.eq(self.argmax(logits, dim=1), target)
+        return self.add(counter, self.sum(hits), out=counter)
+
+    def take_row_(self, table, cursor, out, advance=False):
+        """out[...] = table[cursor % R] with cursor read on the device, then cursor += 1 if
+        `advance`. table: [R, *out.shape] of out's dtype (contiguous), cursor: a 1-element int64
+        array, out: contiguous, written in place. No host synchronisation: this is how a captured
+        training step reads the values of its step (the batch's sample indices, the learning
+        rate) from a table filled ahead of time. On a GPU the table may also live in pinned host
+        memory (read through its mapped address); returns out.
+
+        Default: i = cursor - R * trunc(cursor / R) (in float64: exact below 2**53), in (-R, R),
+        which gather_rows wraps to cursor % R; then copy_ and add."""
+        check_take_row(table, cursor, out)
+        at = cursor.reshape(1)
+        quotient = self.cast(self.div(self.cast(at, dtypes.float64), table.shape[0]),
+                             dtypes.int64)
+        index = self.sub(at, self.mul(quotient, table.shape[0]))
+        self.copy_(out, self.gather_rows(table, index)[0])
+        if advance:
+            self.add(cursor, 1, out=cursor)
+        return out
+
+    def gather_rows_at_(self, sources, outs, table, cursor):
+        """outs[j][i] = sources[j][table[cursor % R, i]] for each source j (one or two, e.g. a
+        dataset's images and labels), with cursor read on the device: a captured training
+        step's batch, cut from the device-resident dataset by the row of sample indices that
+        the cursor points at. sources[j]: [N, *rest_j] (any strides), outs[j]: contiguous
+        [B, *rest_j] of the source's dtype, table: int64 [R, B]. An index outside [-N, N)
+        raises IndexError (checked by reading back, except during CUDA graph capture, where it
+        is clamped into range). The cursor is not advanced. Returns outs.
+
+        Default: take_row_ of the table's row, then gather_rows and copy_ per source."""
+        check_gather_rows_at(sources, outs, table, cursor)
+        row = self.empty(table.shape[1:], dtypes.int64, table.device)
+        self.take_row_(table if table.is_contiguous() else self.contiguous(table), cursor, row)
+        for x, out in zip(sources, outs):
+            self.copy_(out, self.gather_rows(x, row))
+        return outs
+
+    # ---------------------------------------------------------------- MNIST recipe fusions
+    def linear_cross_entropy(self, x, w, bias, target, reduction="mean", ignore_index=-100,
+                             label_smoothing=0.0, compute_grad=True, input_grad=True,
+                             metrics=None):
+        """A classifier head: cross_entropy(x @ w^T + bias, target, ...) without handing the
+        logits back; returns (loss, dlogits or None, dx or None).
+
+        x: [N, K], w: [C, K], bias: [C] or None, one floating dtype; target, reduction,
+        ignore_index, label_smoothing and metrics as cross_entropy. The product follows
+        matmul's rules (float32 accumulation, `matmul_precision()`). With compute_grad, dlogits
+        = d(loss)/d(logits) [N, C] (x's dtype, as cross_entropy returns it: dw = dlogits^T @ x
+        and db = its column sums are the caller's), and with input_grad also dx = dlogits @ w
+        [N, K]. Default: those three steps (matmul, cross_entropy, matmul); a backend may do
+        them in fewer kernels, since everything but dw and db is row-local."""
+        logits = self.matmul(x, w.t(), bias=bias)
+        loss, dlogits = self.cross_entropy(logits, target, reduction, ignore_index,
+                                           label_smoothing, compute_grad=compute_grad,
+                                           metrics=metrics)
+        dx = self.matmul(dlogits, w) if compute_grad and input_grad else None
+        return loss, dlogits, dx
+
+    def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
+                                 metrics, rows=None, cursor=None, advance=False):
+        """The gradients of a ReLU MLP's mean cross-entropy on one batch, forward and backward in
+        one call (three kernels on the GPU): the fused path of a training step.
+
+        The network, 2 or 3 linear layers with relu between them (torch's Linear layout):
+            h0 = x[batch rows], h_l = relu(h_{l-1} @ W_l^T + b_l), logits = h_{L-1} @ W_L^T + b_L,
+            loss = mean over the batch of cross_entropy(logits_i, target[batch row i]).
+        The batch rows: all N rows of x when rows is None; rows[i] for an int64 [B] array of
+        sample indices; or the row at `cursor` of an int64 table [R, B], as gather_rows_at_
+        (cursor += 1 at the end when `advance`). Negative indices count from the end.
+        x: [N, D] float32 (any strides); target: [N] int64 or int32 class indices in [0, C);
+        weights: W_l [H_l, H_{l-1}], biases: b_l [H_l], float32 on x's device;
+        weight_grads, bias_grads: contiguous arrays of the same shapes, overwritten with
+        d(loss)/dW_l and d(loss)/db_l; metrics: (loss_total, correct) as in cross_entropy
+        (the summed row losses and the correct count are added). The widths after the first
+        layer are at most MLP_MAX_WIDTH, the classes at most MLP_MAX_CLASSES (register-sized
+        tiles). A bad sample index raises IndexError, a bad target ValueError (checked by
+        reading back, except during CUDA graph capture, where both are clamped into range; the
+        outputs are then undefined). Returns the batch's mean loss, 0-d float32.
+
+        Default: the per-op path (gather_rows, matmul with bias and relu, cross_entropy with
+        the metrics, then matmul, sum and relu_backward layer by layer), whose errors name
+        gather_rows and cross_entropy; the triton backend runs it as three kernels
+        (kernels/mlp.py), a fusion for the MNIST MLP recipe.
+        """
+        batch = check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads,
+                                        metrics, rows, cursor, advance)
+        h, t = x, target
+        if rows is not None:
+            index = rows
+            if rows.dim() == 2:
+                index = self.empty((batch,), dtypes.int64, rows.device)
+                self.take_row_(rows if rows.is_contiguous() else self.contiguous(rows), cursor,
+                               index)
+            h, t = self.gather_rows(x, index), self.gather_rows(target, index)
+        hs = [h]  # each layer's input
+        for w, b in zip(weights[:-1], biases[:-1]):
+            hs.append(self.matmul(hs[-1], w.t(), bias=b, activation="relu"))
+        logits = self.matmul(hs[-1], weights[-1].t(), bias=biases[-1])
+        loss, dz = self.cross_entropy(logits, t, "mean", metrics=metrics)
+        for layer in reversed(range(len(weights))):  # dz: d(loss)/d(layer's output)
+            self.matmul(dz.t(), hs[layer], out=weight_grads[layer])
+            self.sum(dz, (0,), out=bias_grads[layer])
+            if layer:
+                dz = self.relu_backward(self.matmul(dz, weights[layer]), hs[layer])
+        if advance:
+            self.add(cursor, 1, out=cursor)
+        return loss
+
+    def conv2d_relu_max_pool2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0),
+                               dilation=(1, 1), groups=1, kernel_size=(2, 2), pool_stride=(2, 2),
+                               pool_padding=(0, 0), pool_dilation=(1, 1), ceil_mode=False,
+                               with_indices=True):
+        """(p, indices) = max_pool2d(relu(conv2d(x, w, bias, stride, padding, dilation,
+        groups)), kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode): the values
+        and indices of the two primitives (indices into the convolution's output planes). A
+        backend may compute it without writing the convolution's output; by default it runs
+        the two."""
+        y = self.conv2d(x, w, bias, stride, padding, dilation, groups, "relu")
+        return self.max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation,
+                               ceil_mode, with_indices)
+
+    def conv2d_relu_max_pool2d_backward(self, dp, indices, p, x, w, stride=(1, 1),
+                                        padding=(0, 0), dilation=(1, 1), groups=1,
+                                        kernel_size=(2, 2), pool_stride=(2, 2),
+                                        pool_padding=(0, 0), pool_dilation=(1, 1),
+                                        ceil_mode=False, input_grad=True, weight_grad=True,
+                                        bias_grad=True, dw_out=None, db_out=None):
+        """(dx, dw, db) of conv2d_relu_max_pool2d for dp (p's shape), given its indices and
+        its output p (relu's gate: relu' at a window's argmax is p > 0); None where not asked
+        for; dw_out, db_out as conv2d_backward's. A backend may compute the weight and bias
+        gradients from dp directly (a first layer: no input gradient); by default the pool's
+        backward gathers the convolution's gradient, which conv2d_backward then reads."""
+        shape = (x.shape[0], w.shape[0]) + conv_output_hw(x.shape, w.shape, stride, padding,
+                                                          dilation)
+        dy = self.max_pool2d_backward(dp, indices, shape, kernel_size, pool_stride,
+                                      pool_padding, pool_dilation, ceil_mode, p)
+        return self.conv2d_backward(dy, x, w, stride, padding, dilation, groups, input_grad,
+                                    weight_grad, bias_grad, None, dw_out, db_out)
+
+
+class Backend(FusedPrimitives):
+    """The core primitives. Subclasses implement every method that raises NotImplementedError;
+    the fused ones (FusedPrimitives) have defaults."""
 
     name = "abstract"
 
@@ -183,12 +349,6 @@ class Backend:
         """Variance over dims: sum((x - mean)^2) / (n - correction)."""
         raise NotImplementedError
 
-    def count_correct_(self, logits, target, counter):
-        """counter += the number of rows i where the first largest logits[i] sits at target[i].
-        logits: [N, C] float, target: [N] int, counter: a 1-element int64 array (in place, on
-        the device, so that a training loop counts its accuracy without a host sync)."""
-        raise NotImplementedError
-
     def sum_to(self, x, shape):
         """Sum a broadcast gradient back to `shape` (the engine's un-broadcasting).
 
@@ -251,53 +411,10 @@ class Backend:
         """
         raise NotImplementedError
 
-    def linear_cross_entropy(self, x, w, bias, target, reduction="mean", ignore_index=-100,
-                             label_smoothing=0.0, compute_grad=True, input_grad=True,
-                             metrics=None):
-        """A classifier head: cross_entropy(x @ w^T + bias, target, ...) without handing the
-        logits back; returns (loss, dlogits or None, dx or None).
-
-        x: [N, K], w: [C, K], bias: [C] or None, one floating dtype; target, reduction,
-        ignore_index, label_smoothing and metrics as cross_entropy. The product follows
-        matmul's rules (float32 accumulation, `matmul_precision()`). With compute_grad, dlogits
-        = d(loss)/d(logits) [N, C] (x's dtype, as cross_entropy returns it: dw = dlogits^T @ x
-        and db = its column sums are the caller's), and with input_grad also dx = dlogits @ w
-        [N, K]. Default: those three steps (matmul, cross_entropy, matmul); a backend may do
-        them in fewer kernels, since everything but dw and db is row-local."""
-        logits = self.matmul(x, w.t(), bias=bias)
-        loss, dlogits = self.cross_entropy(logits, target, reduction, ignore_index,
-                                           label_smoothing, compute_grad=compute_grad,
-                                           metrics=metrics)
-        dx = self.matmul(dlogits, w) if compute_grad and input_grad else None
-        return loss, dlogits, dx
-
     def check_targets(self, target, n_classes, ignore_index=-100, op="nll_loss"):
         """Check class indices: a value of target ([N] int64/int32) outside [0, n_classes),
         other than ignore_index, raises ValueError naming `op` (at the next read of the device
         on backends that check asynchronously)."""
-        raise NotImplementedError
-
-    def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
-                                 metrics, rows=None, cursor=None, advance=False):
-        """The gradients of a ReLU MLP's mean cross-entropy on one batch, forward and backward in
-        one call (three kernels on the GPU): the fused path of a training step.
-
-        The network, 2 or 3 linear layers with relu between them (torch's Linear layout):
-            h0 = x[batch rows], h_l = relu(h_{l-1} @ W_l^T + b_l), logits = h_{L-1} @ W_L^T + b_L,
-            loss = mean over the batch of cross_entropy(logits_i, target[batch row i]).
-        The batch rows: all N rows of x when rows is None; rows[i] for an int64 [B] array of
-        sample indices; or the row at `cursor` of an int64 table [R, B], as gather_rows_at_
-        (cursor += 1 at the end when `advance`). Negative indices count from the end.
-        x: [N, D] float32 (any strides); target: [N] int64 or int32 class indices in [0, C);
-        weights: W_l [H_l, H_{l-1}], biases: b_l [H_l], float32 on x's device;
-        weight_grads, bias_grads: contiguous arrays of the same shapes, overwritten with
-        d(loss)/dW_l and d(loss)/db_l; metrics: (loss_total, correct) as in cross_entropy
-        (the summed row losses and the correct count are added). The widths after the first
-        layer are at most MLP_MAX_WIDTH, the classes at most MLP_MAX_CLASSES (register-sized
-        tiles). A bad sample index raises IndexError, a bad target ValueError (checked by
-        reading back, except during CUDA graph capture, where both are clamped into range; the
-        outputs are then undefined). Returns the batch's mean loss, 0-d float32.
-        """
         raise NotImplementedError
 
     # ---------------------------------------------------------------- convolution and pooling
@@ -346,37 +463,6 @@ class Backend:
         follows a relu: relu' at a window's argmax is its maximum > 0)."""
         raise NotImplementedError
 
-    def conv2d_relu_max_pool2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0),
-                               dilation=(1, 1), groups=1, kernel_size=(2, 2), pool_stride=(2, 2),
-                               pool_padding=(0, 0), pool_dilation=(1, 1), ceil_mode=False,
-                               with_indices=True):
-        """(p, indices) = max_pool2d(relu(conv2d(x, w, bias, stride, padding, dilation,
-        groups)), kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode): the values
-        and indices of the two primitives (indices into the convolution's output planes). A
-        backend may compute it without writing the convolution's output; by default it runs
-        the two."""
-        y = self.conv2d(x, w, bias, stride, padding, dilation, groups, "relu")
-        return self.max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation,
-                               ceil_mode, with_indices)
-
-    def conv2d_relu_max_pool2d_backward(self, dp, indices, p, x, w, stride=(1, 1),
-                                        padding=(0, 0), dilation=(1, 1), groups=1,
-                                        kernel_size=(2, 2), pool_stride=(2, 2),
-                                        pool_padding=(0, 0), pool_dilation=(1, 1),
-                                        ceil_mode=False, input_grad=True, weight_grad=True,
-                                        bias_grad=True, dw_out=None, db_out=None):
-        """(dx, dw, db) of conv2d_relu_max_pool2d for dp (p's shape), given its indices and
-        its output p (relu's gate: relu' at a window's argmax is p > 0); None where not asked
-        for; dw_out, db_out as conv2d_backward's. A backend may compute the weight and bias
-        gradients from dp directly (a first layer: no input gradient); by default the pool's
-        backward gathers the convolution's gradient, which conv2d_backward then reads."""
-        shape = (x.shape[0], w.shape[0]) + conv_output_hw(x.shape, w.shape, stride, padding,
-                                                          dilation)
-        dy = self.max_pool2d_backward(dp, indices, shape, kernel_size, pool_stride,
-                                      pool_padding, pool_dilation, ceil_mode, p)
-        return self.conv2d_backward(dy, x, w, stride, padding, dilation, groups, input_grad,
-                                    weight_grad, bias_grad, None, dw_out, db_out)
-
     def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,
                    count_include_pad=True, divisor_override=None):
         """Window means with torch's padding and divisor rules."""
@@ -395,25 +481,6 @@ class Backend:
     def scatter_add_rows(self, src, index, num_rows):
         """The adjoint of gather_rows: out [num_rows, *rest] zeros, out[index[i]] += src[i];
         duplicate indices accumulate."""
-        raise NotImplementedError
-
-    def take_row_(self, table, cursor, out, advance=False):
-        """out[...] = table[cursor % R] with cursor read on the device, then cursor += 1 if
-        `advance`. table: [R, *out.shape] of out's dtype (contiguous), cursor: a 1-element int64
-        array, out: contiguous, written in place. No host synchronisation: this is how a captured
-        training step reads the values of its step (the batch's sample indices, the learning
-        rate) from a table filled ahead of time. On a GPU the table may also live in pinned host
-        memory (read through its mapped address); returns out."""
-        raise NotImplementedError
-
-    def gather_rows_at_(self, sources, outs, table, cursor):
-        """outs[j][i] = sources[j][table[cursor % R, i]] for each source j (one or two, e.g. a
-        dataset's images and labels), with cursor read on the device: a captured training
-        step's batch, cut from the device-resident dataset by the row of sample indices that
-        the cursor points at. sources[j]: [N, *rest_j] (any strides), outs[j]: contiguous
-        [B, *rest_j] of the source's dtype, table: int64 [R, B]. An index outside [-N, N)
-        raises IndexError (checked by reading back, except during CUDA graph capture, where it
-        is clamped into range). The cursor is not advanced. Returns outs."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- random numbers
@@ -453,8 +520,8 @@ class Backend:
           top = floor(u0 (span_y + 1)), left = floor(u1 (span_x + 1)) of the padded image:
           (sx, sy) = (x + left - pad_left, y + top - pad_top).
         bilinear=False reads the nearest pixel (floor(s + 0.5)), True blends the four around
-        (sx, sy); positions outside the image read `fill`. Computed in float32 (reference.py
-        gives the exact order of operations).
+        (sx, sy); positions outside the image read `fill`. Computed in float32
+        (reference/augment.py gives the exact order of operations).
         """
         raise NotImplementedError
 
@@ -666,6 +733,26 @@ def check_take_row(table, cursor, out):
     if cursor.device != out.device or (table.device != out.device and not table.is_pinned()):
         raise RuntimeError(f"take_row_: table on {table.device}, cursor on {cursor.device}, out "
                            f"on {out.device}: all on one device (or a pinned host table)")
+
+
+def check_random_warp(x, out_size, crop, ranges):
+    """The argument checks of Backend.random_warp, shared by the backends; returns (Ho, Wo)."""
+    op = "random_warp"
+    if x.dim() != 4:
+        raise ValueError(f"{op}: images must be [N, C, H, W], got shape {tuple(x.shape)}")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"{op}: images must be float32, float16 or bfloat16, got "
+                        f"{dtypes.get_dtype(x.dtype).name}")
+    out_h, out_w = (int(s) for s in out_size)
+    if out_h < 1 or out_w < 1:
+        raise ValueError(f"{op}: the output size must be positive, got {tuple(out_size)}")
+    if len(ranges) != (4 if crop else 6):
+        raise ValueError(f"{op}: {'crop' if crop else 'affine'} takes "
+                         f"{4 if crop else 6} ranges, got {len(ranges)}")
+    if not crop and (out_h, out_w) != tuple(x.shape[2:]):
+        raise ValueError(f"{op}: an affine warp keeps the image size {tuple(x.shape[2:])}, got "
+                         f"an output size of {(out_h, out_w)}")
+    return out_h, out_w
 
 
 def set_matmul_precision(precision: str) -> None:
