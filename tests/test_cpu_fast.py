@@ -2,9 +2,8 @@
 for these tests only, against the numpy backend's direct convolution (the oracle, which it is
 off by default) and torch's float64 convolution.
 """
+import importlib
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -220,13 +219,16 @@ def test_dft_conv_backward_reads_the_kernel_it_is_given(dft_calls):
     assert all(torch.equal(g, e) for g, e in zip(got, want))
 
 
-def test_dft_conv_environment_switch():
-    """Off unless TRITONAD_NUMPY_FFT_CONV=1 (the direct path for everything)."""
-    code = "import tritonad.cpu_fast as f; print(f.DFT_CONV)"
-    for value, want in (("", "False"), ("0", "False"), ("1", "True")):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={**os.environ, "TRITONAD_NUMPY_FFT_CONV": value}, check=True)
-        assert out.stdout.strip() == want
+def test_dft_conv_environment_switch(monkeypatch):
+    """Off unless TRITONAD_NUMPY_FFT_CONV=1 when the module is imported (re-read here by a
+    reload under each value: a subprocess importing tritonad costs ~10 s of CI a value)."""
+    try:
+        for value, want in (("", False), ("0", False), ("1", True)):
+            monkeypatch.setenv("TRITONAD_NUMPY_FFT_CONV", value)
+            assert importlib.reload(cpu_fast).DFT_CONV is want
+    finally:
+        monkeypatch.undo()
+        importlib.reload(cpu_fast)
 
 
 def test_dft_conv_against_the_oracle(dft_calls, monkeypatch):
