@@ -197,11 +197,13 @@ def test_bad_arguments_raise(be_name):
                                                                  device=device))
         with pytest.raises(ValueError, match="metrics loss_total"):
             call(x, t, ws, bs, gw, gb, (metrics[1], metrics[1]))
-        with pytest.raises(IndexError, match=r"index 12 \(batch row 1\) is out of bounds"):
+        # (the numpy backend runs the composed default: gather_rows and cross_entropy name the
+        # index and the target, the fused kernels also their batch row and sample)
+        with pytest.raises(IndexError, match=r"index 12\b.*out of bounds"):
             read_device(call(x, t, ws, bs, gw, gb, metrics,
                              rows=torch.tensor([0, 12, 3], device=device)))
         t[5] = 3
-        with pytest.raises(ValueError, match=r"target 3 \(sample 5\) is outside \[0, 3\)"):
+        with pytest.raises(ValueError, match=r"target 3\b.*outside \[0, 3\)"):
             read_device(call(x, t, ws, bs, gw, gb, metrics,
                              rows=torch.tensor([0, 5], device=device)))
 

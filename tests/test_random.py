@@ -1,4 +1,4 @@
-"""Random numbers (tritonad/kernels/random.py) against the numpy reference's Philox stream.
+"""Random numbers (tritonad/kernels/random.py) against the Philox stream of tritonad/philox.py.
 
 The kernels implement the reference's Philox4x32-10 bit for bit: uniform float32 draws must be
 *identical*, dropout masks and permutations identical, normals equal up to the float rounding of
@@ -13,7 +13,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import tritonad as td
-from tritonad.reference import NumpyBackend, philox
+from tritonad.philox import philox
+from tritonad.reference import NumpyBackend
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the triton backend's
 REFERENCE = NumpyBackend()

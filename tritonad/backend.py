@@ -13,10 +13,12 @@ Conventions shared by all primitives:
   (it may be one of the inputs: elementwise ops read each element before writing it).
 - Half-precision inputs are computed in float32 and rounded once on output.
 
-Two backends plug in: `numpy` (tritonad/reference.py, the executable spec) and `triton`
-(tritonad/kernels/, the product). `set_backend`, `get_backend` and `use_backend` choose between
-them; the default is `triton` where a CUDA GPU is present and `numpy` otherwise (override with
-the environment variable TRITONAD_BACKEND).
+Two backends plug in: `numpy` (tritonad/reference/, the executable spec) and `triton`
+(tritonad/kernels/, the product). The core primitives (Backend) are what a backend implements;
+the fused and training-specific ones (FusedPrimitives, some of them fusions for the MNIST
+recipes' patterns) default to compositions of the core ones. `set_backend`, `get_backend` and
+`use_backend` choose between them; the default is `triton` where a CUDA GPU is present and
+`numpy` otherwise (override with the environment variable TRITONAD_BACKEND).
 """
 from __future__ import annotations
 
@@ -28,14 +30,181 @@ import torch
 
 from . import dtypes
 from . import elementwise as _table
+from .checks import (MLP_MAX_CLASSES, MLP_MAX_WIDTH, check_gather_rows_at,  # noqa: F401
+                     check_metrics, check_mlp_cross_entropy, check_random_warp, check_take_row,
+                     check_weight_grad_outputs)
 from .dtypes import DType
 
 
 _NO_CONTEXT = contextlib.nullcontext()
 
 
-class Backend:
-    """The primitives. Subclasses implement every method that raises NotImplementedError."""
+class FusedPrimitives:
+    """The fused and training-specific primitives: each has a default written over the core
+    primitives of the same backend (raw arrays in, raw arrays out), so a backend need not
+    implement any of them; the triton backend replaces them with its fused kernels.
+
+    Some are fusions for the patterns of the MNIST recipes (models.py, train.py), apart from
+    the general ops: the fused MLP training step (mlp_cross_entropy_grads_, kernels/mlp.py),
+    the classifier head (linear_cross_entropy, kernels/head.py) and a first convolution with
+    relu and max pooling (conv2d_relu_max_pool2d and its backward, kernels/conv_pool.py). The
+    others read a training step's values on the device, without a host sync (count_correct_,
+    take_row_, gather_rows_at_: kernels/reduce.py and kernels/index.py). The defaults are
+    their specification: the tests compare the fused kernels with them.
+    """
+
+    # ---------------------------------------------------------------- device-side step values
+    def count_correct_(self, logits, target, counter):
+        """counter += the number of rows i where the first largest logits[i] sits at target[i].
+        logits: [N, C] float, target: [N] int, counter: a 1-element int64 array (in place, on
+        the device, so that a training loop counts its accuracy without a host sync).
+        Default: argmax, eq, sum and add."""
+        hits = self.eq(self.argmax(logits, dim=1), target)
+        return self.add(counter, self.sum(hits), out=counter)
+
+    def take_row_(self, table, cursor, out, advance=False):
+        """out[...] = table[cursor % R] with cursor read on the device, then cursor += 1 if
+        `advance`. table: [R, *out.shape] of out's dtype (contiguous), cursor: a 1-element int64
+        array, out: contiguous, written in place. No host synchronisation: this is how a captured
+        training step reads the values of its step (the batch's sample indices, the learning
+        rate) from a table filled ahead of time. On a GPU the table may also live in pinned host
+        memory (read through its mapped address); returns out.
+
+        Default: i = cursor - R * trunc(cursor / R) (in float64: exact below 2**53), in (-R, R),
+        which gather_rows wraps to cursor % R; then copy_ and add."""
+        check_take_row(table, cursor, out)
+        at = cursor.reshape(1)
+        quotient = self.cast(self.div(self.cast(at, dtypes.float64), table.shape[0]),
+                             dtypes.int64)
+        index = self.sub(at, self.mul(quotient, table.shape[0]))
+        self.copy_(out, self.gather_rows(table, index)[0])
+        if advance:
+            self.add(cursor, 1, out=cursor)
+        return out
+
+    def gather_rows_at_(self, sources, outs, table, cursor):
+        """outs[j][i] = sources[j][table[cursor % R, i]] for each source j (one or two, e.g. a
+        dataset's images and labels), with cursor read on the device: a captured training
+        step's batch, cut from the device-resident dataset by the row of sample indices that
+        the cursor points at. sources[j]: [N, *rest_j] (any strides), outs[j]: contiguous
+        [B, *rest_j] of the source's dtype, table: int64 [R, B]. An index outside [-N, N)
+        raises IndexError (checked by reading back, except during CUDA graph capture, where it
+        is clamped into range). The cursor is not advanced. Returns outs.
+
+        Default: take_row_ of the table's row, then gather_rows and copy_ per source."""
+        check_gather_rows_at(sources, outs, table, cursor)
+        row = self.empty(table.shape[1:], dtypes.int64, table.device)
+        self.take_row_(table if table.is_contiguous() else self.contiguous(table), cursor, row)
+        for x, out in zip(sources, outs):
+            self.copy_(out, self.gather_rows(x, row))
+        return outs
+
+    # ---------------------------------------------------------------- MNIST recipe fusions
+    def linear_cross_entropy(self, x, w, bias, target, reduction="mean", ignore_index=-100,
+                             label_smoothing=0.0, compute_grad=True, input_grad=True,
+                             metrics=None):
+        """A classifier head: cross_entropy(x @ w^T + bias, target, ...) without handing the
+        logits back; returns (loss, dlogits or None, dx or None).
+
+        x: [N, K], w: [C, K], bias: [C] or None, one floating dtype; target, reduction,
+        ignore_index, label_smoothing and metrics as cross_entropy. The product follows
+        matmul's rules (float32 accumulation, `matmul_precision()`). With compute_grad, dlogits
+        = d(loss)/d(logits) [N, C] (x's dtype, as cross_entropy returns it: dw = dlogits^T @ x
+        and db = its column sums are the caller's), and with input_grad also dx = dlogits @ w
+        [N, K]. Default: those three steps (matmul, cross_entropy, matmul); a backend may do
+        them in fewer kernels, since everything but dw and db is row-local."""
+        logits = self.matmul(x, w.t(), bias=bias)
+        loss, dlogits = self.cross_entropy(logits, target, reduction, ignore_index,
+                                           label_smoothing, compute_grad=compute_grad,
+                                           metrics=metrics)
+        dx = self.matmul(dlogits, w) if compute_grad and input_grad else None
+        return loss, dlogits, dx
+
+    def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
+                                 metrics, rows=None, cursor=None, advance=False):
+        """The gradients of a ReLU MLP's mean cross-entropy on one batch, forward and backward in
+        one call (three kernels on the GPU): the fused path of a training step.
+
+        The network, 2 or 3 linear layers with relu between them (torch's Linear layout):
+            h0 = x[batch rows], h_l = relu(h_{l-1} @ W_l^T + b_l), logits = h_{L-1} @ W_L^T + b_L,
+            loss = mean over the batch of cross_entropy(logits_i, target[batch row i]).
+        The batch rows: all N rows of x when rows is None; rows[i] for an int64 [B] array of
+        sample indices; or the row at `cursor` of an int64 table [R, B], as gather_rows_at_
+        (cursor += 1 at the end when `advance`). Negative indices count from the end.
+        x: [N, D] float32 (any strides); target: [N] int64 or int32 class indices in [0, C);
+        weights: W_l [H_l, H_{l-1}], biases: b_l [H_l], float32 on x's device;
+        weight_grads, bias_grads: contiguous arrays of the same shapes, overwritten with
+        d(loss)/dW_l and d(loss)/db_l; metrics: (loss_total, correct) as in cross_entropy
+        (the summed row losses and the correct count are added). The widths after the first
+        layer are at most MLP_MAX_WIDTH, the classes at most MLP_MAX_CLASSES (register-sized
+        tiles). A bad sample index raises IndexError, a bad target ValueError (checked by
+        reading back, except during CUDA graph capture, where both are clamped into range; the
+        outputs are then undefined). Returns the batch's mean loss, 0-d float32.
+
+        Default: the per-op path (gather_rows, matmul with bias and relu, cross_entropy with
+        the metrics, then matmul, sum and relu_backward layer by layer), whose errors name
+        gather_rows and cross_entropy; the triton backend runs it as three kernels
+        (kernels/mlp.py), a fusion for the MNIST MLP recipe.
+        """
+        batch = check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads,
+                                        metrics, rows, cursor, advance)
+        h, t = x, target
+        if rows is not None:
+            index = rows
+            if rows.dim() == 2:
+                index = self.empty((batch,), dtypes.int64, rows.device)
+                self.take_row_(rows if rows.is_contiguous() else self.contiguous(rows), cursor,
+                               index)
+            h, t = self.gather_rows(x, index), self.gather_rows(target, index)
+        hs = [h]  # each layer's input
+        for w, b in zip(weights[:-1], biases[:-1]):
+            hs.append(self.matmul(hs[-1], w.t(), bias=b, activation="relu"))
+        logits = self.matmul(hs[-1], weights[-1].t(), bias=biases[-1])
+        loss, dz = self.cross_entropy(logits, t, "mean", metrics=metrics)
+        for layer in reversed(range(len(weights))):  # dz: d(loss)/d(layer's output)
+            self.matmul(dz.t(), hs[layer], out=weight_grads[layer])
+            self.sum(dz, (0,), out=bias_grads[layer])
+            if layer:
+                dz = self.relu_backward(self.matmul(dz, weights[layer]), hs[layer])
+        if advance:
+            self.add(cursor, 1, out=cursor)
+        return loss
+
+    def conv2d_relu_max_pool2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0),
+                               dilation=(1, 1), groups=1, kernel_size=(2, 2), pool_stride=(2, 2),
+                               pool_padding=(0, 0), pool_dilation=(1, 1), ceil_mode=False,
+                               with_indices=True):
+        """(p, indices) = max_pool2d(relu(conv2d(x, w, bias, stride, padding, dilation,
+        groups)), kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode): the values
+        and indices of the two primitives (indices into the convolution's output planes). A
+        backend may compute it without writing the convolution's output; by default it runs
+        the two."""
+        y = self.conv2d(x, w, bias, stride, padding, dilation, groups, "relu")
+        return self.max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation,
+                               ceil_mode, with_indices)
+
+    def conv2d_relu_max_pool2d_backward(self, dp, indices, p, x, w, stride=(1, 1),
+                                        padding=(0, 0), dilation=(1, 1), groups=1,
+                                        kernel_size=(2, 2), pool_stride=(2, 2),
+                                        pool_padding=(0, 0), pool_dilation=(1, 1),
+                                        ceil_mode=False, input_grad=True, weight_grad=True,
+                                        bias_grad=True, dw_out=None, db_out=None):
+        """(dx, dw, db) of conv2d_relu_max_pool2d for dp (p's shape), given its indices and
+        its output p (relu's gate: relu' at a window's argmax is p > 0); None where not asked
+        for; dw_out, db_out as conv2d_backward's. A backend may compute the weight and bias
+        gradients from dp directly (a first layer: no input gradient); by default the pool's
+        backward gathers the convolution's gradient, which conv2d_backward then reads."""
+        shape = (x.shape[0], w.shape[0]) + conv_output_hw(x.shape, w.shape, stride, padding,
+                                                          dilation)
+        dy = self.max_pool2d_backward(dp, indices, shape, kernel_size, pool_stride,
+                                      pool_padding, pool_dilation, ceil_mode, p)
+        return self.conv2d_backward(dy, x, w, stride, padding, dilation, groups, input_grad,
+                                    weight_grad, bias_grad, None, dw_out, db_out)
+
+
+class Backend(FusedPrimitives):
+    """The core primitives. Subclasses implement every method that raises NotImplementedError;
+    the fused ones (FusedPrimitives) have defaults."""
 
     name = "abstract"
 
@@ -151,12 +320,6 @@ class Backend:
         """Variance over dims: sum((x - mean)^2) / (n - correction)."""
         raise NotImplementedError
 
-    def count_correct_(self, logits, target, counter):
-        """counter += the number of rows i where the first largest logits[i] sits at target[i].
-        logits: [N, C] float, target: [N] int, counter: a 1-element int64 array (in place, on
-        the device, so that a training loop counts its accuracy without a host sync)."""
-        raise NotImplementedError
-
     def sum_to(self, x, shape):
         """Sum a broadcast gradient back to `shape` (the engine's un-broadcasting).
 
@@ -187,19 +350,44 @@ class Backend:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- softmax and loss
+    # softmax and log_softmax are composites (autodiff/nn_ops.py); these primitives are their
+    # fused forms, and the defaults compose them from the primitives above, in float32 at least
+    # (half inputs are widened first and the result rounded once), as the composites do.
+    def _softmax_shift(self, x, dim):
+        dtype = dtypes.get_dtype(x.dtype)
+        wide = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+        v = x if wide is dtype else self.cast(x, wide)
+        m = self.max(v, (dim,), keepdim=True)
+        m = self.where(self.isfinite(m), m, 0.0)  # rows of -inf: exp(-inf - 0) = 0, not NaN
+        z = self.sub(v, m)
+        return dtype, z, self.sum(self.exp(z), (dim,), keepdim=True)
+
+    def _narrow(self, values, dtype):
+        return values if values.dtype == dtype.torch else self.cast(values, dtype)
+
     def softmax(self, x, dim):
-        raise NotImplementedError
+        """exp(x - max) / sum(exp(x - max)) along dim."""
+        dtype, z, s = self._softmax_shift(x, dim)
+        return self._narrow(self.div(self.exp(z), s), dtype)
 
     def log_softmax(self, x, dim):
-        raise NotImplementedError
+        """(x - max) - log(sum(exp(x - max))) along dim."""
+        dtype, z, s = self._softmax_shift(x, dim)
+        return self._narrow(self.sub(z, self.log(s)), dtype)
 
     def softmax_backward(self, dy, y, dim):
         """dx = y * (dy - sum(dy * y, dim)), y = softmax(x)."""
-        raise NotImplementedError
+        dtype = dtypes.get_dtype(y.dtype)
+        g, s = (self.cast(v, dtypes.float32) if dtype.itemsize < 4 else v for v in (dy, y))
+        inner = self.sum(self.mul(g, s), (dim,), keepdim=True)
+        return self._narrow(self.mul(s, self.sub(g, inner)), dtype)
 
     def log_softmax_backward(self, dy, y, dim):
         """dx = dy - exp(y) * sum(dy, dim), y = log_softmax(x)."""
-        raise NotImplementedError
+        dtype = dtypes.get_dtype(y.dtype)
+        g, ls = (self.cast(v, dtypes.float32) if dtype.itemsize < 4 else v for v in (dy, y))
+        total = self.sum(g, (dim,), keepdim=True)
+        return self._narrow(self.sub(g, self.mul(self.exp(ls), total)), dtype)
 
     def cross_entropy(self, logits, target, reduction="mean", ignore_index=-100,
                       label_smoothing=0.0, compute_grad=True, metrics=None):
@@ -219,53 +407,10 @@ class Backend:
         """
         raise NotImplementedError
 
-    def linear_cross_entropy(self, x, w, bias, target, reduction="mean", ignore_index=-100,
-                             label_smoothing=0.0, compute_grad=True, input_grad=True,
-                             metrics=None):
-        """A classifier head: cross_entropy(x @ w^T + bias, target, ...) without handing the
-        logits back; returns (loss, dlogits or None, dx or None).
-
-        x: [N, K], w: [C, K], bias: [C] or None, one floating dtype; target, reduction,
-        ignore_index, label_smoothing and metrics as cross_entropy. The product follows
-        matmul's rules (float32 accumulation, `matmul_precision()`). With compute_grad, dlogits
-        = d(loss)/d(logits) [N, C] (x's dtype, as cross_entropy returns it: dw = dlogits^T @ x
-        and db = its column sums are the caller's), and with input_grad also dx = dlogits @ w
-        [N, K]. Default: those three steps (matmul, cross_entropy, matmul); a backend may do
-        them in fewer kernels, since everything but dw and db is row-local."""
-        logits = self.matmul(x, w.t(), bias=bias)
-        loss, dlogits = self.cross_entropy(logits, target, reduction, ignore_index,
-                                           label_smoothing, compute_grad=compute_grad,
-                                           metrics=metrics)
-        dx = self.matmul(dlogits, w) if compute_grad and input_grad else None
-        return loss, dlogits, dx
-
     def check_targets(self, target, n_classes, ignore_index=-100, op="nll_loss"):
         """Check class indices: a value of target ([N] int64/int32) outside [0, n_classes),
         other than ignore_index, raises ValueError naming `op` (at the next read of the device
         on backends that check asynchronously)."""
-        raise NotImplementedError
-
-    def mlp_cross_entropy_grads_(self, x, target, weights, biases, weight_grads, bias_grads,
-                                 metrics, rows=None, cursor=None, advance=False):
-        """The gradients of a ReLU MLP's mean cross-entropy on one batch, forward and backward in
-        one call (three kernels on the GPU): the fused path of a training step.
-
-        The network, 2 or 3 linear layers with relu between them (torch's Linear layout):
-            h0 = x[batch rows], h_l = relu(h_{l-1} @ W_l^T + b_l), logits = h_{L-1} @ W_L^T + b_L,
-            loss = mean over the batch of cross_entropy(logits_i, target[batch row i]).
-        The batch rows: all N rows of x when rows is None; rows[i] for an int64 [B] array of
-        sample indices; or the row at `cursor` of an int64 table [R, B], as gather_rows_at_
-        (cursor += 1 at the end when `advance`). Negative indices count from the end.
-        x: [N, D] float32 (any strides); target: [N] int64 or int32 class indices in [0, C);
-        weights: W_l [H_l, H_{l-1}], biases: b_l [H_l], float32 on x's device;
-        weight_grads, bias_grads: contiguous arrays of the same shapes, overwritten with
-        d(loss)/dW_l and d(loss)/db_l; metrics: (loss_total, correct) as in cross_entropy
-        (the summed row losses and the correct count are added). The widths after the first
-        layer are at most MLP_MAX_WIDTH, the classes at most MLP_MAX_CLASSES (register-sized
-        tiles). A bad sample index raises IndexError, a bad target ValueError (checked by
-        reading back, except during CUDA graph capture, where both are clamped into range; the
-        outputs are then undefined). Returns the batch's mean loss, 0-d float32.
-        """
         raise NotImplementedError
 
     # ---------------------------------------------------------------- convolution and pooling
@@ -314,37 +459,6 @@ class Backend:
         follows a relu: relu' at a window's argmax is its maximum > 0)."""
         raise NotImplementedError
 
-    def conv2d_relu_max_pool2d(self, x, w, bias=None, stride=(1, 1), padding=(0, 0),
-                               dilation=(1, 1), groups=1, kernel_size=(2, 2), pool_stride=(2, 2),
-                               pool_padding=(0, 0), pool_dilation=(1, 1), ceil_mode=False,
-                               with_indices=True):
-        """(p, indices) = max_pool2d(relu(conv2d(x, w, bias, stride, padding, dilation,
-        groups)), kernel_size, pool_stride, pool_padding, pool_dilation, ceil_mode): the values
-        and indices of the two primitives (indices into the convolution's output planes). A
-        backend may compute it without writing the convolution's output; by default it runs
-        the two."""
-        y = self.conv2d(x, w, bias, stride, padding, dilation, groups, "relu")
-        return self.max_pool2d(y, kernel_size, pool_stride, pool_padding, pool_dilation,
-                               ceil_mode, with_indices)
-
-    def conv2d_relu_max_pool2d_backward(self, dp, indices, p, x, w, stride=(1, 1),
-                                        padding=(0, 0), dilation=(1, 1), groups=1,
-                                        kernel_size=(2, 2), pool_stride=(2, 2),
-                                        pool_padding=(0, 0), pool_dilation=(1, 1),
-                                        ceil_mode=False, input_grad=True, weight_grad=True,
-                                        bias_grad=True, dw_out=None, db_out=None):
-        """(dx, dw, db) of conv2d_relu_max_pool2d for dp (p's shape), given its indices and
-        its output p (relu's gate: relu' at a window's argmax is p > 0); None where not asked
-        for; dw_out, db_out as conv2d_backward's. A backend may compute the weight and bias
-        gradients from dp directly (a first layer: no input gradient); by default the pool's
-        backward gathers the convolution's gradient, which conv2d_backward then reads."""
-        shape = (x.shape[0], w.shape[0]) + conv_output_hw(x.shape, w.shape, stride, padding,
-                                                          dilation)
-        dy = self.max_pool2d_backward(dp, indices, shape, kernel_size, pool_stride,
-                                      pool_padding, pool_dilation, ceil_mode, p)
-        return self.conv2d_backward(dy, x, w, stride, padding, dilation, groups, input_grad,
-                                    weight_grad, bias_grad, None, dw_out, db_out)
-
     def avg_pool2d(self, x, kernel_size, stride, padding=(0, 0), ceil_mode=False,
                    count_include_pad=True, divisor_override=None):
         """Window means with torch's padding and divisor rules."""
@@ -363,25 +477,6 @@ class Backend:
     def scatter_add_rows(self, src, index, num_rows):
         """The adjoint of gather_rows: out [num_rows, *rest] zeros, out[index[i]] += src[i];
         duplicate indices accumulate."""
-        raise NotImplementedError
-
-    def take_row_(self, table, cursor, out, advance=False):
-        """out[...] = table[cursor % R] with cursor read on the device, then cursor += 1 if
-        `advance`. table: [R, *out.shape] of out's dtype (contiguous), cursor: a 1-element int64
-        array, out: contiguous, written in place. No host synchronisation: this is how a captured
-        training step reads the values of its step (the batch's sample indices, the learning
-        rate) from a table filled ahead of time. On a GPU the table may also live in pinned host
-        memory (read through its mapped address); returns out."""
-        raise NotImplementedError
-
-    def gather_rows_at_(self, sources, outs, table, cursor):
-        """outs[j][i] = sources[j][table[cursor % R, i]] for each source j (one or two, e.g. a
-        dataset's images and labels), with cursor read on the device: a captured training
-        step's batch, cut from the device-resident dataset by the row of sample indices that
-        the cursor points at. sources[j]: [N, *rest_j] (any strides), outs[j]: contiguous
-        [B, *rest_j] of the source's dtype, table: int64 [R, B]. An index outside [-N, N)
-        raises IndexError (checked by reading back, except during CUDA graph capture, where it
-        is clamped into range). The cursor is not advanced. Returns outs."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- random numbers
@@ -421,8 +516,8 @@ class Backend:
           top = floor(u0 (span_y + 1)), left = floor(u1 (span_x + 1)) of the padded image:
           (sx, sy) = (x + left - pad_left, y + top - pad_top).
         bilinear=False reads the nearest pixel (floor(s + 0.5)), True blends the four around
-        (sx, sy); positions outside the image read `fill`. Computed in float32 (reference.py
-        gives the exact order of operations).
+        (sx, sy); positions outside the image read `fill`. Computed in float32
+        (reference/augment.py gives the exact order of operations).
         """
         raise NotImplementedError
 
@@ -502,150 +597,11 @@ for _op in _table.OPS.values():  # backend.exp(x), backend.add(a, b), ... for ev
     setattr(Backend, _op.name, _table_primitive(_op))
 
 
-def check_metrics(op, logits, metrics):
-    """The argument checks of cross_entropy's `metrics`, shared by the backends."""
-    try:
-        loss_total, correct = metrics
-    except (TypeError, ValueError):
-        raise TypeError(f"{op}: metrics must be a pair (loss_total, correct), got "
-                        f"{type(metrics).__name__}") from None
-    for name, x, floating in (("loss_total", loss_total, True), ("correct", correct, False)):
-        ok = isinstance(x, torch.Tensor) and x.numel() == 1 and x.device == logits.device and (
-            x.dtype.is_floating_point if floating else x.dtype == torch.int64)
-        if not ok:
-            got = f"{tuple(x.shape)} {x.dtype} on {x.device}" if isinstance(x, torch.Tensor) \
-                else type(x).__name__
-            kind = "floating point" if floating else "int64"
-            raise ValueError(f"{op}: metrics {name} must be one {kind} element on "
-                             f"{logits.device}, got {got}")
-
-
-def check_gather_rows_at(sources, outs, table, cursor):
-    """The argument checks of Backend.gather_rows_at_, shared by the backends."""
-    op = "gather_rows_at_"
-    if not 1 <= len(sources) <= 2 or len(outs) != len(sources):
-        raise ValueError(f"{op}: one or two sources, each with its out; got {len(sources)} "
-                         f"sources and {len(outs)} outs")
-    if table.dim() != 2 or table.dtype != torch.int64 or table.shape[0] == 0:
-        raise ValueError(f"{op}: table must be int64 [R >= 1, B], got {tuple(table.shape)} "
-                         f"{table.dtype}")
-    if cursor.numel() != 1 or cursor.dtype != torch.int64:
-        raise ValueError(f"{op}: cursor must be one int64 element, got {tuple(cursor.shape)} "
-                         f"{cursor.dtype}")
-    for x, out in zip(sources, outs):
-        want = (table.shape[1],) + tuple(x.shape[1:])
-        if x.dim() < 1 or tuple(out.shape) != want or out.dtype != x.dtype or \
-                not out.is_contiguous():
-            raise ValueError(f"{op}: out for a source of shape {tuple(x.shape)} {x.dtype} must "
-                             f"be a contiguous {want} array of that dtype, got "
-                             f"{tuple(out.shape)} {out.dtype}")
-        if len({x.device, out.device, table.device, cursor.device}) != 1:
-            raise RuntimeError(f"{op}: source on {x.device}, out on {out.device}, table on "
-                               f"{table.device}, cursor on {cursor.device}: all on one device")
-
-
-MLP_MAX_WIDTH, MLP_MAX_CLASSES = 256, 64
-
-
-def check_mlp_cross_entropy(x, target, weights, biases, weight_grads, bias_grads, metrics,
-                            rows, cursor, advance):
-    """The argument checks of Backend.mlp_cross_entropy_grads_, shared by the backends; returns
-    the batch size."""
-    op = "mlp_cross_entropy_grads_"
-    n_layers = len(weights)
-    if n_layers not in (2, 3) or not (len(biases) == len(weight_grads) == len(bias_grads) ==
-                                      n_layers):
-        raise ValueError(f"{op}: 2 or 3 layers, each with a weight, a bias and their gradients; "
-                         f"got {len(weights)} weights, {len(biases)} biases, "
-                         f"{len(weight_grads)} and {len(bias_grads)} gradients")
-    if x.dim() != 2 or x.shape[0] == 0:
-        raise ValueError(f"{op}: x must be [N >= 1, D], got {tuple(x.shape)}")
-    arrays = [x, *weights, *biases, *weight_grads, *bias_grads]
-    if any(a.dtype != torch.float32 for a in arrays):
-        raise TypeError(f"{op}: x, the weights, biases and gradients must be float32, got "
-                        f"{sorted({str(a.dtype) for a in arrays})}")
-    width = x.shape[1]
-    for i, (w, b, gw, gb) in enumerate(zip(weights, biases, weight_grads, bias_grads)):
-        if w.dim() != 2 or w.shape[1] != width or tuple(b.shape) != (w.shape[0],):
-            raise ValueError(f"{op}: layer {i + 1} takes {width} features: weight must be "
-                             f"[out, {width}] and bias [out], got {tuple(w.shape)} and "
-                             f"{tuple(b.shape)}")
-        for g, p in ((gw, w), (gb, b)):
-            if tuple(g.shape) != tuple(p.shape) or not g.is_contiguous():
-                raise ValueError(f"{op}: the gradients of layer {i + 1} must be contiguous "
-                                 f"arrays of shapes {tuple(w.shape)} and {tuple(b.shape)}, got "
-                                 f"{tuple(gw.shape)} and {tuple(gb.shape)}")
-        width = w.shape[0]
-        if i and i < n_layers - 1 and width > MLP_MAX_WIDTH:
-            raise ValueError(f"{op}: layer {i + 1} is {width} wide; the fused path takes at "
-                             f"most {MLP_MAX_WIDTH} after the first layer")
-    if width > MLP_MAX_CLASSES:
-        raise ValueError(f"{op}: {width} classes; the fused path takes at most "
-                         f"{MLP_MAX_CLASSES}")
-    if target.dtype not in (torch.int64, torch.int32) or tuple(target.shape) != x.shape[:1]:
-        raise ValueError(f"{op}: target must be int64 (or int32) [{x.shape[0]}], got "
-                         f"{tuple(target.shape)} {target.dtype}")
-    check_metrics(op, x, metrics)
-    batch = x.shape[0]
-    if rows is not None:
-        if rows.dtype != torch.int64 or rows.dim() not in (1, 2) or rows.numel() == 0:
-            raise ValueError(f"{op}: rows must be int64 sample indices [B >= 1] or a table "
-                             f"[R, B], got {tuple(rows.shape)} {rows.dtype}")
-        if (rows.dim() == 2) != (cursor is not None):
-            raise ValueError(f"{op}: a 2-d rows table needs a cursor, and a cursor a 2-d table "
-                             f"(got rows {tuple(rows.shape)}, cursor "
-                             f"{'None' if cursor is None else tuple(cursor.shape)})")
-        batch = rows.shape[-1]
-    elif cursor is not None:
-        raise ValueError(f"{op}: a cursor needs a rows table")
-    if cursor is not None and (cursor.numel() != 1 or cursor.dtype != torch.int64):
-        raise ValueError(f"{op}: cursor must be one int64 element, got {tuple(cursor.shape)} "
-                         f"{cursor.dtype}")
-    if advance and cursor is None:
-        raise ValueError(f"{op}: advance=True needs a cursor")
-    devices = {a.device for a in arrays + [target] + [a for a in (rows, cursor)
-                                                      if a is not None]}
-    if len(devices) != 1:
-        raise RuntimeError(f"{op}: arrays on {sorted(str(d) for d in devices)}: all on one "
-                           "device")
-    return batch
-
-
 def conv_output_hw(x_shape, w_shape, stride, padding, dilation):
     """The output plane (Ho, Wo) of a convolution of an x [N, C, H, W] by a w [Co, C', kh, kw]
     (stride, padding, dilation: pairs), by torch's rule."""
     return tuple((size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in
                  zip(x_shape[2:], w_shape[2:], stride, padding, dilation))
-
-
-def check_weight_grad_outputs(op, w, dw_out, db_out):
-    """The checks of a backward's `dw_out` / `db_out` (conv2d_backward), shared by the
-    backends: contiguous, w's dtype, w's shape and [w.shape[0]]."""
-    for name, out, shape in (("dw_out", dw_out, tuple(w.shape)), ("db_out", db_out,
-                                                                   (w.shape[0],))):
-        if out is not None and (tuple(out.shape) != shape or out.dtype != w.dtype or
-                                not out.is_contiguous()):
-            raise ValueError(f"{op}: {name} must be a contiguous {shape} "
-                             f"{dtypes.get_dtype(w.dtype).name} array, got "
-                             f"{tuple(out.shape)} {dtypes.get_dtype(out.dtype).name}")
-
-
-def check_take_row(table, cursor, out):
-    """The argument checks of Backend.take_row_, shared by the backends."""
-    if table.dim() < 1 or table.shape[0] == 0 or tuple(table.shape[1:]) != tuple(out.shape):
-        raise ValueError(f"take_row_: table must be [R >= 1, *{tuple(out.shape)}] (out's shape), "
-                         f"got {tuple(table.shape)}")
-    if table.dtype != out.dtype:
-        raise TypeError(f"take_row_: table dtype {dtypes.get_dtype(table.dtype).name} differs from "
-                        f"out's {dtypes.get_dtype(out.dtype).name}")
-    if cursor.numel() != 1 or cursor.dtype != torch.int64:
-        raise TypeError(f"take_row_: cursor must be one int64 value, got shape "
-                        f"{tuple(cursor.shape)} {dtypes.get_dtype(cursor.dtype).name}")
-    if not (table.is_contiguous() and out.is_contiguous()):
-        raise ValueError("take_row_: table and out must be contiguous")
-    if cursor.device != out.device or (table.device != out.device and not table.is_pinned()):
-        raise RuntimeError(f"take_row_: table on {table.device}, cursor on {cursor.device}, out "
-                           f"on {out.device}: all on one device (or a pinned host table)")
 
 
 def set_matmul_precision(precision: str) -> None:

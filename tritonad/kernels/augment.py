@@ -1,5 +1,6 @@
 """Image augmentation: a per-sample random geometric warp of a whole batch in one kernel (the
-transforms RandomAffine, RandomRotation and RandomCrop), as tritonad/reference.py specifies it.
+transforms RandomAffine, RandomRotation and RandomCrop), as tritonad/reference/augment.py
+specifies it.
 
 Sample n draws its parameters from the four Philox words of counter offset + n (the generator
 of random.py), u_k = the top 24 bits of word k * 2**-24, and maps every output pixel (x, y) back
@@ -20,13 +21,14 @@ float64 cos rounding across a float32 boundary).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from ..reference import DEG_TO_RAD, check_random_warp
+from ..backend import check_random_warp
 from .elementwise import cast_for_store
 from .launch import INTERPRET, KernelLaunch, PlanCache, cdiv, empty, next_power_of_2, ptr
 from .random import _philox, _seed_words, _uniform01
@@ -35,7 +37,8 @@ PRIMITIVES = ("random_warp",)
 
 BLOCK, WARPS = 1024, 4
 INTERPRET_BLOCK = 1 << 12
-RADIANS_PER_DEGREE = tl.constexpr(float(DEG_TO_RAD))  # the reference's float32 constant
+# pi / 180 rounded to float32, as the reference's DEG_TO_RAD
+RADIANS_PER_DEGREE = tl.constexpr(float(np.float32(math.pi / 180)))
 
 
 # ----------------------------------------------------------------------------------- kernels

@@ -1,6 +1,10 @@
 """Convolution, relu and max pool as one kernel each way: the first layers of a LeNet-style
 network (Conv2d, ReLU, MaxPool2d on an image of few channels).
 
+A fusion for the pattern of the MNIST cnn recipe (models.cnn's first block), apart from the
+general ops. Backend's default (conv2d, max_pool2d and their backwards) is its specification
+and the numpy backend's implementation.
+
     forward   p[n, o, P, Q] = max over the pool window (P, Q) of relu(conv2d(x, w, b))[n, o, h, v]
               indices[n, o, P, Q] = h * Wo + v of the first maximum (max_pool2d's contract)
     weight    dw[o, c, i, j] = sum over (n, P, Q) with p > 0 of dp[n, o, P, Q] * x[n, c, y, z]

@@ -1,6 +1,10 @@
 """A classifier head, a linear layer and its softmax cross-entropy, in two kernels
 (Backend.linear_cross_entropy).
 
+A fusion for the pattern of the MNIST recipes (the last Linear of models.mlp or models.cnn and
+its cross-entropy, train.loss_with_metrics), apart from the general ops. Backend's default
+(matmul, cross_entropy, matmul) is its specification and the numpy backend's implementation.
+
 A model that ends in Linear -> cross_entropy runs, each step, the product (and its split-K sum),
 the cross-entropy and, in the backward, the product dx = dlogits @ W: four dependent kernels of
 ~2-4 us each on a chain that nothing overlaps (the MNIST cnn captured on an H200: ~14 us from

@@ -1,5 +1,5 @@
 """Random numbers: uniform and normal fills, dropout masks and random permutations, from the
-counter-based Philox4x32-10 generator of tritonad/reference.py, bit for bit.
+counter-based Philox4x32-10 generator of tritonad/philox.py, bit for bit.
 
 Element i of a draw runs Philox with key = the 64-bit seed (low word, high word) and counter
 (lo32(offset + i), hi32(offset + i), 0, 0); nothing is carried from one element to the next, so
@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
-from ..reference import feistel_bits
+from ..philox import feistel_bits
 from .elementwise import cast_for_store, contiguous
 from .launch import INTERPRET, KernelLaunch, PlanCache, cdiv, dtype_of, empty, next_power_of_2, ptr
 
