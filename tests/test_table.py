@@ -49,7 +49,8 @@ TORCH = {
     "softplus": TF.softplus, "mish": TF.mish, "leaky_relu": TF.leaky_relu, "elu": TF.elu,
     "hardtanh": TF.hardtanh, "relu6": TF.relu6, "hardswish": TF.hardswish, "eq": torch.eq,
     "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-    "isnan": torch.isnan, "logical_not": torch.logical_not, "logical_and": torch.logical_and,
+    "isnan": torch.isnan, "isfinite": torch.isfinite, "isinf": torch.isinf,
+    "logical_not": torch.logical_not, "logical_and": torch.logical_and,
     "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
 }
 EDGES = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 3.0, -3.0, 6.0, 1.5,
