@@ -97,12 +97,6 @@ def check_same_shape(op, *arrays):
         raise ValueError(f"{op}: shapes differ: {' vs '.join(str(tuple(a.shape)) for a in arrays)}")
 
 
-def check_same_dtype(op, *arrays):
-    kinds = {a.dtype for a in arrays}
-    if len(kinds) > 1:
-        raise TypeError(f"{op}: dtypes differ: {', '.join(dtype_of(a).name for a in arrays)}")
-
-
 def num_warps_for(block: int) -> int:
     """A deterministic warp count for a 1-d block of `block` elements."""
     if block >= 8192:
@@ -145,24 +139,6 @@ if not INTERPRET:
 from triton import knobs as _knobs  # noqa: E402  (Triton 3.6 and 3.9: launch hooks live here)
 
 _RUNTIME = _knobs.runtime
-
-
-def _hooks_active() -> bool:
-    """Whether a profiler hooked Triton's launches (then launches go through Triton's path)."""
-    hook = _RUNTIME.launch_enter_hook
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def aligned(x) -> bool:
-    """Whether an array's data pointer is 16-byte aligned (Triton specializes pointers on it)."""
-    return x.data_ptr() % 16 == 0
-
-
-def int_width(value) -> int:
-    """The width class Triton gives an int argument: 0 for i32, 1 for i64, 2 for u64."""
-    if -2**31 <= value < 2**31:
-        return 0
-    return 1 if value < 2**63 else 2
 
 
 _PARAMETERS = {}
@@ -605,10 +581,6 @@ def persistent(array):
     """Register memory that lives as long as the process (plans may keep pointing at it)."""
     _PERSISTENT[array.untyped_storage().data_ptr()] = array
     return array
-
-
-def recording() -> bool:
-    return _RECORDER is not None
 
 
 @contextlib.contextmanager
