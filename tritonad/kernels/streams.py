@@ -10,8 +10,8 @@ stream goes on down the chain (nn_ops). The region's end joins the side stream b
 main one, before anything (the optimizer, gradient clipping, an all-reduce) can read a
 gradient. The captured graph then has two branches that the GPU runs at once: on an H200,
 MNIST conv2's weight and input gradients took 60 us side by side against 27 + 52 in order,
-and the cnn step went 259 -> 238 us (241 with the linear layers' in order: notes/PERF.md,
-session 13).
+and the cnn step went 259 -> 238 us, 241 with the linear layers' in order (benchmarks/
+profile_step.py, back-to-back graph replays, H200, Triton 3.6, 2026-11-24; notes/PERF.md).
 
 Only under capture: in eager mode each fork and join costs host time (an event record and a
 wait, a few microseconds) on a path that is bound by host time at these sizes.
