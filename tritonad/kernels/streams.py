@@ -22,7 +22,7 @@ cannot hand their memory to a later main-stream kernel while the side stream may
 What the side stream allocates (workspaces, scratch) it frees and reuses in its own order: the
 allocator reuses a block only on the stream it was allocated on.
 
-Launch plans (launch.planned) replay on the current stream, so a plan recorded on one stream
+Launch plans (plans.py) replay on the current stream, so a plan recorded on one stream
 replays correctly on the other; the fork happens outside the planned calls (nn_ops).
 """
 from __future__ import annotations
