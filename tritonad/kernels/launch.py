@@ -29,7 +29,7 @@ import triton.language as tl  # noqa: E402,F401
 from .. import dtypes  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-TRITON_VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2])
+
 
 def cdiv(a, b):
     """ceil(a / b) for ints (triton.cdiv is a jit-aware function, ~3 us a call on the host)."""
