@@ -198,13 +198,13 @@ def compiling_ahead() -> bool:
 # ----------------------------------------------------------------------------- plans
 
 _empty_like = torch.empty_like
-_empty_strided = torch.empty_strided  # (~1 us a call less than torch.empty)
+_empty_strided = torch.empty_strided  # (less host time than torch.empty: probe_host.py)
 
 
 class Plan:
     """What a PlanCache keeps for one signature, replayed by calling it with a later call's
     arrays. `steps`: [(KernelLaunch, where its per-call pointers come from)], each KernelLaunch
-    rebound with the pointer positions dynamic and the first call's arrays forgotten."""
+    bound with its per-call positions dynamic, holding none of the first call's arrays."""
 
     __slots__ = ("steps",)
 
