@@ -288,7 +288,9 @@ def _picker(sources):
     return lambda pointers: [pointers[i] + offset for i, offset in pairs]
 
 
-_A, _AB, _OTHER = 0, 1, 2  # OperandPlan.form: one launch over a alone, over a and b; any other
+# OperandPlan.form: one launch over the whole arrays, with a (and b) the only array operands
+# (unary and binary ops), with any other operands (fill_, where, 2 - x); several launches
+_A, _AB, _ONE, _SEVERAL = 0, 1, 2, 3
 
 
 class OperandPlan(Plan):
@@ -310,12 +312,11 @@ class OperandPlan(Plan):
         self.arrays, self.steps = tuple(arrays), steps
         self.like = like  # 0 or 1: the result is laid out as operand a or b (empty_like: faster)
         self.single = steps[0][0] if len(steps) == 1 and steps[0][1] == 0 else None
-        form = _OTHER
-        if self.single is not None and self.arrays == (True, False, False):
-            form = _A
-        elif self.single is not None and self.arrays == (True, True, False):
-            form = _AB
-        self.form = form
+        if self.single is None:
+            self.form = _SEVERAL
+        else:
+            self.form = {(True, False, False): _A, (True, True, False): _AB}.get(self.arrays,
+                                                                                _ONE)
 
     def __call__(self, out, a, b, c, pa, pb, pc):
         if out is None:
@@ -328,24 +329,26 @@ class OperandPlan(Plan):
                 out = _empty_strided(self.shape, self.strides, dtype=self.dtype,
                                      device=self.device)
         form = self.form
-        if form == _AB:  # the common cases inline: one launch over the whole arrays
+        if form == _AB:
             o = ptr(out)
             self.single(o, ptr(a), ptr(b), o, pa, pb, pc)
         elif form == _A:
             o = ptr(out)
             self.single(o, ptr(a), o, o, pa, pb, pc)
+        elif form == _ONE:
+            o = ptr(out)
+            ta, tb, tc = self.arrays
+            self.single(o, ptr(a) if ta else o, ptr(b) if tb else o, ptr(c) if tc else o,
+                        pa, pb, pc)
         else:
-            self._launch_each(out, (a, b, c), pa, pb, pc)
+            for launch, start in self.steps:
+                o = offset_ptr(out, start) if start else ptr(out)
+                pointers = [o, o, o]
+                for i, (x, is_array) in enumerate(zip((a, b, c), self.arrays)):
+                    if is_array:
+                        pointers[i] = offset_ptr(x, start) if start else ptr(x)
+                launch(o, *pointers, pa, pb, pc)
         return out
-
-    def _launch_each(self, out, operands, pa, pb, pc):
-        for launch, start in self.steps:
-            o = offset_ptr(out, start) if start else ptr(out)
-            pointers = [o, o, o]
-            for i, (x, is_array) in enumerate(zip(operands, self.arrays)):
-                if is_array:
-                    pointers[i] = offset_ptr(x, start) if start else ptr(x)
-            launch(o, *pointers, pa, pb, pc)
 
 
 def _contiguous_strides(shape):
