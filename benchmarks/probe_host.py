@@ -60,7 +60,7 @@ def main():
     args = parser.parse_args()
     import tritonad as td
     from tritonad.autodiff import ops
-    from tritonad.kernels import elementwise, launch
+    from tritonad.kernels import elementwise, launch, plans
 
     td.set_backend("triton")
     be = td.get_backend()
@@ -110,10 +110,10 @@ def main():
     from tritonad.kernels import reduce
 
     be.sum(a, None, False, None)
-    sum_plan = next(v for v in reduce.sum.plans.values() if v is not launch._UNPLANNABLE)
+    sum_plan = next(v for v in reduce.sum.plans.values() if v is not plans._UNPLANNABLE)
     sum_args = (a, None, False, None)
     rows += [
-        ("planned: _signature(sum's 4 arguments)", lambda: launch._signature(sum_args, [])),
+        ("planned: _signature(sum's 4 arguments)", lambda: plans._signature(sum_args, [])),
         ("planned: the sum plan's replay (alloc + launch + result)",
          lambda: sum_plan([a], sum_args)),
         ("torch: torch.empty((), dtype=float32, device=dev)",

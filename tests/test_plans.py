@@ -1,4 +1,4 @@
-"""Recorded launch plans (kernels/launch.py: @planned, its lean path) and the backward engine's
+"""Recorded launch plans (kernels/plans.py: @planned, its lean path) and the backward engine's
 fast paths: a replay must give what a fresh call gives, whatever the layout, the arguments that
 are not arrays, the settings, or an `out` array passed by position.
 

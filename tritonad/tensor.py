@@ -659,10 +659,6 @@ class _LazyOps:
 _OPS = _LazyOps()
 
 
-def _ops():
-    return _OPS
-
-
 # ---------------------------------------------------------------------- creation functions
 
 

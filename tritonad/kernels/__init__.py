@@ -54,12 +54,7 @@ class TritonBackend(Backend):
 
 def _bind_families():
     for family in FAMILIES:
-        try:
-            module = importlib.import_module(f".{family}", __name__)
-        except ModuleNotFoundError as err:
-            if err.name != f"{__name__}.{family}":
-                raise
-            continue
+        module = importlib.import_module(f".{family}", __name__)
         for name in module.PRIMITIVES:
             setattr(TritonBackend, name, staticmethod(getattr(module, name)))
 

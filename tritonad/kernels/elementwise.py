@@ -31,7 +31,8 @@ from .. import dtypes
 from .. import elementwise as table
 from . import tlmath
 from .launch import (INTERPRET, PDL, KernelLaunch, PlanCache, cdiv, dtype_of, empty,
-                     next_power_of_2, offset_ptr, ptr)
+                     next_power_of_2)
+from .plans import OperandPlan, array_key
 
 MAX_RANK = 4                 # strided dimensions the kernel walks after collapsing
 CONTIGUOUS_BLOCK, CONTIGUOUS_WARPS = 4096, 8
@@ -313,16 +314,12 @@ def _scalar_arg(value):
 # A call's plan depends only on its signature: the op, each operand's dtype, shape, strides,
 # device and pointer alignment (numbers: their kind and int width), and the output's. The first
 # call of a signature checks the operands, broadcasts and collapses the strides, picks blocks
-# and binds the launch (launch.KernelLaunch); later calls allocate the result and launch.
+# and binds the launch (launch.KernelLaunch), kept as a plans.OperandPlan; later calls look it
+# up (one dict lookup) and call it, which allocates the result and launches.
 
 _PLANS = PlanCache()
 _Tensor = torch.Tensor
-_empty_like = torch.empty_like
-
-
-def _key(x):
-    """What a plan depends on for one array operand (see _operand)."""
-    return x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0
+_key = array_key  # what a plan depends on for one array operand (inline in the launchers)
 
 
 def _operand(x):
@@ -335,56 +332,6 @@ def _operand(x):
     return _scalar_arg(x)
 
 
-class _Plan:
-    """What one signature's calls repeat: the result's shape, dtype and device, and its launches.
-    Each launch is (KernelLaunch, element offset) over the operands' memory (two launches when a
-    contiguous run is cut into a 16-aligned body and a tail, none for an empty result)."""
-
-    __slots__ = ("shape", "strides", "dtype", "device", "kinds", "launches", "single", "ta",
-                 "tb", "tc", "td", "like")
-
-    def __init__(self, shape, dtype, device, kinds, launches, like):
-        self.shape, self.dtype, self.device = shape, dtype, device
-        self.strides = _contiguous_strides(shape)
-        self.kinds, self.launches = kinds, launches
-        self.single = launches[0][0] if len(launches) == 1 and launches[0][1] == 0 else None
-        self.ta, self.tb, self.tc, self.td = (k == TENSOR for k in kinds)
-        self.like = like  # 0 or 1: the result is laid out as operand a or b (empty_like: faster)
-
-    def __call__(self, out, a, b, c, pa, pb, pc, d=None, pd=0):
-        if out is None:
-            like = self.like
-            if like == 0:
-                out = _empty_like(a)
-            elif like == 1:
-                out = _empty_like(b)
-            else:
-                out = torch.empty_strided(self.shape, self.strides, dtype=self.dtype,
-                                          device=self.device)
-        launch = self.single
-        if launch is not None:  # the common case: one launch over the whole arrays
-            o = ptr(out)
-            launch(o, ptr(a) if self.ta else o, ptr(b) if self.tb else o,
-                   ptr(c) if self.tc else o, ptr(d) if self.td else o, pa, pb, pc, pd)
-            return out
-        for launch, start in self.launches:
-            o = offset_ptr(out, start) if start else ptr(out)
-            pointers = [o, o, o, o]
-            for i, (x, kind) in enumerate(zip((a, b, c, d), self.kinds)):
-                if kind == TENSOR:
-                    pointers[i] = offset_ptr(x, start) if start else ptr(x)
-            launch(o, *pointers, pa, pb, pc, pd)
-        return out
-
-
-def _contiguous_strides(shape):
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
     """Run an elementwise call through its plan (made and cached on the signature's first call).
 
@@ -395,14 +342,13 @@ def _planned(key, op, out, shape, dtype, device, operands, payloads, compute):
     if plan is not None:
         return plan(out, *operands[:3], *payloads[:3], operands[3], payloads[3])
     result = out if out is not None else empty(shape, dtype.torch, device)
-    launches = _launch(op, result, operands, compute)
-    if launches is not None:
-        kinds = [TENSOR if isinstance(x, torch.Tensor) else ABSENT if x is None
-                 else _scalar_arg(x)[0] for x in operands]
+    steps = _launch(op, result, operands, compute)
+    if steps is not None:
         like = next((i for i, x in enumerate(operands[:2]) if isinstance(x, torch.Tensor)
                      and tuple(x.shape) == tuple(shape) and x.dtype == dtype.torch
                      and x.is_contiguous()), None)
-        _PLANS.keep(key, _Plan(tuple(shape), dtype.torch, device, kinds, launches, like))
+        _PLANS.keep(key, OperandPlan(tuple(shape), dtype.torch, device,
+                                     [isinstance(x, torch.Tensor) for x in operands], steps, like))
     return result
 
 

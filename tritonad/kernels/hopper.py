@@ -40,8 +40,10 @@ except ImportError:  # a Triton without Gluon's Hopper dialect
     GLUON = False
 AVAILABLE = GLUON and not INTERPRET
 
-# The plan (benchmarks in notes/PERF.md, session 26): a 128 (n) x 256 (m) output tile, K steps
-# of 32, 4 stages of 48 kB, two warpgroups (8 warps) of 64 n-rows each.
+# The plan: a 128 (n) x 256 (m) output tile, K steps of 32, 4 stages of 48 kB, two warpgroups
+# (8 warps) of 64 n-rows each. 256 x 128, 128 x 128 at 4 warps and 64 x 256 tiles ran at
+# 0.62-0.77 of cuBLAS at 4096^3 against this tile's 0.83-0.85 (scratch kernels, H200, Triton
+# 3.6, 2026-11-25; the table in notes/PERF.md, matmul).
 TILE_N, TILE_M, TILE_K, STAGES, WARPS = 128, 256, 32, 4, 8
 
 

@@ -1,16 +1,17 @@
-"""Shared launch helpers for the kernel families.
+"""Shared launch helpers for the kernel families: bound launches (KernelLaunch), the lean C
+launcher that replays them (fastlaunch.c), programmatic dependent launch (PDL), pointer helpers.
 
 Importing this module decides how Triton runs: compiled on a CUDA GPU, or under Triton's
 interpreter on CPU tensors when no GPU is present (TRITON_INTERPRET=1 must be set before triton
-is imported, so tritonad imports this first).
+is imported, so tritonad imports this first). The plans that keep KernelLaunches per signature,
+and the recording and dry-run state (empty, run, planned, compile_ahead, ...), are in plans.py;
+their names are importable from here too.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import inspect
-import operator
 import os
 
 import torch
@@ -28,7 +29,7 @@ import triton.language as tl  # noqa: E402,F401
 from .. import dtypes  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-TRITON_VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2])
+
 
 def cdiv(a, b):
     """ceil(a / b) for ints (triton.cdiv is a jit-aware function, ~3 us a call on the host)."""
@@ -76,17 +77,6 @@ def gc_paused(collect=True):
             gc.enable()
 
 
-def empty(shape, dtype, device) -> torch.Tensor:
-    """Uninitialised contiguous output memory; dtype may be a tritonad DType or a torch dtype.
-    Launchers allocate through this, so that a plan being recorded knows the memory."""
-    torch_dtype = dtype.torch if isinstance(dtype, dtypes.DType) else dtype
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    out = torch.empty(shape, dtype=torch_dtype, device=device)
-    if _RECORDER is not None:
-        _RECORDER.allocated(out)
-    return out
-
-
 def dtype_of(x) -> dtypes.DType:
     return dtypes.get_dtype(x.dtype)
 
@@ -95,12 +85,6 @@ def check_same_shape(op, *arrays):
     shapes = {tuple(a.shape) for a in arrays}
     if len(shapes) > 1:
         raise ValueError(f"{op}: shapes differ: {' vs '.join(str(tuple(a.shape)) for a in arrays)}")
-
-
-def check_same_dtype(op, *arrays):
-    kinds = {a.dtype for a in arrays}
-    if len(kinds) > 1:
-        raise TypeError(f"{op}: dtypes differ: {', '.join(dtype_of(a).name for a in arrays)}")
 
 
 def num_warps_for(block: int) -> int:
@@ -126,12 +110,13 @@ def num_warps_for(block: int) -> int:
 # would specialize the same way. Triton specializes pointers on 16-byte alignment and integers
 # on divisibility by 16, equality to 1 and width (i32 below 2**31, i64 above). Shapes and
 # strides are in a plan's key; what varies per call (the pointers, and scalar values passed as
-# `do_not_specialize` arguments) must put its alignment or width class into the key too:
-# `aligned(x)` and `int_width(v)` below. TRITONAD_CHECK_LAUNCHES=1 re-derives the compiled
-# kernel through Triton at every launch and fails loudly if a plan ever picked the wrong one.
+# `do_not_specialize` arguments) must put its alignment or width class into the key too: every
+# plan key holds each array's 16-byte alignment (plans.array_key), and the per-call integers
+# are typed tl.int64 in the kernels, so that no value changes their width.
+# TRITONAD_CHECK_LAUNCHES=1 re-derives the compiled kernel through Triton at every launch and
+# fails loudly if a plan ever picked the wrong one.
 
 CHECK_LAUNCHES = os.environ.get("TRITONAD_CHECK_LAUNCHES", "0") not in ("", "0")
-PLANS_ENABLED = os.environ.get("TRITONAD_PLANS", "1") not in ("", "0")  # 0: Triton's path always
 
 if not INTERPRET:
     try:
@@ -145,24 +130,6 @@ if not INTERPRET:
 from triton import knobs as _knobs  # noqa: E402  (Triton 3.6 and 3.9: launch hooks live here)
 
 _RUNTIME = _knobs.runtime
-
-
-def _hooks_active() -> bool:
-    """Whether a profiler hooked Triton's launches (then launches go through Triton's path)."""
-    hook = _RUNTIME.launch_enter_hook
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def aligned(x) -> bool:
-    """Whether an array's data pointer is 16-byte aligned (Triton specializes pointers on it)."""
-    return x.data_ptr() % 16 == 0
-
-
-def int_width(value) -> int:
-    """The width class Triton gives an int argument: 0 for i32, 1 for i64, 2 for u64."""
-    if -2**31 <= value < 2**31:
-        return 0
-    return 1 if value < 2**63 else 2
 
 
 _PARAMETERS = {}
@@ -201,8 +168,9 @@ class KernelLaunch:
         if _NOTE_KERNELS:
             _note_kernel(kernel, args, meta)
         self.kernel, self.grid, self.meta = kernel, grid, meta
-        if _AHEAD is not None:  # compile_ahead: compile (in the background), launch nothing
-            _AHEAD.submit(kernel, grid, args, meta)
+        ahead = _plans._AHEAD
+        if ahead is not None:  # compile_ahead: compile (in the background), launch nothing
+            ahead.submit(kernel, grid, args, meta)
             self.compiled = None
             return
         self.args, self.dynamic = list(args), tuple(dynamic)
@@ -210,8 +178,9 @@ class KernelLaunch:
         self.compiled = kernel[grid](*args, **meta)
         if not INTERPRET:
             self._bind()
-        if _RECORDER is not None:
-            _RECORDER.launched(self)
+        recorder = _plans._RECORDER
+        if recorder is not None:  # a plan being recorded: the launch is one of its steps
+            recorder.launched(self)
         self._forget()
 
     def _forget(self):
@@ -360,7 +329,7 @@ class KernelLaunch:
 
 
 # ----------------------------------------------------------------------------- the lean launcher
-# Triton's C launcher (~3.8-4.4 us a call on an H100 host, measured by benchmarks/probe_host.py)
+# Triton's C launcher (~3.8-4.4 us a call: benchmarks/probe_host.py, an H100 host, 2026-11-24)
 # parses every kernel argument on every call; fastlaunch.c packs a bound launch's constant
 # parameters once and takes only the values that change. It is built on first need with Triton's
 # own build helper (cached in Triton's cache, like Triton's launchers), in a background thread
@@ -372,11 +341,11 @@ FAST_LAUNCH = not INTERPRET and os.environ.get("TRITONAD_FAST_LAUNCH", "1") not 
 # Kernels that build tensor descriptors on the device (the TMA matmul, the window GEMM) need
 # global scratch at each launch: the lean launcher takes it from torch's caching allocator on
 # the launch's stream (raw_alloc / raw_delete) where Triton's launcher would call its allocator
-# (ensure_allocator's _scratch, a torch.empty) from its Python wrapper (H100: an eager conv2
-# forward on the window GEMM took 36 us of host time a call this way, 45 through Triton's
-# launcher; benchmarks/probe_conv_host.py). Both hand the memory back as soon as the launch is queued: stream order makes that safe, and
-# under CUDA graph capture the memory is the graph's (torch's allocator serves capture streams
-# from the graph's pool). FAST_SCRATCH = False (read when a launch is bound) keeps such kernels
+# (ensure_allocator's _scratch, a torch.empty) from its Python wrapper (an eager conv2 forward
+# on the window GEMM took 36 us of host time a call this way, 45 through Triton's launcher:
+# benchmarks/probe_conv_host.py, H100, Triton 3.6, 2026-11-24). Both hand the memory back as
+# soon as the launch is queued: stream order makes that safe, and under CUDA graph capture the
+# memory is the graph's (torch's allocator serves capture streams from the graph's pool). FAST_SCRATCH = False (read when a launch is bound) keeps such kernels
 # on Triton's launcher.
 FAST_SCRATCH = True
 FAST_SKIPPED: dict = {}   # kernel name -> why its launches go through Triton's launcher
@@ -469,172 +438,6 @@ def _bind_fast(kl):
     return None
 
 
-class PlanCache(dict):
-    """Plans of one op family by signature. Bounded: a program that makes endless new shapes
-    starts over rather than growing without end. While a plan is being recorded, lookups miss
-    (_record swaps `get`), so that the launches of nested primitives are recorded into it."""
-
-    LIMIT = 4096
-    ALL: list = []  # every cache, for clear_plans()
-
-    def __init__(self):
-        super().__init__()
-        PlanCache.ALL.append(self)
-
-    def keep(self, key, plan):
-        if _AHEAD is not None:  # compile_ahead ran nothing: nothing to replay
-            return plan
-        if len(self) >= self.LIMIT:
-            self.clear()
-        self[key] = plan
-        return plan
-
-
-# ----------------------------------------------------------------------------- recorded plans
-# Most launchers are a few lines of planning around one to four kernel launches, with
-# temporaries (split-K slices, staged operands) in between. Rather than restructure each into
-# "plan" and "run" halves, a primitive decorated with @planned runs its launcher once per
-# signature under a recorder, which notes every allocation (launch.empty) and every launch
-# (KernelLaunch, or launch.run for a plain kernel[grid](...) call) and where each pointer
-# argument points: into which of the call's arrays or temporaries, at which byte offset. The
-# plan then replays that: allocate the temporaries, launch each kernel with the new pointers,
-# return the results as the same arrays (or views) of the new memory.
-#
-# What a recorded launcher must not do: read the device back or decide anything from values
-# (data-dependent checks go through the device-side error flags instead), launch a kernel
-# other than through KernelLaunch / run, or allocate other than through launch.empty. Scalar
-# kernel arguments are replayed as recorded, so they must follow from the plan's key (shapes,
-# strides, dtypes, the arguments that are not arrays, the settings named by `settings`).
-# Memory that outlives calls (error flags, device constants) is registered with persistent().
-
-_RECORDER = None
-_PERSISTENT = {}  # storage data_ptr -> array: memory a plan may point at directly
-_UNPLANNABLE = object()
-
-
-# ----------------------------------------------------------------------------- compiling ahead
-# A first training step compiles each of its kernels as it reaches it, one after another: tens of
-# kernels at a few hundred milliseconds to seconds each, while the GPU idles and the other CPU
-# cores too. The kernels a step needs follow from shapes, dtypes and layouts alone, never from
-# values, so a dry run of the step can name them all before any runs. compile_ahead() runs a
-# block so: every launch becomes a compile request, handed to Triton's asynchronous compilation
-# (triton.runtime._async_compile, in Triton 3.6 and 3.9) on a thread pool, and nothing is
-# launched or kept. When the block ends, every kernel is in Triton's caches (memory and disk)
-# and the real step launches them at once.
-
-_AHEAD = None
-
-
-class _Ahead:
-    """The compile requests of one compile_ahead block."""
-
-    def __init__(self, mode):
-        self.mode, self.kernels, self.seen = mode, 0, set()
-
-    def submit(self, kernel, grid, args, meta):
-        if INTERPRET:  # nothing to compile under the interpreter
-            return None
-        try:
-            kernel.warmup(*args, grid=grid, **meta)
-        except Exception:  # noqa: BLE001  the real launch will raise it, with its context
-            return None
-        self.kernels += 1
-        return None
-
-
-@contextlib.contextmanager
-def launching():
-    """Inside a compile_ahead block: launch for real (memory that must hold what a kernel
-    writes, such as the error flags' zeros, made there on first use). Outside one: nothing."""
-    global _AHEAD
-    ahead, _AHEAD = _AHEAD, None
-    try:
-        yield
-    finally:
-        _AHEAD = ahead
-
-
-@contextlib.contextmanager
-def compile_ahead(workers=None):
-    """Run a block for the kernels it launches only: each launch compiles its kernel, several
-    at a time on a thread pool where Triton compiles asynchronously, and nothing is computed or
-    kept (no plans); the block's results are garbage and its side effects on Python state
-    (gradients, optimizer state) are the caller's to avoid or undo. Yields an object whose
-    `kernels` counts the compile requests."""
-    global _AHEAD
-    if _AHEAD is not None:
-        yield _AHEAD
-        return
-    mode = None
-    pool = None
-    if not INTERPRET:
-        try:
-            from triton.runtime._async_compile import AsyncCompileMode
-            import concurrent.futures
-
-            pool = concurrent.futures.ThreadPoolExecutor(workers or min(16, os.cpu_count() or 4))
-            # a failed compile is the real launch's to report, with its context
-            mode = AsyncCompileMode(pool, ignore_errors=True)
-        except ImportError:  # a Triton without asynchronous compilation: one after another
-            mode = None
-    ahead = _Ahead(mode)
-    _AHEAD = ahead
-    try:
-        if mode is not None:
-            with mode:
-                yield ahead
-        else:
-            yield ahead
-    finally:
-        _AHEAD = None
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-
-def compiling_ahead() -> bool:
-    return _AHEAD is not None
-
-
-def clear_plans():
-    """Forget every plan (tests that swap a kernel or a setting the keys do not see)."""
-    for cache in PlanCache.ALL:
-        cache.clear()
-
-
-def persistent(array):
-    """Register memory that lives as long as the process (plans may keep pointing at it)."""
-    _PERSISTENT[array.untyped_storage().data_ptr()] = array
-    return array
-
-
-def recording() -> bool:
-    return _RECORDER is not None
-
-
-@contextlib.contextmanager
-def not_recording():
-    """Launches in this block are not part of the plan being recorded (a tuner's trials)."""
-    global _RECORDER
-    saved, _RECORDER = _RECORDER, None
-    try:
-        yield
-    finally:
-        _RECORDER = saved
-
-
-def run(kernel, grid, *args, **meta):
-    """kernel[grid](*args, **meta), recorded into the plan being made, if any (compiled only,
-    inside compile_ahead)."""
-    if _AHEAD is not None:
-        return _AHEAD.submit(kernel, grid, args, meta)
-    if _RECORDER is not None:
-        return KernelLaunch(kernel, grid, args, meta)
-    if _NOTE_KERNELS:
-        _note_kernel(kernel, args, meta)
-    ensure_allocator()
-    return kernel[grid](*args, **meta)
-
-
 # Kernels that build tensor descriptors on the device (the TMA matmul) need global scratch,
 # which Triton's launcher takes at each launch from the allocator of triton.set_allocator. Triton
 # keeps it per thread (a ContextVar, unset in a new thread), so each launching thread gets ours
@@ -723,335 +526,6 @@ def _note_kernel(kernel, args, meta):
         f.write(line + "\n")
 
 
-def _extent(x):
-    """Bytes from x's first element to just past its last one (non-negative strides)."""
-    if x.numel() == 0:
-        return 0
-    return (sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
-
-
-class _Recorder:
-    """Watches one call of a launcher: its arrays, the arrays it allocates, its launches."""
-
-    def __init__(self, arrays, args=()):
-        self.args = args               # the call's arguments (a result may be one of them)
-        self.slots = list(arrays)      # the call's arrays, then each allocation
-        self.temps = []                # (shape, strides, torch dtype, device) of each allocation
-        self.steps = []                # (KernelLaunch, [(slot, byte offset, view)])
-        self.failed = None             # why the call cannot be replayed
-
-    def allocated(self, array):
-        self.slots.append(array)
-        self.temps.append((tuple(array.shape), array.stride(), array.dtype, array.device))
-
-    def locate(self, x):
-        """(slot, byte offset, view) of an array argument, or None if it points elsewhere.
-        view: None when x is the slot itself, else (shape, strides, element offset, dtype) to
-        rebuild it from the slot (replays that pass arrays rather than raw pointers)."""
-        for i, s in enumerate(self.slots):
-            if x is s:
-                return i, 0, None
-        base = x.untyped_storage().data_ptr()
-        found = None
-        start = x.data_ptr()
-        for i, s in enumerate(self.slots):
-            if s.untyped_storage().data_ptr() != base:
-                continue
-            # arrays of one storage (parameters in an optimizer's flat buffer): the one whose
-            # memory holds x's first element
-            if not s.data_ptr() <= start < s.data_ptr() + max(_extent(s), 1):
-                continue
-            if found is not None and s.data_ptr() != self.slots[found].data_ptr():
-                self.failed = "an argument points into two of the call's arrays"
-                return None
-            if found is None:
-                found = i
-        if found is None:
-            if base in _PERSISTENT:
-                return -1, 0, x
-            self.failed = "an argument points to memory the call did not allocate"
-            return None
-        s = self.slots[found]
-        if x.dtype != s.dtype:
-            self.failed = "an argument reinterprets an array's dtype"
-            return None
-        view = (tuple(x.shape), tuple(x.stride()), x.storage_offset() - s.storage_offset(),
-                x.dtype)
-        return found, x.data_ptr() - s.data_ptr(), view
-
-    def launched(self, launch):
-        positions, sources = [], []
-        for i, a in enumerate(launch.args):
-            if isinstance(a, torch.Tensor):
-                where = self.locate(a)
-                if where is None:
-                    return
-                if where[0] == -1:  # persistent memory: a constant argument
-                    continue
-                positions.append(i)
-                sources.append(where)
-        self.steps.append((launch.rebind(positions), sources))
-
-    def finish(self, result):
-        if self.failed:
-            return None
-        spec = self._result_spec(result)
-        if spec is _UNPLANNABLE:
-            return None
-        return _Plan(len(self.slots) - len(self.temps), self.temps, self.steps, spec)
-
-    def _result_spec(self, value):
-        for i, a in enumerate(self.args):
-            if value is a and not isinstance(a, (bool, int, float, str, type(None))):
-                return ("arg", i)
-        if isinstance(value, torch.Tensor):
-            where = self.locate(value)
-            if where is None or where[0] == -1:
-                return _UNPLANNABLE
-            return ("array",) + where
-        if isinstance(value, (tuple, list)):
-            items = [self._result_spec(v) for v in value]
-            if any(i is _UNPLANNABLE for i in items):
-                return _UNPLANNABLE
-            return ("seq", type(value), items)
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return ("value", value)
-        return _UNPLANNABLE
-
-
-_empty_strided = torch.empty_strided
-
-
-def _view(slot, view):
-    if view is None:
-        return slot
-    shape, strides, offset, _ = view
-    return slot.as_strided(shape, strides, slot.storage_offset() + offset)
-
-
-def _result_maker(spec):
-    """A fast rebuild of the common results (one array, or a tuple of arrays and None, each a
-    whole slot): a function of the slots; None for the others (Plan._rebuild does them)."""
-    def whole(item):
-        return item[0] == "array" and item[3] is None
-
-    if spec[0] == "array" and whole(spec):
-        i = spec[1]
-        return lambda slots: slots[i]
-    if spec[0] == "seq" and spec[1] is tuple and all(
-            whole(item) or item == ("value", None) for item in spec[2]):
-        picks = [item[1] if item[0] == "array" else None for item in spec[2]]
-        return lambda slots: tuple(None if i is None else slots[i] for i in picks)
-    return None
-
-
-def _picker(sources):
-    """pointers -> the pointer arguments of one launch, from [(slot, byte offset, view)]."""
-    if not sources:
-        return lambda pointers: ()
-    if all(offset == 0 for _, offset, _ in sources):
-        getter = operator.itemgetter(*[i for i, _, _ in sources])
-        return getter if len(sources) > 1 else lambda pointers: (getter(pointers),)
-    pairs = [(i, offset) for i, offset, _ in sources]
-    return lambda pointers: [pointers[i] + offset for i, offset in pairs]
-
-
-class _Plan:
-    """A recorded call: allocate its temporaries, replay its launches, rebuild its results."""
-
-    __slots__ = ("n_call", "temps", "steps", "raw", "spec", "result")
-
-    def __init__(self, n_call, temps, steps, spec):
-        self.n_call, self.temps, self.steps, self.spec = n_call, temps, steps, spec
-        # for replays that pass raw pointers: each launch with its pointers as (slot, byte
-        # offset), or, where every offset is 0 (most), a C getter of the slots' pointers
-        self.raw = [(launch, _picker(sources)) for launch, sources in steps]
-        self.result = _result_maker(spec)
-
-    def __call__(self, arrays, args=()):
-        return self.replay(list(arrays), args)
-
-    def replay(self, slots, args):
-        """Run the plan on `slots`, a new list of the call's arrays (extended in place with the
-        temporaries); `args`: the call's positional arguments (results that are arguments)."""
-        for shape, strides, dtype, device in self.temps:  # (empty_strided: ~1 us less a call)
-            slots.append(_empty_strided(shape, strides, dtype=dtype, device=device))
-        if RAW_POINTERS:
-            pointers = [s.data_ptr() for s in slots]
-            for launch, pick in self.raw:
-                launch(*pick(pointers))
-        else:
-            for launch, sources in self.steps:
-                launch(*[_view(slots[i], view) for i, _, view in sources])
-        if self.result is not None:
-            return self.result(slots)
-        return self._rebuild(self.spec, slots, args)
-
-    def _rebuild(self, spec, slots, args):
-        kind = spec[0]
-        if kind == "array":
-            return _view(slots[spec[1]], spec[3])
-        if kind == "seq":
-            return spec[1](self._rebuild(s, slots, args) for s in spec[2])
-        if kind == "arg":
-            return args[spec[1]]
-        return spec[1]
-
-
-_Tensor = torch.Tensor
-# tuples of ints met as arguments (sizes, strides, pairs): a set lookup then stands for the
-# element-by-element type check (~10x faster). Equal tuples compare equal whatever their element
-# types, so only tuples that start with an int are looked up (a float pair takes the slow path);
-# a mixed tuple such as (2, 2.0) would be keyed like (2, 2), which launches the same kernels.
-_INT_TUPLES: dict = {}  # (a dict used as a set)
-
-
-def _known_int_tuple(v):
-    try:
-        return v in _INT_TUPLES
-    except TypeError:  # an unhashable element (a list)
-        return False
-
-
-def _signature(values, arrays):
-    """The key a plan depends on for a sequence of arguments (arrays: dtype, shape, strides,
-    device and pointer alignment; sequences item by item; anything else by type and value),
-    appending the arrays met, in order, to `arrays`."""
-    key = []
-    for v in values:
-        t = type(v)
-        if t is _Tensor or isinstance(v, _Tensor):
-            arrays.append(v)
-            key.append((v.dtype, v.shape, v.stride(), v.get_device(), v.data_ptr() % 16 == 0))
-        elif t is tuple or t is list:
-            if t is tuple and (not v or type(v[0]) is int) and _known_int_tuple(v):
-                key.append(v)
-            elif t is tuple and all(type(e) is int for e in v):  # sizes, strides, pairs
-                if len(_INT_TUPLES) < 4096:
-                    _INT_TUPLES[v] = True
-                key.append(v)
-            else:
-                key.append((t, _signature(v, arrays)))
-        else:
-            key.append((t, v))
-    return tuple(key)
-
-
-def planned(settings=None, arrays=0):
-    """Decorate a launcher (a backend primitive) so that it runs from a recorded plan per
-    signature. `settings`: a function returning the global settings the launcher reads (they
-    join the key). `arrays`: how many leading positional arguments are arrays (or None, for
-    an optional one such as a bias). Calls with no keywords and no arrays after those then take
-    a lean path: a key of the arrays' attributes and the other arguments as they are, one dict
-    lookup, the plan's replay of those arrays (~2 us less Python a call than the general
-    signature). Any other call, and a first call, take the general path. (Equal numbers key
-    alike there: a replay for 2.0 where 2 was recorded launches what 2 launched.)"""
-    def decorate(fn):
-        plans = PlanCache()
-        lean = PlanCache()  # (its lookups miss while a plan is recorded, as plans' do)
-
-        @functools.wraps(fn)
-        def general(*args, **kwargs):
-            if _RECORDER is not None or _AHEAD is not None or not PLANS_ENABLED:
-                return fn(*args, **kwargs)
-            found = []
-            key = _signature(args, found)
-            if kwargs:
-                names = sorted(kwargs)
-                key = (key, tuple(names), _signature([kwargs[k] for k in names], found))
-            if settings is not None:
-                key = (key, settings())
-            try:
-                plan = plans.get(key)
-            except TypeError:  # an unhashable argument: no plan
-                return fn(*args, **kwargs)
-            if plan is not None:
-                if plan is _UNPLANNABLE:
-                    return fn(*args, **kwargs)
-                return plan(found, args)
-            result = _record(plans, key, found, fn, args, kwargs)
-            if arrays and not kwargs and len(args) >= arrays and \
-                    len(found) == sum(type(a) is _Tensor for a in args[:arrays]):
-                plan = plans.get(key)
-                if isinstance(plan, _Plan):  # the arrays were the leading arguments: lean too
-                    try:
-                        lean.keep(_lean_key(args, arrays, settings), plan)
-                    except TypeError:  # an unhashable argument (a list): the general path only
-                        pass
-            return result
-
-        if not arrays:
-            general.plans = plans
-            return general
-
-        if arrays == 1:
-            @functools.wraps(fn)
-            def launcher(x, *rest, **kwargs):
-                if not kwargs and type(x) is _Tensor and _AHEAD is None:
-                    key = (x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0,
-                           rest, settings() if settings is not None else None)
-                    try:
-                        plan = lean.get(key)
-                    except TypeError:  # an unhashable argument
-                        plan = None
-                    if plan is not None:
-                        return plan.replay([x], (x,) + rest)
-                return general(x, *rest, **kwargs)
-        else:
-            @functools.wraps(fn)
-            def launcher(*args, **kwargs):
-                if not kwargs and _AHEAD is None and len(args) >= arrays:
-                    try:
-                        plan = lean.get(_lean_key(args, arrays, settings))
-                    except (TypeError, AttributeError):  # unhashable, or not an array
-                        plan = None
-                    if plan is not None:
-                        return plan.replay([a for a in args[:arrays] if a is not None], args)
-                return general(*args, **kwargs)
-
-        launcher.plans = plans
-        launcher.lean = lean
-        return launcher
-    return decorate
-
-
-def _lean_key(args, arrays, settings):
-    """planned's lean key: each leading array's dtype, shape, strides, device and alignment,
-    then the other arguments as they are, then the settings."""
-    key = []
-    for x in args[:arrays]:
-        if x is None:
-            key.append(None)
-            continue
-        if type(x) is not _Tensor:
-            raise TypeError("not an array")
-        key.append((x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0))
-    if arrays == 1:
-        x = args[0]
-        return (x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0,
-                tuple(args[1:]), settings() if settings is not None else None)
-    return (tuple(key), tuple(args[arrays:]), settings() if settings is not None else None)
-
-
-def _miss(self, key, default=None):
-    return default
-
-
-def _record(plans, key, arrays, fn, args, kwargs):
-    global _RECORDER
-    recorder = _Recorder(arrays, args)
-    _RECORDER = recorder
-    PlanCache.get = _miss  # while recording, every lookup misses (dict.get, C, otherwise)
-    try:
-        result = fn(*args, **kwargs)
-    finally:
-        _RECORDER = None
-        del PlanCache.get
-    plan = recorder.finish(result)
-    plans.keep(key, plan if plan is not None else _UNPLANNABLE)
-    return result
-
-
 # Replays pass device pointers as ints: the launcher then skips a data_ptr() call and a driver
 # query per pointer (~1 us each). Under the interpreter, and when checking launches against
 # Triton's own path, they pass the arrays themselves.
@@ -1070,3 +544,10 @@ def offset_ptr(x, start):
     if RAW_POINTERS:
         return x.data_ptr() + start * x.element_size()
     return x.as_strided((x.numel() - start,), (1,), x.storage_offset() + start)
+
+
+# plans.py imports this module's names above; these names of plans.py are importable from here,
+# as they were before it was split off (the kernel families import them from launch)
+from . import plans as _plans  # noqa: E402
+from .plans import (PLANS_ENABLED, PlanCache, clear_plans, compile_ahead,  # noqa: E402,F401
+                    compiling_ahead, empty, launching, not_recording, persistent, planned, run)

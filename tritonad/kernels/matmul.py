@@ -484,7 +484,7 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
         plans = tma_plans + plans if first else plans + tma_plans
         if rs and rs_problem(kind, a_kmajor, b_kmajor):
             # H200, 2026-11-25: 0.83-0.93 of cuBLAS at 4096^3, 0.88-0.94 at 8192^3, against
-            # 0.71-0.85 for the staged plans (notes/PERF.md, session 26)
+            # 0.71-0.85 for the staged plans (bench matmul and scratch kernels, Triton 3.6)
             plans.insert(0, _rs_plan())
     return plans
 

@@ -10,8 +10,8 @@ stream goes on down the chain (nn_ops). The region's end joins the side stream b
 main one, before anything (the optimizer, gradient clipping, an all-reduce) can read a
 gradient. The captured graph then has two branches that the GPU runs at once: on an H200,
 MNIST conv2's weight and input gradients took 60 us side by side against 27 + 52 in order,
-and the cnn step went 259 -> 238 us (241 with the linear layers' in order: notes/PERF.md,
-session 13).
+and the cnn step went 259 -> 238 us, 241 with the linear layers' in order (benchmarks/
+profile_step.py, back-to-back graph replays, H200, Triton 3.6, 2026-11-24; notes/PERF.md).
 
 Only under capture: in eager mode each fork and join costs host time (an event record and a
 wait, a few microseconds) on a path that is bound by host time at these sizes.
@@ -22,7 +22,7 @@ cannot hand their memory to a later main-stream kernel while the side stream may
 What the side stream allocates (workspaces, scratch) it frees and reuses in its own order: the
 allocator reuses a block only on the stream it was allocated on.
 
-Launch plans (launch.planned) replay on the current stream, so a plan recorded on one stream
+Launch plans (plans.py) replay on the current stream, so a plan recorded on one stream
 replays correctly on the other; the fork happens outside the planned calls (nn_ops).
 """
 from __future__ import annotations
