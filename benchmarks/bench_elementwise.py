@@ -9,6 +9,10 @@ Ops on contiguous arrays of n elements, n = 2**16 .. 2**28 (--quick: 2**20, 2**2
     relu y = max(x, 0)          torch: torch.relu(x)                         2 n itemsize
     relu_backward dx = dy [x>0] torch: aten.threshold_backward(dy, x, 0)     3 n itemsize
     bias_add (n/1024, 1024) + (1024,) row, stride 0 (the row read in place)  2 n itemsize
+    gelu y = x Phi(x)           torch: F.gelu(x)                             2 n itemsize
+    gelu_backward (x, dy)       torch: aten.gelu_backward(dy, x)             3 n itemsize
+    silu y = x sigmoid(x)       torch: F.silu(x)                             2 n itemsize
+(gelu and silu are entries of tritonad/elementwise.py: their kernels are the table's formulas.)
 Metric: GB/s = bytes read + written / t (the last column), t the triton.testing.do_bench median
 with L2 flushed. Ratio = torch ms / tritonad ms (above 1: tritonad faster); "% copy" compares
 with the device-to-device copy bandwidth measured once at the start (bytes read + written).
@@ -39,6 +43,10 @@ OPS = {
     "relu_backward": (lambda a, b: kernels.relu_backward(a, b),
                       lambda a, b: torch.ops.aten.threshold_backward(a, b, 0), 3),
     "bias_add": (lambda a, b: kernels.add(a, b), lambda a, b: a + b, 2),
+    "gelu": (lambda a, b: kernels.gelu(a), lambda a, b: torch.nn.functional.gelu(a), 2),
+    "gelu_backward": (lambda a, b: kernels.apply(td.elementwise.gelu.derivatives["x"], a, b),
+                      lambda a, b: torch.ops.aten.gelu_backward(b, a), 3),
+    "silu": (lambda a, b: kernels.silu(a), lambda a, b: torch.nn.functional.silu(a), 2),
 }
 
 
