@@ -487,10 +487,10 @@ class Tensor:
 
     def sum(self, dim=None, keepdim=False, dtype=None): return _OPS.sum(self, dim, keepdim, dtype)
     def mean(self, dim=None, keepdim=False): return _OPS.mean(self, dim, keepdim)
-    def var(self, dim=None, correction=1, keepdim=False, unbiased=None):
-        return _OPS.var(self, dim, correction if unbiased is None else int(unbiased), keepdim)
-    def std(self, dim=None, correction=1, keepdim=False, unbiased=None):
-        return self.var(dim, correction, keepdim, unbiased).sqrt()
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _OPS.var(self, dim, unbiased, keepdim, correction=correction)
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _OPS.std(self, dim, unbiased, keepdim, correction=correction)
     def max(self, dim=None, keepdim=False): return _OPS.max(self, dim, keepdim)
     def min(self, dim=None, keepdim=False): return _OPS.min(self, dim, keepdim)
     def amax(self, dim=None, keepdim=False): return _OPS.amax(self, dim, keepdim)

@@ -678,9 +678,33 @@ def mean(x, dim=None, keepdim=False):
     return Mean.apply1(x, normalize_dims("mean", dim, x.ndim), keepdim)
 
 
-def var(x, dim=None, correction=1, keepdim=False):
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """torch's forms: var(x, dim, unbiased=True, keepdim), var(x, dim, correction=1, keepdim)
+    and var(x, unbiased) (a lone bool is unbiased, not a dim)."""
     _require_float("var", x)
+    dim, correction = _var_args("var", dim, unbiased, correction)
     return Var.apply(x, normalize_dims("var", dim, x.ndim), correction, keepdim)
+
+
+def _var_args(op, dim, unbiased, correction):
+    """(dim, correction) from var/std's arguments, as torch reads them."""
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise TypeError(f"{op}: unbiased given twice ({dim} as the first argument, then "
+                            f"{unbiased})")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError(f"{op}: give unbiased or correction, not both")
+    if unbiased is not None:
+        return dim, int(unbiased)
+    return dim, 1 if correction is None else correction
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """sqrt(var(...)), with var's arguments."""
+    _require_float("std", x)
+    dim, correction = _var_args("std", dim, unbiased, correction)
+    return Var.apply(x, normalize_dims("std", dim, x.ndim), correction, keepdim).sqrt()
 
 
 def _extreme(name, full_fn, dim_fn, x, dim, keepdim):
