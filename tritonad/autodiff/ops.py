@@ -175,7 +175,11 @@ class Div(Function):
 
 
 class Pow(Function):
-    """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a)."""
+    """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a).
+
+    NOTE: as torch, da = 0 where b = 0 (also at a = 0, where 0 * 0 ** -1 would be nan), and
+    db = 0 where a = 0 and b >= 0 (0 * log 0 would be nan); for a = 0, b < 0 it is
+    inf * log 0 = -inf."""
     primitive = "pow"
     @staticmethod
     def forward(ctx, a, b):
@@ -186,14 +190,20 @@ class Pow(Function):
     @staticmethod
     def backward(ctx, dy):
         a, b, y = ctx.saved
-        da = dy * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
-        db = None
+        da = db = None
+        if ctx.needs_input_grad[0]:
+            if isinstance(b, Tensor):
+                da = where(b == 0, 0.0, dy * b * a ** (b - 1))
+            else:
+                da = dy * 0.0 if b == 0 else dy * b * a ** (b - 1)
         if ctx.needs_input_grad[1]:
             if isinstance(a, Tensor):
-                # NOTE: d/db at a = 0 is taken as 0 (0 * log 0 would be NaN), as torch does
-                db = where(a == 0, 0.0, dy * y * log(a))
+                db = dy * y * log(a)
+                db = where(a == 0, where(b >= 0, 0.0, db), db)
+            elif a == 0:
+                db = where(b >= 0, 0.0, dy * y * -math.inf)
             else:
-                db = dy * y * (math.log(a) if a > 0 else (0.0 if a == 0 else math.nan))
+                db = dy * y * (math.log(a) if a > 0 else math.nan)
         return da, db
 
 
@@ -645,10 +655,12 @@ class Var(Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved
-        n = _reduced_count(x.shape, ctx.dims)
+        dof = _reduced_count(x.shape, ctx.dims) - ctx.correction
         centred = x - x.mean(ctx.dims, keepdim=True)
-        return _expand_back(dy, x.shape, ctx.dims) * centred * (2.0 / (n - ctx.correction)), \
-            None, None, None
+        # NOTE: no degrees of freedom left (n <= correction) scales by inf, as torch: the
+        # gradient is inf or nan, and empty where x is empty
+        scale = 2.0 / dof if dof > 0 else math.inf
+        return _expand_back(dy, x.shape, ctx.dims) * centred * scale, None, None, None
 
 
 class SumTo(Function):
@@ -715,6 +727,8 @@ def _extreme(name, full_fn, dim_fn, x, dim, keepdim):
     if dim is None:
         return full_fn.apply(x, None, False)
     (d,) = normalize_dims(name, dim, x.ndim) or (0,)
+    if x.ndim == 0:  # dim 0 (or -1) of a 0-d tensor: its one element, as [1] along dim 0
+        return MaxResult(*dim_fn.apply(x.reshape(1), 0, False))
     return MaxResult(*dim_fn.apply(x, d, keepdim))
 
 
