@@ -632,3 +632,28 @@ def test_var_and_std_backward_without_degrees_of_freedom(backend_name, case):
     (y, g), (ty, tg) = _torch_and_ours(fn, a)
     assert y.shape == tuple(ty.shape) and g.shape == tuple(tg.shape)
     assert not np.isfinite(g.numpy()).any() and not np.isfinite(tg.numpy()).any()
+
+
+INPLACE_WITH_HISTORY = {  # torch records in-place ops on tensors that are not leaves
+    "clone().zero_()": lambda lib, x, w: (x * 2).clone().zero_() + w,
+    "mul_ then add_ with alpha": lambda lib, x, w: (x * 1).mul_(w).add_(w, alpha=2),
+    "clamp_": lambda lib, x, w: (x * w).clamp_(0, 5),
+    "a constant takes an operand's history": lambda lib, x, w: lib.zeros(2).add_(w).mul_(x),
+    "copy_": lambda lib, x, w: (x * 1).copy_(w) * x,
+    "fill_": lambda lib, x, w: (x * 1).fill_(3.0) * w,
+    "div_ and sub_": lambda lib, x, w: (x + 0).div_(w).sub_(x),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE_WITH_HISTORY))
+def test_inplace_ops_on_tensors_with_history_as_torch(backend_name, case):
+    _same(*_torch_and_ours(INPLACE_WITH_HISTORY[case], np.array([1.0, 2.0], np.float32),
+                           np.array([3.0, 4.0], np.float32)))
+
+
+def test_inplace_change_of_a_tensor_whose_old_value_was_saved_fails_at_backward(backend_name):
+    x = td.tensor([1.0, 2.0], requires_grad=True)
+    y = x.exp()  # exp saves its output for the backward
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()

@@ -238,3 +238,25 @@ def test_composed_methods_misc(backend_name):
         td.zeros(2, 2, 2).t()
     with pytest.raises(ValueError, match="repeat: 1 sizes for a 2-d tensor"):
         td.zeros(2, 2).repeat(2)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
+def test_invert_is_bitwise_not_as_torch(backend_name, dtype):
+    values = [True, False, True] if dtype == "bool" else [0, 1, 5, 127]
+    ours = ~td.tensor(values, dtype=getattr(td, dtype))
+    theirs = ~torch.tensor(values, dtype=getattr(torch, dtype))
+    assert ours.dtype is getattr(td, dtype) and ours.tolist() == theirs.tolist()
+    with pytest.raises(TypeError, match="bitwise not.*float32"):
+        ~td.ones(2)
+
+
+def test_add_and_sub_scale_the_operand_by_alpha(backend_name):
+    a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, -4.0], np.float32)
+    for lib in (td, torch):
+        x, y = lib.tensor(a), lib.tensor(b)
+        got = [x.add(y, alpha=2), x.sub(y, alpha=0.5), x.clone().add_(y, alpha=3),
+               x.clone().sub_(y, alpha=-1)]
+        if lib is td:
+            ours = [t.tolist() for t in got]
+        else:
+            assert ours == [t.tolist() for t in got]

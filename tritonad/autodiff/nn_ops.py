@@ -88,7 +88,7 @@ def matmul(a, b):
     if a.shape[-1] != b.shape[-2 if b.ndim > 1 else -1]:
         raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
     if a.ndim == 1:
-        return matmul(unsqueeze(a, 0), b).squeeze(-2)
+        return matmul(unsqueeze(a, 0), b).squeeze(-2 if b.ndim > 1 else -1)
     if b.ndim == 1:
         return matmul(a, unsqueeze(b, -1)).squeeze(-1)
     from .ops import broadcast_shapes
