@@ -14,6 +14,7 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
                            reshape, sigmoid, softmax, log_softmax, sqrt, sub, sum, tanh,
                            transpose, var, where, clamp, permute, flatten, unsqueeze, squeeze)
 from .autodiff.ops import std
+from .autodiff.ops import reduce_all as all, reduce_any as any  # noqa: A001  (td.all, td.any)
 from .autodiff.shape_ops import cat, stack
 from .backend import (Backend, autotune, autotuning, conv_precision, get_backend,
                       matmul_precision, register_backend, set_backend, set_conv_precision,

@@ -523,7 +523,7 @@ class Tensor:
     def add(self, o, *, alpha=1): return _OPS.add(self, o if alpha == 1 else o * alpha)
     def sub(self, o, *, alpha=1): return _OPS.sub(self, o if alpha == 1 else o * alpha)
     def mul(self, o): return _OPS.mul(self, o)
-    def div(self, o): return _OPS.div(self, o)
+    def div(self, o, *, rounding_mode=None): return _OPS.div(self, o, rounding_mode=rounding_mode)
     def matmul(self, o): return _OPS.matmul(self, o)
 
     def sum(self, dim=None, keepdim=False, dtype=None): return _OPS.sum(self, dim, keepdim, dtype)
@@ -538,10 +538,10 @@ class Tensor:
     def amin(self, dim=None, keepdim=False): return _OPS.amin(self, dim, keepdim)
     def argmax(self, dim=None, keepdim=False): return _OPS.argmax(self, dim, keepdim)
     def argmin(self, dim=None, keepdim=False): return _OPS.argmin(self, dim, keepdim)
-    def any(self): return _OPS.ne(self, 0).sum() > 0
-    def all(self): return _OPS.eq(self, 0).sum() == 0
-    def softmax(self, dim): return _OPS.softmax(self, dim)
-    def log_softmax(self, dim): return _OPS.log_softmax(self, dim)
+    def any(self, dim=None, keepdim=False): return _OPS.reduce_any(self, dim, keepdim)
+    def all(self, dim=None, keepdim=False): return _OPS.reduce_all(self, dim, keepdim)
+    def softmax(self, dim, dtype=None): return _OPS.softmax(self, dim, dtype=dtype)
+    def log_softmax(self, dim, dtype=None): return _OPS.log_softmax(self, dim, dtype=dtype)
 
     def reshape(self, *shape): return _OPS.reshape(self, _shape_arg(shape))
     def view(self, *shape):

@@ -233,16 +233,20 @@ class LogSoftmax(Function):
         return Tensor._wrap(_b().log_softmax_backward(dy._data, y._data, ctx.dim)), None
 
 
-def softmax(x, dim):
-    """exp(x) / sum(exp(x)) along dim, computed stably."""
+def softmax(x, dim, dtype=None):
+    """exp(x) / sum(exp(x)) along dim, computed stably; dtype: cast x to it first (as torch)."""
+    if dtype is not None:
+        x = x.to(dtype)
     _same_float("softmax", x)
     if x.ndim == 0:
         return reshape(Softmax.apply(reshape(x, (1,)), 0), ())
     return Softmax.apply1(x, _dim("softmax", x, dim))
 
 
-def log_softmax(x, dim):
-    """x - logsumexp(x) along dim."""
+def log_softmax(x, dim, dtype=None):
+    """x - logsumexp(x) along dim; dtype: cast x to it first (as torch)."""
+    if dtype is not None:
+        x = x.to(dtype)
     _same_float("log_softmax", x)
     if x.ndim == 0:
         return reshape(LogSoftmax.apply(reshape(x, (1,)), 0), ())

@@ -778,3 +778,52 @@ Tensor.__add__, Tensor.__sub__, Tensor.__mul__, Tensor.__truediv__ = add, sub, m
 
 from .shape_ops import *  # noqa: E402,F401,F403
 from .nn_ops import *  # noqa: E402,F401,F403
+
+
+# ------------------------------------------------------------- torch's keyword forms on top
+
+
+def _with_alpha(op):
+    """op(a, b, alpha=k) = op(a, b * k), as torch's add and sub."""
+    def scaled(a, b, *, alpha=1):
+        return op(a, b if alpha == 1 else b * alpha)
+    scaled.__name__, scaled.__doc__ = op.__name__, op.__doc__
+    return scaled
+
+
+add, sub = _with_alpha(add), _with_alpha(sub)
+_true_div = div
+
+
+def div(a, b, *, rounding_mode=None):
+    """a / b; rounding_mode 'trunc' rounds the quotient towards zero, 'floor' down (integers
+    stay integers, as torch). NOTE: a rounded quotient takes no gradient (torch's is zero)."""
+    if rounding_mode is None:
+        return _true_div(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                         f"{rounding_mode!r}")
+    a = a.detach() if isinstance(a, Tensor) else a
+    b = b.detach() if isinstance(b, Tensor) else b
+    result = dtypes.result_type(*(t._data if isinstance(t, Tensor) else t for t in (a, b)))
+    if not result.is_floating_point:  # NOTE: exact while |a| < 2**53 (a float64 quotient)
+        a = a.to(dtypes.float64) if isinstance(a, Tensor) else float(a)
+    q = _true_div(a, b)
+    # a float of magnitude 2**52 or more is already whole (so are inf and nan): the cast to
+    # int64 (which truncates towards zero) is taken only below that
+    small = abs(q) < 2.0 ** 52
+    whole = where(small, q, 0.0).to(dtypes.int64).to(q.dtype)
+    if rounding_mode == "floor":
+        whole = whole - (whole > q).to(q.dtype)
+    rounded = where(small, whole, q)
+    return rounded if result.is_floating_point else rounded.to(result)
+
+
+def reduce_any(x, dim=None, keepdim=False):
+    """Whether any element is nonzero (NaN counts), over dim or everything: td.any."""
+    return ne(x, 0).sum(dim, keepdim) > 0
+
+
+def reduce_all(x, dim=None, keepdim=False):
+    """Whether every element is nonzero, over dim or everything: td.all."""
+    return eq(x, 0).sum(dim, keepdim) == 0
