@@ -339,6 +339,10 @@ class Tensor:
     __str__ = __repr__
     __hash__ = object.__hash__
 
+    def __getattr__(self, name):  # only for names Tensor lacks: a PyTorch one says what to use
+        from ._hints import missing_method
+        raise missing_method(type(self), name)
+
     # ------------------------------------------------------------------ operators
     # (__add__, __sub__, __mul__ and __truediv__ are tritonad.autodiff.ops' add, sub, mul and
     # div themselves, set there: one Python frame less on every eager `x + b`)
