@@ -566,3 +566,94 @@ def test_gradients_land_in_optimizer_buffers_without_copies(backend_name):
     g_h = np.ones((5, 4)) @ w
     expected = np.ones((5, 4)).T @ h + g_h.T @ x.numpy()
     assert_close(shared.weight.grad, expected, 1e-4, 1e-5)
+
+
+def _torch_and_ours(fn, *arrays):
+    """fn's value and input gradients (under a ones seed) in tritonad and in torch."""
+    import torch
+
+    ours = [td.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    results = []
+    for lib, xs in ((td, ours), (torch, theirs)):
+        y = fn(lib, *xs)
+        y.sum().backward()
+        results.append([y] + [x.grad for x in xs])
+    return results
+
+
+def _same(ours, theirs):
+    for a, b in zip(ours, theirs):
+        assert tuple(a.shape) == tuple(b.shape)
+        assert_close(a, b.detach(), rtol=1e-6, atol=1e-6)
+
+
+EMPTY_UNARY = {
+    "exp": lambda lib, x: x.exp(), "tanh": lambda lib, x: x.tanh(),
+    "relu": lambda lib, x: x.relu(), "abs": lambda lib, x: x.abs(),
+    "cast": lambda lib, x: x.to(lib.float64), "sum over empty dims": lambda lib, x: x.sum((1, 2)),
+}
+
+
+@pytest.mark.parametrize("op", list(EMPTY_UNARY))
+def test_backward_through_an_empty_tensor(backend_name, op):
+    _same(*_torch_and_ours(EMPTY_UNARY[op], np.zeros((6, 0, 0, 0), np.float32)))
+
+
+@pytest.mark.parametrize("pick", ["max", "min"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_and_min_along_the_dim_of_a_0d_tensor(backend_name, pick, keepdim):
+    fn = lambda lib, x: getattr(x, pick)(-1, keepdim=keepdim)[0]  # noqa: E731
+    _same(*_torch_and_ours(fn, np.float32(3.0)))
+    assert getattr(td.tensor(3.0), pick)(0).indices.item() == 0
+
+
+def test_pow_gradients_at_zero_as_torch(backend_name):
+    a = np.array([0, 0, 0, 0, 2, -2, 0], np.float32)
+    b = np.array([0, -1, 2, 0.5, 0, 3, -0.5], np.float32)
+    _same(*_torch_and_ours(lambda lib, x, e: x ** e, a, b))
+    _same(*_torch_and_ours(lambda lib, e: 0.0 ** e, b))
+    _same(*_torch_and_ours(lambda lib, e: 2.0 ** e, b))
+
+
+VAR_NO_DOF = {  # n <= correction, or nothing to reduce: non-finite or empty gradients
+    "var of one": (lambda lib, x: x.var(), (1,)),
+    "std of one": (lambda lib, x: x.std(0), (1, 3)),
+    "var, correction = n": (lambda lib, x: x.var(1, correction=4), (2, 4)),
+    "var of an empty row": (lambda lib, x: x.var(1), (6, 0)),
+    "std over an empty dim": (lambda lib, x: x.std(0), (0, 3)),
+}
+
+
+@pytest.mark.parametrize("case", list(VAR_NO_DOF))
+def test_var_and_std_backward_without_degrees_of_freedom(backend_name, case):
+    fn, shape = VAR_NO_DOF[case]
+    a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    (y, g), (ty, tg) = _torch_and_ours(fn, a)
+    assert y.shape == tuple(ty.shape) and g.shape == tuple(tg.shape)
+    assert not np.isfinite(g.numpy()).any() and not np.isfinite(tg.numpy()).any()
+
+
+INPLACE_WITH_HISTORY = {  # torch records in-place ops on tensors that are not leaves
+    "clone().zero_()": lambda lib, x, w: (x * 2).clone().zero_() + w,
+    "mul_ then add_ with alpha": lambda lib, x, w: (x * 1).mul_(w).add_(w, alpha=2),
+    "clamp_": lambda lib, x, w: (x * w).clamp_(0, 5),
+    "a constant takes an operand's history": lambda lib, x, w: lib.zeros(2).add_(w).mul_(x),
+    "copy_": lambda lib, x, w: (x * 1).copy_(w) * x,
+    "fill_": lambda lib, x, w: (x * 1).fill_(3.0) * w,
+    "div_ and sub_": lambda lib, x, w: (x + 0).div_(w).sub_(x),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE_WITH_HISTORY))
+def test_inplace_ops_on_tensors_with_history_as_torch(backend_name, case):
+    _same(*_torch_and_ours(INPLACE_WITH_HISTORY[case], np.array([1.0, 2.0], np.float32),
+                           np.array([3.0, 4.0], np.float32)))
+
+
+def test_inplace_change_of_a_tensor_whose_old_value_was_saved_fails_at_backward(backend_name):
+    x = td.tensor([1.0, 2.0], requires_grad=True)
+    y = x.exp()  # exp saves its output for the backward
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()

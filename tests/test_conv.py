@@ -1775,3 +1775,59 @@ def test_gpu_conv_random_geometry(algo, data, monkeypatch):
                 co=data.draw(st.sampled_from([1, 8, 40, 130])), k=k,
                 stride=data.draw(st.sampled_from([1, 2, 3])), padding=pad, dilation=dil,
                 bias=data.draw(st.booleans()), rtol=1e-4, atol=1e-4)
+
+
+def _against_torch(fn, *arrays):
+    """fn's output and its inputs' gradients (under the loss sum(y * y)) agree with torch's."""
+    results = []
+    for lib in (td, torch):
+        xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        y = fn(lib, *xs)
+        (y * y).sum().backward()
+        results.append([y.detach()] + [x.grad for x in xs])
+    for ours, theirs in zip(*results):
+        if ours is None or theirs is None:  # an input the case does not use
+            assert ours is None and theirs is None
+            continue
+        assert ours.shape == tuple(theirs.shape)
+        assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+_RNG = np.random.default_rng(11)
+_X = _RNG.normal(size=(2, 3, 7, 6)).astype(np.float32)
+_W = _RNG.normal(size=(4, 3, 3, 2)).astype(np.float32)
+_B = _RNG.normal(size=4).astype(np.float32)
+STRING_AND_UNBATCHED = {  # (h, w) kernel 3 x 2: 'same' pads one side more along w
+    "unbatched": lambda lib, x, w, b: lib.nn.functional.conv2d(x[0], w, b, padding=1),
+    "same": lambda lib, x, w, b: lib.nn.functional.conv2d(x, w, b, padding="same"),
+    "same, dilation 2": lambda lib, x, w, b: lib.nn.functional.conv2d(x, w, b, padding="same",
+                                                                       dilation=2),
+    "valid": lambda lib, x, w, b: lib.nn.functional.conv2d(x, w, b, padding="valid"),
+    "unbatched, same": lambda lib, x, w, b: lib.nn.functional.conv2d(x[1], w, b, padding="same"),
+    "unbatched max pool": lambda lib, x, w, b: lib.nn.functional.max_pool2d(x[0] * w.sum(), 2),
+    "unbatched avg pool": lambda lib, x, w, b: lib.nn.functional.avg_pool2d(x[0] + b.sum(), 2),
+}
+
+
+@pytest.mark.parametrize("case", list(STRING_AND_UNBATCHED))
+def test_string_padding_and_unbatched_input_as_torch(backend_name, case):
+    _against_torch(STRING_AND_UNBATCHED[case], _X, _W, _B)
+
+
+def test_conv2d_module_with_string_padding_and_unbatched_input(backend_name):
+    td.manual_seed(0)
+    ours = td.nn.Conv2d(3, 4, (3, 2), padding="same")
+    theirs = torch.nn.Conv2d(3, 4, (3, 2), padding="same")
+    with torch.no_grad():
+        theirs.weight.copy_(ours.weight.torch())
+        theirs.bias.copy_(ours.bias.torch())
+    pool = (td.nn.ReLU(), td.nn.MaxPool2d(2)), (torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+    for x in (_X, _X[0]):
+        assert_close(ours(td.tensor(x)), theirs(torch.tensor(x)).detach(), rtol=1e-4, atol=1e-4)
+        assert_close(td.nn.Sequential(ours, *pool[0])(td.tensor(x)),  # the fused path
+                     torch.nn.Sequential(theirs, *pool[1])(torch.tensor(x)).detach(),
+                     rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
+        td.nn.Conv2d(3, 4, 3, stride=2, padding="same")
+    with pytest.raises(ValueError, match="conv2d: padding must be ints, 'valid' or 'same'"):
+        F.conv2d(td.tensor(_X), td.tensor(_W), padding="full")

@@ -70,3 +70,45 @@ def test_the_hinted_replacements_run():
     assert (td.rand(100) * 7).long().max().item() < 7
     assert sorted(td.randperm(5).tolist()) == [0, 1, 2, 3, 4]
     assert td.clamp(x, -0.5, 0.5).max().item() == 0.5
+
+
+def _torch_names_we_lack(theirs, ours, keep=lambda value: True):
+    return [name for name in dir(theirs) if not name.startswith("_") and not hasattr(ours, name)
+            and keep(getattr(theirs, name))]
+
+
+def test_every_functional_of_torch_we_lack_gives_a_hint():
+    import types
+
+    import torch.nn.functional as torch_F
+
+    import tritonad.nn.functional as F
+
+    # callables only: torch_F also holds typing names and its dispatch helpers
+    lacking = _torch_names_we_lack(torch_F, F, lambda v: callable(v) and not isinstance(
+        v, (type, types.ModuleType)) and (getattr(v, "__module__", "") or "").startswith("torch")
+        and "torch_function" not in getattr(v, "__name__", ""))
+    assert lacking
+    for name in lacking:
+        if name in ("boolean_dispatch", "assert_int_or_pair"):  # torch's internal helpers
+            continue
+        with pytest.raises(AttributeError, match=rf"^module 'tritonad.nn.functional' has no "
+                                                 rf"attribute '{name}'; \S"):
+            getattr(F, name)
+
+
+def test_every_tensor_method_of_torch_we_lack_gives_a_hint():
+    import torch
+
+    lacking = _torch_names_we_lack(torch.Tensor, td.Tensor)
+    assert lacking
+    x = td.ones(2)
+    for name in lacking:
+        with pytest.raises(AttributeError, match=rf"^'Tensor' object has no attribute '{name}'; "
+                                                 rf"\S"):
+            getattr(x, name)
+    with pytest.raises(AttributeError, match="'exp_'; out of place, use x = x.exp"):
+        x.exp_()
+    with pytest.raises(AttributeError, match=r"^'Tensor' object has no attribute 'frobnicate'$"):
+        x.frobnicate
+    assert not hasattr(x, "__array_interface__")  # probes for private names stay plain

@@ -1020,3 +1020,16 @@ def test_gpu_tma_replay_graph_and_threads(monkeypatch):
     assert not errors, errors
     for got, x, y in results:
         _gpu_check(got, x, y, kind="bfloat16")
+
+
+@pytest.mark.parametrize("n", [3, 0])
+def test_vector_dot_vector_is_a_0d_tensor_as_torch(backend_name, n):
+    a = np.arange(n, dtype=np.float32) + 1
+    b = a[::-1].copy()
+    x, y = td.tensor(a, requires_grad=True), td.tensor(b, requires_grad=True)
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    out, expected = x @ y, tx @ ty
+    out.backward()
+    expected.backward()
+    assert out.shape == () and out.item() == expected.item()
+    assert x.grad.tolist() == tx.grad.tolist() and y.grad.tolist() == ty.grad.tolist()

@@ -37,6 +37,31 @@ def test_registration_and_traversal():
         net.missing
 
 
+def test_attributes_assigned_after_none_resolve_to_the_registered_value():
+    # as torch.nn.Module: the later registration is what the attribute reads
+    for lib in (nn, torch.nn):
+        ones = td.ones if lib is nn else torch.ones
+
+        class Block(lib.Module):
+            def __init__(self):
+                super().__init__()
+                self.short = None
+                self.scale = None
+                self.register_buffer("count", None)
+                self.short = lib.Sequential(lib.Linear(2, 2))
+                self.scale = lib.Parameter(ones(2))
+                self.count = ones(1)
+
+        block = Block()
+        assert isinstance(block.short, lib.Sequential)
+        assert block.scale is block._parameters["scale"]
+        assert block.count is block._buffers["count"]
+        assert list(block.state_dict()) == ["scale", "count", "short.0.weight", "short.0.bias"]
+        block.short = None                      # None keeps the name registered
+        assert block.short is None and "short" in block._modules
+        assert [n for n, _ in block.named_parameters()] == ["scale"]
+
+
 def test_super_init_is_required():
     class Bad(nn.Module):
         def __init__(self):

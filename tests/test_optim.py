@@ -765,3 +765,25 @@ def test_capturing_a_first_step_is_refused():
         with pytest.raises(RuntimeError, match="eagerly before capturing"):
             with torch.cuda.graph(graph):
                 opt.step()
+
+
+@pytest.mark.parametrize("hyper", [dict(momentum=0.9, nesterov=True, weight_decay=0.01),
+                                   dict(momentum=0.5, dampening=0.1), dict()])
+def test_sgd_updates_float64_parameters_beside_float32_ones(backend_name, hyper):
+    rng = np.random.default_rng(4)
+    w0, x0 = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
+    w, w32 = td.tensor(w0, requires_grad=True), td.tensor(w0.astype(np.float32), requires_grad=True)
+    theirs = torch.tensor(w0, requires_grad=True)
+    opt, topt = td.optim.SGD([w, w32], lr=0.1, **hyper), torch.optim.SGD([theirs], lr=0.1, **hyper)
+    for _ in range(3):
+        opt.zero_grad()
+        topt.zero_grad()
+        ((td.tensor(x0) @ w.T).tanh().sum()
+         + (td.tensor(x0.astype(np.float32)) @ w32.T).tanh().sum()).backward()
+        (torch.tensor(x0) @ theirs.T).tanh().sum().backward()
+        opt.step()
+        topt.step()
+    assert w.dtype is td.float64 and w32.dtype is td.float32 and w.grad.dtype is td.float64
+    # lr and momentum travel as float32 device scalars: 1e-8 relative
+    assert_close(w, theirs.detach(), rtol=1e-6, atol=1e-7)
+    assert_close(w32, theirs.detach(), rtol=1e-4, atol=1e-5)

@@ -521,7 +521,7 @@ def test_a_hand_written_optimizer_matches_the_fused_one(backend_name, cls):
 
 def test_a_hand_written_optimizer_works_beside_schedulers_and_other_dtypes(tmp_path):
     serialization = pytest.importorskip("tritonad.serialization")
-    p = td.tensor([1.0, -2.0], dtype=td.float64, requires_grad=True)  # the fused ones refuse it
+    p = td.tensor([1.0, -2.0], dtype=td.float64, requires_grad=True)  # fused Adam refuses it
     opt = MomentumSGD([p], lr=1.0, momentum=0.5)
     sched = lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10)
     assert opt.param_groups[0]["momentum"] == 0.95  # cycled: it has a momentum default

@@ -291,3 +291,25 @@ def test_sum_and_matmul_write_into_out():
         np.testing.assert_allclose(prod.numpy(), x.numpy() @ x.numpy().T)
         with pytest.raises(ValueError, match="out must be"):
             td.get_backend().sum(x.torch(), (0,), out=td.empty(3).torch())
+
+
+VAR_FORMS = {  # name -> call, the same on a tritonad or a torch tensor and module
+    "positional unbiased": lambda m, x: x.std(True),
+    "positional biased": lambda m, x: x.var(False),
+    "dim, unbiased, keepdim": lambda m, x: x.var(1, False, True),
+    "dim, unbiased": lambda m, x: x.std(0, True),
+    "correction keyword": lambda m, x: x.var(1, correction=0, keepdim=True),
+    "correction 2": lambda m, x: x.std(dim=(0, 1), correction=2),
+    "unbiased keyword": lambda m, x: x.var(dim=0, unbiased=False),
+    "functions": lambda m, x: m.std(x, 1, False) + m.var(x, correction=0),
+    "function, lone bool": lambda m, x: m.var(x, False),
+}
+
+
+@pytest.mark.parametrize("form", list(VAR_FORMS))
+def test_var_and_std_read_their_arguments_as_torch(backend_name, form):
+    a = np.random.default_rng(5).normal(size=(4, 6)).astype(np.float32)
+    got = VAR_FORMS[form](td, td.tensor(a))
+    expected = VAR_FORMS[form](torch, torch.from_numpy(a))
+    assert got.shape == tuple(expected.shape)
+    torch.testing.assert_close(got.torch().cpu(), expected, rtol=1e-5, atol=1e-6)

@@ -553,3 +553,20 @@ def test_gpu_softmax_against_torch(shape, dim, dtype):
         assert relative < (1e-6 if fp32 else 1e-2), f"{ours.__name__}: normwise error {relative}"
         bound = (1e-5 if fp32 else 2e-2) * want.abs().amax()
         assert error.max() <= bound, f"{ours.__name__}: max error {error.max()} > {bound}"
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_casts_to_the_dtype_given(backend_name, name):
+    import torch.nn.functional as torch_F
+
+    a = np.random.default_rng(3).normal(size=(3, 5)).astype(np.float32)
+    x = td.tensor(a, requires_grad=True)
+    ours = [getattr(td.nn.functional, name)(x, 1, dtype=td.float64),
+            getattr(x, name)(0, dtype=td.float64)]
+    theirs = [getattr(torch_F, name)(torch.tensor(a), 1, dtype=torch.float64),
+              getattr(torch.tensor(a), name)(0, dtype=torch.float64)]
+    for o, t in zip(ours, theirs):
+        assert o.dtype is td.float64
+        np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-12)
+    ours[0].sum().backward()
+    assert x.grad.dtype is td.float32

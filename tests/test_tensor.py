@@ -238,3 +238,60 @@ def test_composed_methods_misc(backend_name):
         td.zeros(2, 2, 2).t()
     with pytest.raises(ValueError, match="repeat: 1 sizes for a 2-d tensor"):
         td.zeros(2, 2).repeat(2)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
+def test_invert_is_bitwise_not_as_torch(backend_name, dtype):
+    values = [True, False, True] if dtype == "bool" else [0, 1, 5, 127]
+    ours = ~td.tensor(values, dtype=getattr(td, dtype))
+    theirs = ~torch.tensor(values, dtype=getattr(torch, dtype))
+    assert ours.dtype is getattr(td, dtype) and ours.tolist() == theirs.tolist()
+    with pytest.raises(TypeError, match="bitwise not.*float32"):
+        ~td.ones(2)
+
+
+def test_add_and_sub_scale_the_operand_by_alpha(backend_name):
+    a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, -4.0], np.float32)
+    for lib in (td, torch):
+        x, y = lib.tensor(a), lib.tensor(b)
+        got = [x.add(y, alpha=2), x.sub(y, alpha=0.5), x.clone().add_(y, alpha=3),
+               x.clone().sub_(y, alpha=-1)]
+        if lib is td:
+            ours = [t.tolist() for t in got]
+        else:
+            assert ours == [t.tolist() for t in got]
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("kind", ["float", "int"])
+def test_div_rounding_modes_as_torch(backend_name, mode, kind):
+    if kind == "float":
+        a, b = [7.0, -7.0, 7.5, -7.5, -0.5, float("nan"), 1e20], [2.0, 2.0, -2.0, 2.0, 1.0, 1.0, 3.0]
+    else:
+        a, b = [7, -7, 7, -7, 0], [2, 2, -2, -2, 3]
+    ours = [td.div(td.tensor(a), td.tensor(b), rounding_mode=mode),
+            td.tensor(a).div(3, rounding_mode=mode)]
+    theirs = [torch.div(torch.tensor(a), torch.tensor(b), rounding_mode=mode),
+              torch.tensor(a).div(3, rounding_mode=mode)]
+    for o, t in zip(ours, theirs):
+        assert o.dtype.name == str(t.dtype).removeprefix("torch.")
+        np.testing.assert_array_equal(o.numpy(), t.numpy())
+    with pytest.raises(ValueError, match="rounding_mode"):
+        td.tensor(a).div(2, rounding_mode="round")
+
+
+def test_add_and_sub_functions_take_alpha(backend_name):
+    x, y = td.tensor([1.0, 2.0]), td.tensor([3.0, 4.0])
+    assert td.add(x, y, alpha=3).tolist() == [10.0, 14.0]
+    assert td.sub(x, 1, alpha=2).tolist() == [-1.0, 0.0]
+
+
+@pytest.mark.parametrize("name", ["any", "all"])
+@pytest.mark.parametrize("dim, keepdim", [(None, False), (0, False), (1, True), (-1, False)])
+def test_any_and_all_along_a_dim_as_torch(backend_name, name, dim, keepdim):
+    a = np.array([[0, 1, 0], [0, 0, 0], [2, 3, float("nan")]], np.float32)
+    args = () if dim is None else (dim, keepdim)
+    for ours, theirs in ((getattr(td.tensor(a), name)(*args), getattr(torch.tensor(a), name)(*args)),
+                         (getattr(td, name)(td.tensor(a), *args),
+                          getattr(torch, name)(torch.tensor(a), *args))):
+        assert ours.dtype is td.bool and ours.tolist() == theirs.tolist()

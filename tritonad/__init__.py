@@ -14,10 +14,13 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
                            reshape, sigmoid, softmax, log_softmax, logsumexp, sqrt, sub, sum,
                            tanh,
                            transpose, var, where, clamp, permute, flatten, unsqueeze, squeeze)
+from .autodiff.ops import std
+from .autodiff.ops import reduce_all as all, reduce_any as any  # noqa: A001  (td.all, td.any)
 from .autodiff.shape_ops import cat, stack
 from .autodiff import elementwise as _elementwise
 globals().update({name: f for name, f in _elementwise.FUNCTIONS.items()  # the table's ops
-                  if name not in ("clamp_tensor", "gelu_tanh")}, gelu=_elementwise.gelu)
+                  if name not in globals() and name not in ("clamp_tensor", "gelu_tanh")},
+                 gelu=_elementwise.gelu)  # (add, sub, div, clamp: ops' forms with their options)
 from .backend import (Backend, autotune, autotuning, conv_precision, get_backend,
                       matmul_precision, register_backend, set_backend, set_conv_precision,
                       set_matmul_precision, set_sync_checks, sync_checks, use_backend)

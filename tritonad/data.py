@@ -43,10 +43,7 @@ from .reference import randperm_numpy
 from .tensor import Tensor, _device, arange, from_numpy, tensor
 from .transforms import Compose, resident_plan
 
-try:
-    from tqdm import tqdm as _tqdm
-except ImportError:  # a plain progress line on stderr instead
-    _tqdm = None
+_tqdm = ...  # tqdm's bar, imported at the first download (None: not installed, a plain line)
 
 DOWNLOAD_TIMEOUT_S = 30
 
@@ -151,6 +148,12 @@ class _PlainProgress:
 
 
 def _progress(total, desc):
+    global _tqdm
+    if _tqdm is ...:  # imported here, not at `import tritonad`, which never needs it
+        try:
+            from tqdm import tqdm as _tqdm
+        except ImportError:
+            _tqdm = None
     if _tqdm is not None:
         return _tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr)
     return _PlainProgress(total, desc)

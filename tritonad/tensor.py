@@ -339,6 +339,10 @@ class Tensor:
     __str__ = __repr__
     __hash__ = object.__hash__
 
+    def __getattr__(self, name):  # only for names Tensor lacks: a PyTorch one says what to use
+        from ._hints import missing_method
+        raise missing_method(type(self), name)
+
     # ------------------------------------------------------------------ operators
     # (__add__, __sub__, __mul__ and __truediv__ are tritonad.autodiff.ops' add, sub, mul and
     # div themselves, set there: one Python frame less on every eager `x + b`)
@@ -358,9 +362,14 @@ class Tensor:
     def __pos__(self): return self
     def __abs__(self): return _OPS.abs(self)
     def __invert__(self):
-        if self.dtype is not dtypes.bool_:
-            raise TypeError(f"~ is defined for bool tensors only, got {self.dtype}")
-        return _OPS.eq(self, False)
+        """Bitwise not: logical not of a bool, -x - 1 of an integer (two's complement)."""
+        if self.dtype is dtypes.bool_:
+            return _OPS.eq(self, False)
+        if self.dtype.is_floating_point:
+            raise TypeError(f"~ (bitwise not) is defined for integer and bool tensors, got "
+                            f"{self.dtype} of shape {self.shape}")
+        return _OPS.sub(_OPS.neg(self), 1)
+    bitwise_not = __invert__
     def __eq__(self, o): return _OPS.eq(self, o)
     def __ne__(self, o): return _OPS.ne(self, o)
     def __lt__(self, o): return _OPS.lt(self, o)
@@ -384,7 +393,8 @@ class Tensor:
     def div_(self, o): return self._inplace("div_", "div", o)
 
     def clamp_(self, min=None, max=None):
-        self._check_inplace("clamp_")
+        if self._check_inplace("clamp_"):
+            return self._rebase("clamp_", lambda old: old.clamp(min, max))
         get_backend().clamp(self._data, min, max, out=self._data)
         self._bump_version()
         return self
@@ -392,7 +402,8 @@ class Tensor:
     def zero_(self): return self.fill_(0)
 
     def fill_(self, value):
-        self._check_inplace("fill_")
+        if self._check_inplace("fill_", value):
+            return self._rebase("fill_", lambda old: self._overwritten(old, value))
         if isinstance(value, Tensor):
             get_backend().copy_(self._data, value._data)
         else:
@@ -404,7 +415,9 @@ class Tensor:
 
     def copy_(self, src):
         """Copy src (broadcast, converted to this dtype) into this tensor's memory."""
-        self._check_inplace("copy_")
+        if self._check_inplace("copy_", src):
+            src = src.to(self.device) if isinstance(src, Tensor) else src
+            return self._rebase("copy_", lambda old: self._overwritten(old, src))
         if isinstance(src, Tensor):
             if src.device != self.device:
                 src = src.to(self.device)
@@ -414,14 +427,43 @@ class Tensor:
         self._bump_version()
         return self
 
-    def _check_inplace(self, op):
-        if self._requires_grad and _state.enabled:
-            kind = "a leaf tensor that requires grad" if self.is_leaf else "a tensor with history"
-            raise RuntimeError(f"{op}: in-place update of {kind} (shape {self.shape}) would corrupt "
-                               "autodiff; wrap it in td.no_grad() or use the out-of-place form")
+    def _check_inplace(self, op, operand=None):
+        """Whether an in-place op must be recorded (grad mode on, and this tensor or the operand
+        takes part in autodiff). As torch, refused on a leaf that requires grad."""
+        if not _state.enabled:
+            return False
+        if self._requires_grad and self.grad_fn is None:
+            raise RuntimeError(f"{op}: in-place update of a leaf tensor that requires grad (shape "
+                               f"{self.shape}) would corrupt autodiff; wrap it in td.no_grad() or "
+                               "use the out-of-place form")
+        return self._requires_grad or (isinstance(operand, Tensor) and operand._requires_grad)
+
+    def _rebase(self, op, new_value):
+        """A recorded in-place op, as torch: new_value(a copy of the old value) is written into
+        this memory and this tensor takes its history. The copy keeps the old value for the new
+        node's backward; a saved use of this memory elsewhere fails at backward (its version
+        changed). NOTE: a view is refused: its base's history would not see the change."""
+        if self._data._base is not None:
+            raise RuntimeError(f"{op}: in-place update of a view (shape {self.shape}) that takes "
+                               "part in autodiff; update the tensor it views, or use the "
+                               "out-of-place form")
+        new = new_value(_OPS.clone(self))
+        if new.dtype is not self.dtype:
+            new = new.to(self.dtype)
+        get_backend().copy_(self._data, new._data)
+        self._bump_version()
+        self.grad_fn, self._output_index = new.grad_fn, new._output_index
+        self._requires_grad = new._requires_grad
+        return self
+
+    def _overwritten(self, old, value):
+        """value (a number or a tensor, broadcast) in old's shape: its gradient goes to value."""
+        everywhere = full(self.shape, True, dtype=dtypes.bool_, device=self.device)
+        return _OPS.where(everywhere, value, old)
 
     def _inplace(self, name, op, other):
-        self._check_inplace(name)
+        if self._check_inplace(name, other):
+            return self._rebase(name, lambda old: getattr(_OPS, op)(old, other))
         raw = other._data if isinstance(other, Tensor) else other
         if isinstance(other, Tensor) and other.device != self.device:
             raise RuntimeError(f"{name}: tensors on different devices ({self.device} and "
@@ -439,7 +481,10 @@ class Tensor:
         return self
 
     def __setitem__(self, key, value):
-        self._check_inplace("__setitem__")
+        if self._check_inplace("__setitem__", value):
+            raise RuntimeError(f"__setitem__: assignment into a tensor of shape {self.shape} that "
+                               "takes part in autodiff; build the result out of place (td.where, "
+                               "td.cat) or assign under td.no_grad()")
         view = self._data[_OPS.basic_index(self, key)]
         if isinstance(value, Tensor):
             get_backend().copy_(view, value.to(self.device)._data)
@@ -479,28 +524,28 @@ class Tensor:
     def le(self, o): return _OPS.le(self, o)
     def gt(self, o): return _OPS.gt(self, o)
     def ge(self, o): return _OPS.ge(self, o)
-    def add(self, o): return _OPS.add(self, o)
-    def sub(self, o): return _OPS.sub(self, o)
+    def add(self, o, *, alpha=1): return _OPS.add(self, o if alpha == 1 else o * alpha)
+    def sub(self, o, *, alpha=1): return _OPS.sub(self, o if alpha == 1 else o * alpha)
     def mul(self, o): return _OPS.mul(self, o)
-    def div(self, o): return _OPS.div(self, o)
+    def div(self, o, *, rounding_mode=None): return _OPS.div(self, o, rounding_mode=rounding_mode)
     def matmul(self, o): return _OPS.matmul(self, o)
 
     def sum(self, dim=None, keepdim=False, dtype=None): return _OPS.sum(self, dim, keepdim, dtype)
     def mean(self, dim=None, keepdim=False): return _OPS.mean(self, dim, keepdim)
-    def var(self, dim=None, correction=1, keepdim=False, unbiased=None):
-        return _OPS.var(self, dim, correction if unbiased is None else int(unbiased), keepdim)
-    def std(self, dim=None, correction=1, keepdim=False, unbiased=None):
-        return self.var(dim, correction, keepdim, unbiased).sqrt()
+    def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _OPS.var(self, dim, unbiased, keepdim, correction=correction)
+    def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        return _OPS.std(self, dim, unbiased, keepdim, correction=correction)
     def max(self, dim=None, keepdim=False): return _OPS.max(self, dim, keepdim)
     def min(self, dim=None, keepdim=False): return _OPS.min(self, dim, keepdim)
     def amax(self, dim=None, keepdim=False): return _OPS.amax(self, dim, keepdim)
     def amin(self, dim=None, keepdim=False): return _OPS.amin(self, dim, keepdim)
     def argmax(self, dim=None, keepdim=False): return _OPS.argmax(self, dim, keepdim)
     def argmin(self, dim=None, keepdim=False): return _OPS.argmin(self, dim, keepdim)
-    def any(self): return _OPS.ne(self, 0).sum() > 0
-    def all(self): return _OPS.eq(self, 0).sum() == 0
-    def softmax(self, dim): return _OPS.softmax(self, dim)
-    def log_softmax(self, dim): return _OPS.log_softmax(self, dim)
+    def any(self, dim=None, keepdim=False): return _OPS.reduce_any(self, dim, keepdim)
+    def all(self, dim=None, keepdim=False): return _OPS.reduce_all(self, dim, keepdim)
+    def softmax(self, dim, dtype=None): return _OPS.softmax(self, dim, dtype=dtype)
+    def log_softmax(self, dim, dtype=None): return _OPS.log_softmax(self, dim, dtype=dtype)
 
     def reshape(self, *shape): return _OPS.reshape(self, _shape_arg(shape))
     def view(self, *shape):

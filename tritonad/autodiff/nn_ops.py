@@ -90,7 +90,7 @@ def matmul(a, b):
     if a.shape[-1] != b.shape[-2 if b.ndim > 1 else -1]:
         raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
     if a.ndim == 1:
-        return matmul(unsqueeze(a, 0), b).squeeze(-2)
+        return matmul(unsqueeze(a, 0), b).squeeze(-2 if b.ndim > 1 else -1)
     if b.ndim == 1:
         return matmul(a, unsqueeze(b, -1)).squeeze(-1)
     from .ops import broadcast_shapes
@@ -628,13 +628,47 @@ def _conv_geometry(op, shape, kernel, stride, padding, dilation):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
-    """2-d convolution: x [N, C_in, H, W], weight [C_out, C_in / groups, kh, kw], bias [C_out];
-    activation="relu" applies relu in the same kernel (nn.Sequential fuses Conv2d + ReLU so)."""
+    """2-d convolution: x [N, C_in, H, W] (or unbatched [C_in, H, W]), weight [C_out, C_in /
+    groups, kh, kw], bias [C_out]; padding: ints, or 'valid' / 'same' as torch; activation="relu"
+    applies relu in the same kernel (nn.Sequential fuses Conv2d + ReLU so)."""
+    if x.ndim == 3:
+        return conv2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups,
+                      activation).squeeze(0)
+    if isinstance(padding, str):
+        x, padding = string_padding("conv2d", x, weight.shape[2:], stride, padding, dilation)
     stride, padding, dilation, _ = _conv_args(x, weight, bias, stride, padding, dilation, groups,
                                               activation)
     if activation is None:
         return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
     return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def string_padding(op, x, kernel, stride, padding, dilation):
+    """(x, padding) for padding 'valid' (none) or 'same' (the output keeps x's plane; refused
+    with a stride > 1), as torch: each dim's total padding dilation * (k - 1) splits evenly,
+    an odd one leaving its extra row or column at the end, where x gets a zero row or column
+    (by cat: our copy kernels) and the convolution pads the rest on both sides."""
+    check_string_padding(op, padding, stride)
+    if padding == "valid":
+        return x, 0
+    from .shape_ops import cat
+
+    totals = [d * (k - 1) for d, k in zip(pair(dilation, "dilation"), kernel)]
+    for axis, total in zip((-2, -1), totals):
+        if total % 2:
+            shape = list(x.shape)
+            shape[axis] = 1
+            x = cat([x, x.new_zeros(shape)], axis)
+    return x, (totals[0] // 2, totals[1] // 2)
+
+
+def check_string_padding(op, padding, stride):
+    """padding 'valid', or 'same' with stride 1, or a clear error."""
+    if padding not in ("valid", "same"):
+        raise ValueError(f"{op}: padding must be ints, 'valid' or 'same', got {padding!r}")
+    if padding == "same" and max(pair(stride, "stride")) > 1:
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions "
+                         f"(stride {stride})")
 
 
 def _conv_args(x, weight, bias, stride, padding, dilation, groups, activation):
@@ -700,6 +734,12 @@ def conv2d_relu_max_pool2d(x, weight, bias=None, stride=1, padding=0, dilation=1
     """max_pool2d(relu(conv2d(x, weight, bias, ...)), kernel_size, pool_stride, ...), the same
     values and gradients, with relu' folded into the pool's backward where a gradient is
     recorded (Conv2dReluMaxPool2d). nn.Sequential runs Conv2d, ReLU, MaxPool2d so."""
+    if x.ndim == 3:
+        return conv2d_relu_max_pool2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation,
+                                      groups, kernel_size, pool_stride, pool_padding,
+                                      pool_dilation, ceil_mode).squeeze(0)
+    if isinstance(padding, str):
+        x, padding = string_padding("conv2d", x, weight.shape[2:], stride, padding, dilation)
     stride, padding, dilation, out_hw = _conv_args(x, weight, bias, stride, padding, dilation,
                                                    groups, "relu")
     pool = _pool_args("max_pool2d", (x.shape[0], weight.shape[0]) + out_hw, kernel_size,
@@ -811,7 +851,12 @@ class MaxPool2d(Function):
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
-    """Max over windows; gradient to the first maximum of each window (as torch)."""
+    """Max over windows; gradient to the first maximum of each window (as torch). x: [N, C, H, W]
+    or unbatched [C, H, W]."""
+    if x.ndim == 3:
+        out = max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation, ceil_mode,
+                         return_indices)
+        return (out[0].squeeze(0), out[1].squeeze(0)) if return_indices else out.squeeze(0)
     args = _pool_args("max_pool2d", x.shape, kernel_size, stride, padding, dilation)
     _same_float("max_pool2d", x)
     # the indices are only for a backward, or for a caller who asks: evaluation skips them
@@ -839,6 +884,9 @@ class AvgPool2d(Function):
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
+    if x.ndim == 3:  # unbatched [C, H, W]
+        return avg_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, ceil_mode,
+                          count_include_pad, divisor_override).squeeze(0)
     kernel, stride, padding, _ = _pool_args("avg_pool2d", x.shape, kernel_size, stride, padding,
                                             1)
     _same_float("avg_pool2d", x)

@@ -123,7 +123,11 @@ def _require_float(op, x):
 
 
 class Pow(Function):
-    """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a)."""
+    """y = a ** b: da = dy * b * a ** (b - 1), db = dy * y * log(a).
+
+    NOTE: as torch, da = 0 where b = 0 (also at a = 0, where 0 * 0 ** -1 would be nan), and
+    db = 0 where a = 0 and b >= 0 (0 * log 0 would be nan); for a = 0, b < 0 it is
+    inf * log 0 = -inf."""
     primitive = "pow"
     @staticmethod
     def forward(ctx, a, b):
@@ -134,14 +138,20 @@ class Pow(Function):
     @staticmethod
     def backward(ctx, dy):
         a, b, y = ctx.saved
-        da = dy * b * a ** (b - 1) if ctx.needs_input_grad[0] else None
-        db = None
+        da = db = None
+        if ctx.needs_input_grad[0]:
+            if isinstance(b, Tensor):
+                da = where(b == 0, 0.0, dy * b * a ** (b - 1))
+            else:
+                da = dy * 0.0 if b == 0 else dy * b * a ** (b - 1)
         if ctx.needs_input_grad[1]:
             if isinstance(a, Tensor):
-                # NOTE: d/db at a = 0 is taken as 0 (0 * log 0 would be NaN), as torch does
-                db = where(a == 0, 0.0, dy * y * log(a))
+                db = dy * y * log(a)
+                db = where(a == 0, where(b >= 0, 0.0, db), db)
+            elif a == 0:
+                db = where(b >= 0, 0.0, dy * y * -math.inf)
             else:
-                db = dy * y * (math.log(a) if a > 0 else (0.0 if a == 0 else math.nan))
+                db = dy * y * (math.log(a) if a > 0 else math.nan)
         return da, db
 
 
@@ -343,10 +353,12 @@ class Var(Function):
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved
-        n = _reduced_count(x.shape, ctx.dims)
+        dof = _reduced_count(x.shape, ctx.dims) - ctx.correction
         centred = x - x.mean(ctx.dims, keepdim=True)
-        return _expand_back(dy, x.shape, ctx.dims) * centred * (2.0 / (n - ctx.correction)), \
-            None, None, None
+        # NOTE: no degrees of freedom left (n <= correction) scales by inf, as torch: the
+        # gradient is inf or nan, and empty where x is empty
+        scale = 2.0 / dof if dof > 0 else math.inf
+        return _expand_back(dy, x.shape, ctx.dims) * centred * scale, None, None, None
 
 
 class SumTo(Function):
@@ -376,9 +388,33 @@ def mean(x, dim=None, keepdim=False):
     return Mean.apply1(x, normalize_dims("mean", dim, x.ndim), keepdim)
 
 
-def var(x, dim=None, correction=1, keepdim=False):
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """torch's forms: var(x, dim, unbiased=True, keepdim), var(x, dim, correction=1, keepdim)
+    and var(x, unbiased) (a lone bool is unbiased, not a dim)."""
     _require_float("var", x)
+    dim, correction = _var_args("var", dim, unbiased, correction)
     return Var.apply(x, normalize_dims("var", dim, x.ndim), correction, keepdim)
+
+
+def _var_args(op, dim, unbiased, correction):
+    """(dim, correction) from var/std's arguments, as torch reads them."""
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise TypeError(f"{op}: unbiased given twice ({dim} as the first argument, then "
+                            f"{unbiased})")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError(f"{op}: give unbiased or correction, not both")
+    if unbiased is not None:
+        return dim, int(unbiased)
+    return dim, 1 if correction is None else correction
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """sqrt(var(...)), with var's arguments."""
+    _require_float("std", x)
+    dim, correction = _var_args("std", dim, unbiased, correction)
+    return Var.apply(x, normalize_dims("std", dim, x.ndim), correction, keepdim).sqrt()
 
 
 def _extreme(name, full_fn, dim_fn, x, dim, keepdim):
@@ -389,6 +425,8 @@ def _extreme(name, full_fn, dim_fn, x, dim, keepdim):
     if dim is None:
         return full_fn.apply(x, None, False)
     (d,) = normalize_dims(name, dim, x.ndim) or (0,)
+    if x.ndim == 0:  # dim 0 (or -1) of a 0-d tensor: its one element, as [1] along dim 0
+        return MaxResult(*dim_fn.apply(x.reshape(1), 0, False))
     return MaxResult(*dim_fn.apply(x, d, keepdim))
 
 
@@ -438,3 +476,50 @@ Tensor.__add__, Tensor.__sub__, Tensor.__mul__, Tensor.__truediv__ = add, sub, m
 
 from .shape_ops import *  # noqa: E402,F401,F403
 from .nn_ops import *  # noqa: E402,F401,F403
+
+
+# ------------------------------------------------------------- torch's keyword forms on top
+
+
+def _with_alpha(op):
+    """op(a, b, alpha=k) = op(a, b * k), as torch's add and sub."""
+    def scaled(a, b, *, alpha=1):
+        return op(a, b if alpha == 1 else b * alpha)
+    scaled.__name__, scaled.__doc__ = op.__name__, op.__doc__
+    return scaled
+
+
+add, sub = _with_alpha(add), _with_alpha(sub)
+_true_div = div
+
+
+def div(a, b, *, rounding_mode=None):
+    """a / b; rounding_mode 'trunc' rounds the quotient towards zero, 'floor' down (integers
+    stay integers, as torch). NOTE: a rounded quotient takes no gradient (torch's is zero)."""
+    if rounding_mode is None:
+        return _true_div(a, b)
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got "
+                         f"{rounding_mode!r}")
+    a = a.detach() if isinstance(a, Tensor) else a
+    b = b.detach() if isinstance(b, Tensor) else b
+    result = dtypes.result_type(*(t._data if isinstance(t, Tensor) else t for t in (a, b)))
+    if not result.is_floating_point:  # NOTE: exact while |a| < 2**53 (a float64 quotient)
+        a = a.to(dtypes.float64) if isinstance(a, Tensor) else float(a)
+    q = _true_div(a, b)
+    rounded = trunc(q) if rounding_mode == "trunc" else floor(q)  # (the table's kernels)
+    if rounding_mode == "floor":  # NOTE: torch's floor division of an infinite a is NaN
+        infinite = isinf(a) if isinstance(a, Tensor) else math.isinf(a)
+        rounded = where(infinite, math.nan, rounded) if isinstance(infinite, Tensor) else \
+            (rounded * math.nan if infinite else rounded)
+    return rounded if result.is_floating_point else rounded.to(result)
+
+
+def reduce_any(x, dim=None, keepdim=False):
+    """Whether any element is nonzero (NaN counts), over dim or everything: td.any."""
+    return ne(x, 0).sum(dim, keepdim) > 0
+
+
+def reduce_all(x, dim=None, keepdim=False):
+    """Whether every element is nonzero, over dim or everything: td.all."""
+    return eq(x, 0).sum(dim, keepdim) == 0

@@ -329,14 +329,16 @@ def _clip_scale_kernel(x_ptr, norm_ptr, n, max_norm, eps, BLOCK: tl.constexpr):
 # ------------------------------------------------------------------------------------ launchers
 
 
-def _check_flat(op, arrays, names):
-    """Every array float32, contiguous, of one length and on one device; returns the length."""
+def _check_flat(op, arrays, names, dtypes=(torch.float32,)):
+    """Every array of one of dtypes (the first array's), contiguous, of one length and on one
+    device; returns the length."""
     first = arrays[0]
     for a, name in zip(arrays, names):
         if not isinstance(a, torch.Tensor):
             raise TypeError(f"{op}: {name} must be an array, got {type(a).__name__}")
-        if a.dtype != torch.float32:
-            raise TypeError(f"{op}: {name} must be float32, got {a.dtype} (shape {tuple(a.shape)})")
+        if a.dtype not in dtypes or a.dtype != first.dtype:
+            raise TypeError(f"{op}: {name} must be {' or '.join(str(d)[6:] for d in dtypes)} as "
+                            f"{names[0]} ({first.dtype}), got {a.dtype} (shape {tuple(a.shape)})")
         if not a.is_contiguous():
             raise ValueError(f"{op}: {name} must be contiguous (shape {tuple(a.shape)}, strides "
                              f"{a.stride()})")
@@ -361,7 +363,8 @@ def _scalar(op, name, value, device):
 @planned()
 def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
               nesterov=False, maximize=False, first_step=False):
-    """SGD update of flat float32 arrays in place (see Backend.sgd_step_); one launch.
+    """SGD update of flat float32 (or float64) arrays in place (see Backend.sgd_step_); one
+    launch.
 
     param, grad, momentum_buf: [n] (momentum_buf may be None when momentum == 0); lr, momentum:
     numbers or 1-element float32 device arrays (read by the kernel: capture-friendly).
@@ -372,7 +375,7 @@ def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight
         if momentum_buf is None:
             raise ValueError("sgd_step_: momentum is nonzero but momentum_buf is None")
         arrays, names = arrays + [momentum_buf], names + ["momentum_buf"]
-    n = _check_flat("sgd_step_", arrays, names)
+    n = _check_flat("sgd_step_", arrays, names, (torch.float32, torch.float64))
     lr_ptr, lr_value, lr_on_device = _scalar("sgd_step_", "lr", lr, param.device)
     mom_ptr, mom_value, mom_on_device = _scalar("sgd_step_", "momentum", momentum, param.device)
     if n == 0:

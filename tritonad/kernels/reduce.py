@@ -224,11 +224,20 @@ def _layout(x, dims):
     """(kept sizes, kept strides, reduced sizes, reduced strides), each group collapsed; None if
     a group keeps more dims than the kernel walks."""
     kept = [i for i in range(x.dim()) if i not in dims]
-    k_sizes, (k_strides,) = collapse([x.shape[i] for i in kept], [[x.stride(i) for i in kept]])
-    r_sizes, (r_strides,) = collapse([x.shape[i] for i in dims], [[x.stride(i) for i in dims]])
+    k_sizes, k_strides = _collapse_group(x, kept)
+    r_sizes, r_strides = _collapse_group(x, dims)
     if len(k_sizes) > 3 or len(r_sizes) > 3:
         return None
     return k_sizes, k_strides, r_sizes, r_strides
+
+
+def _collapse_group(x, group):
+    """(sizes, strides) of x's dims in group, collapsed; a group with a size 0 is one dim [0]."""
+    sizes = [x.shape[i] for i in group]
+    if 0 in sizes:
+        return [0], [0]
+    sizes, (strides,) = collapse(sizes, [[x.stride(i) for i in group]])
+    return sizes, strides
 
 
 def _reduce(op, x, dims, out, acc, x_index=None, mean=None, divisor=None, values=True,

@@ -9,3 +9,8 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
            "hardtanh", "relu6", "hardswish", "linear", "conv2d", "max_pool2d", "avg_pool2d",
            "softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "nll_loss",
            "mse_loss", "dropout", "unfold", "fold"]
+
+
+def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
+    from .._hints import missing
+    raise missing(__name__, name, globals())

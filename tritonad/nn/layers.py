@@ -64,11 +64,16 @@ class Conv2d(Module):
         self.out_channels = _positive("out_channels", int(out_channels))
         self.kernel_size = nn_ops.pair(kernel_size, "kernel_size")
         self.stride = nn_ops.pair(stride, "stride")
-        self.padding = nn_ops.pair(padding, "padding")
         self.dilation = nn_ops.pair(dilation, "dilation")
         self.groups = groups
+        if isinstance(padding, str):  # 'valid' or 'same', resolved per input as torch
+            nn_ops.check_string_padding("Conv2d", padding, self.stride)
+            self.padding = padding
+        else:
+            self.padding = nn_ops.pair(padding, "padding")
         for name, v, low in (("kernel_size", self.kernel_size, 1), ("stride", self.stride, 1),
-                             ("padding", self.padding, 0), ("dilation", self.dilation, 1)):
+                             ("padding", (0, 0) if isinstance(padding, str) else self.padding, 0),
+                             ("dilation", self.dilation, 1)):
             if min(v) < low:
                 raise ValueError(f"Conv2d: {name} must be >= {low}, got {v}")
         dtype = dtype or dtypes.float32

@@ -33,17 +33,34 @@ class Module:
 
     # ------------------------------------------------------------------ registration
     def __setattr__(self, name, value):
+        """As torch: a Parameter or Module registers (leaving no plain attribute that would hide
+        it); None or a Tensor assigned to a registered name keeps that name registered."""
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning "
                                  "attributes")
+        params, buffers, modules = self._parameters, self._buffers, self._modules
+        if isinstance(value, Parameter):
+            self._forget(name)
+            params[name] = value
+        elif isinstance(value, Module):
+            self._forget(name)
+            modules[name] = value
+        elif name in params and value is None:
+            params[name] = None
+        elif name in modules and value is None:
+            modules[name] = None
+        elif name in buffers and (value is None or isinstance(value, Tensor)):
+            buffers[name] = value
+        else:
+            for table in (params, buffers, modules):
+                table.pop(name, None)
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name):
+        """Drop name from the plain attributes and every table, before registering it anew."""
+        self.__dict__.pop(name, None)
         for table in (self._parameters, self._buffers, self._modules):
             table.pop(name, None)
-        if isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
-        else:
-            object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
         for table in ("_parameters", "_buffers", "_modules"):
@@ -62,15 +79,18 @@ class Module:
     def register_parameter(self, name, param):
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name} must be a Parameter or None")
+        self._forget(name)
         self._parameters[name] = param
 
     def register_buffer(self, name, tensor):
         """State that is saved and moved with the module but not trained (e.g. running stats)."""
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name} must be a Tensor or None")
+        self._forget(name)
         self._buffers[name] = tensor
 
     def add_module(self, name, module):
+        self._forget(name)
         self._modules[name] = module
 
     # ------------------------------------------------------------------ traversal

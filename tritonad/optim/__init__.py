@@ -80,6 +80,7 @@ class SGD(Optimizer):
 
     _device_hyperparameters = ("lr", "momentum")
     _state_names = ("momentum_buffer",)
+    _fused_dtypes = (dtypes.float32, dtypes.float64)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, maximize=False, *, foreach=None, differentiable=False,

@@ -61,7 +61,7 @@ class _FlatBucket:
     scalars of the hyperparameters, Adam's step counters and which slots have state.
     """
 
-    def __init__(self, params, device, hyper_names=("lr",)):
+    def __init__(self, params, device, hyper_names=("lr",), dtype=dtypes.float32):
         backend = get_backend()
         # aligned sizes first: every slice of them starts on a 16-byte boundary (stable sort)
         self.params = sorted(params, key=lambda p: p.numel() % ALIGN != 0)
@@ -72,10 +72,10 @@ class _FlatBucket:
         # NOTE: the buffers end with zeros up to a multiple of 16 elements, so that the kernels'
         # length is divisible by 16 and Triton vectorises their masked loads; zero gradients
         # and zero state leave the zero padding unchanged under SGD and Adam
-        self.numel, self.device = -(-total // PAD) * PAD, device
-        self.flat = backend.empty([self.numel], dtypes.float32, device)
+        self.numel, self.device, self.dtype = -(-total // PAD) * PAD, device, dtype
+        self.flat = backend.empty([self.numel], dtype, device)
         backend.fill_(self.flat[total:], 0.0)
-        self.grad_flat = backend.full([self.numel], 0.0, dtypes.float32, device)
+        self.grad_flat = backend.full([self.numel], 0.0, dtype, device)
         self.views = [self.slot(self.flat, i) for i in range(len(self.params))]
         self.grad_views = [self.slot(self.grad_flat, i) for i in range(len(self.params))]
         for i, p in enumerate(self.params):
@@ -113,7 +113,7 @@ class _FlatBucket:
         """A flat state buffer, zeros when first asked for."""
         if name not in self.buffers:
             _refuse_under_capture(f"creating the state {name!r}")
-            self.buffers[name] = get_backend().full([self.numel], 0.0, dtypes.float32,
+            self.buffers[name] = get_backend().full([self.numel], 0.0, self.dtype,
                                                     self.device)
         return self.buffers[name]
 
@@ -251,6 +251,7 @@ class Optimizer:
     _device_hyperparameters = ("lr",)  # group keys the kernels read from device scalars
     _state_names = ()                  # fused: the names of the flat state buffers
     _keeps_steps = False               # fused: state["step"] from the bucket's step counters
+    _fused_dtypes = (dtypes.float32,)  # fused: the parameter dtypes its kernel updates
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
@@ -283,9 +284,10 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}: can't optimize a non-leaf tensor "
                                  f"(parameter {i}, shape {p.shape}); pass "
                                  "t.detach().requires_grad_()")
-            if self._fused and p.dtype is not dtypes.float32:
+            if self._fused and p.dtype not in self._fused_dtypes:
                 raise TypeError(f"{type(self).__name__}: parameter {i} (shape {p.shape}) has dtype "
-                                f"{p.dtype}; the fused optimizers update float32 parameters")
+                                f"{p.dtype}; it updates parameters of dtype "
+                                f"{' or '.join(d.name for d in self._fused_dtypes)}")
             if id(p) in seen:
                 raise ValueError(f"{type(self).__name__}: parameter {i} (shape {p.shape}) appears "
                                  "twice in the parameter groups")
@@ -294,11 +296,11 @@ class Optimizer:
         for key, value in self.defaults.items():
             group.setdefault(key, value)
         self._check_group(group)
-        by_device = {}
+        by_device = {}  # one flat bucket per device and dtype
         for p in params if self._fused else ():
-            by_device.setdefault(p.device, []).append(p)
-        buckets = [_FlatBucket(ps, device, self._device_hyperparameters)
-                   for device, ps in by_device.items()]
+            by_device.setdefault((p.device, p.dtype), []).append(p)
+        buckets = [_FlatBucket(ps, device, self._device_hyperparameters, dtype)
+                   for (device, dtype), ps in by_device.items()]
         self.param_groups.append(group)
         self._buckets.append(buckets)
         for bucket in buckets:
