@@ -2,6 +2,7 @@
 from .function import Context, Function, run_backward
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from . import methods  # noqa: F401,E402  (Tensor's operators and methods)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,

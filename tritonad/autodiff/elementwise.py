@@ -226,7 +226,7 @@ def _bool_operator(name, logical):
 
 
 def install_methods():
-    """Tensor methods for the entries that are methods in PyTorch (`x.erf()`, `x.lerp(y, w)`),
+    """(Called by autodiff/methods.py.) Tensor methods for the entries that are methods in PyTorch (`x.erf()`, `x.lerp(y, w)`),
     where Tensor does not define its own, and & | ^ on bool tensors."""
     for op in table.OPS.values():
         if op.method and not hasattr(Tensor, op.name):
@@ -234,6 +234,3 @@ def install_methods():
     Tensor.__and__ = Tensor.__rand__ = _bool_operator("&", FUNCTIONS["logical_and"])
     Tensor.__or__ = Tensor.__ror__ = _bool_operator("|", FUNCTIONS["logical_or"])
     Tensor.__xor__ = Tensor.__rxor__ = _bool_operator("^", FUNCTIONS["logical_xor"])
-
-
-install_methods()

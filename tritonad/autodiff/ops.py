@@ -471,8 +471,8 @@ def argmin(x, dim=None, keepdim=False):
     return _arg_extreme("argmin", x, dim, keepdim)
 
 
-# Tensor's arithmetic operators are the ops above themselves (no method frame in between)
-Tensor.__add__, Tensor.__sub__, Tensor.__mul__, Tensor.__truediv__ = add, sub, mul, div
+# Tensor's arithmetic operators are these lean functions themselves (installed by methods.py)
+arithmetic = add, sub, mul, div
 
 from .shape_ops import *  # noqa: E402,F401,F403
 from .nn_ops import *  # noqa: E402,F401,F403
