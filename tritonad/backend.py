@@ -357,6 +357,8 @@ class Backend(FusedPrimitives):
         dtype = dtypes.get_dtype(x.dtype)
         wide = dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
         v = x if wide is dtype else self.cast(x, wide)
+        if v.numel() == 0:
+            return dtype, v, v
         m = self.max(v, (dim,), keepdim=True)
         m = self.where(self.isfinite(m), m, 0.0)  # rows of -inf: exp(-inf - 0) = 0, not NaN
         z = self.sub(v, m)

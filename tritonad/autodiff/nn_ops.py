@@ -248,6 +248,8 @@ def softmax(x, dim, dtype=None):
     if x.ndim == 0:
         return reshape(softmax(reshape(x, (1,)), 0), ())
     dim = _dim("softmax", x, dim)
+    if x.numel() == 0:
+        return x * 1.0
     m = x.detach().amax(dim, keepdim=True)  # (the shift cancels: no gradient flows through it)
     e = (x - where(isfinite(m), m, 0.0)).exp()
     return e / e.sum(dim, keepdim=True)
@@ -269,6 +271,8 @@ def log_softmax(x, dim, dtype=None):
     if x.ndim == 0:
         return reshape(log_softmax(reshape(x, (1,)), 0), ())
     dim = _dim("log_softmax", x, dim)
+    if x.numel() == 0:
+        return x * 1.0
     m = x.detach().amax(dim, keepdim=True)
     z = x - where(isfinite(m), m, 0.0)
     return z - z.exp().sum(dim, keepdim=True).log()
