@@ -41,7 +41,7 @@ def main():
     args = parser.parse_args()
     import tritonad as td
     import tritonad.nn.functional as F
-    from tritonad.kernels import conv, launch
+    from tritonad.kernels import conv, launch, plans
 
     td.set_backend("triton")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -57,7 +57,7 @@ def main():
 
     def use(path):
         conv.WINDOW_GEMM, launch.FAST_SCRATCH = paths[path]
-        launch.clear_plans()
+        plans.clear_plans()
 
     def interleaved(fns, sync):
         """{path: best us per call}, the paths taking turns round by round (this host's speed
@@ -131,7 +131,7 @@ def main():
           ", ".join(f"{path} {us:.1f}" for path, us in best.items()))
 
     conv.WINDOW_GEMM, launch.FAST_SCRATCH = True, True
-    launch.clear_plans()
+    plans.clear_plans()
     xs, ws, pad = layers["conv2 [100,32,14,14]*[64,32,5,5] p2"]
     tx = td.from_torch(torch.randn(*xs, device="cuda", generator=g)).requires_grad_()
     tw = td.from_torch(torch.randn(*ws, device="cuda", generator=g)).requires_grad_()

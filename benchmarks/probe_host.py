@@ -172,7 +172,7 @@ def main():
         for _ in range(2):
             for on in (True, False):
                 launch.FAST_LAUNCH = on
-                launch.clear_plans()
+                plans.clear_plans()
                 fn()
                 t = per_call_us(fn, args.calls // 2, args.rounds)
                 times[on] = min(times.get(on, t), t)

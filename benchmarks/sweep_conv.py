@@ -80,7 +80,7 @@ def wgrad_grid():
 def wgrad_main(args):
     """The --wgrad sweep (module docstring); prints one line per item, the best per layer."""
     from tritonad.kernels import conv
-    from tritonad.kernels.launch import clear_plans, compile_ahead
+    from tritonad.kernels.plans import clear_plans, compile_ahead
     from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
@@ -266,7 +266,7 @@ def _config_sweep(args, name, items, setup, variants):
     cuDNN's result. Prints a line per item and the best config per layer, precision and
     direction against the named variants; writes sweep_NAME.json."""
     from tritonad.kernels import conv
-    from tritonad.kernels.launch import clear_plans, compile_ahead
+    from tritonad.kernels.plans import clear_plans, compile_ahead
     from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
@@ -338,7 +338,7 @@ def table_main(args):
     """--table: every direction of every layer at both precisions with the library's own plans
     (menus as shipped, no tuning), beside cuDNN in the same run."""
     from tritonad.kernels import conv
-    from tritonad.kernels.launch import clear_plans, compile_ahead
+    from tritonad.kernels.plans import clear_plans, compile_ahead
     from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
@@ -491,7 +491,7 @@ def main(argv=None):
         ours, theirs = _cases(conv, x, w, b, dy, LAYERS[layer][3])[direction]
         conv.tuner = Tuner("conv-sweep")  # no cache: time every config of this item here
         conv.tuner.path = lambda: "/dev/null/none"
-        from tritonad.kernels.launch import clear_plans
+        from tritonad.kernels.plans import clear_plans
         clear_plans()
         t0 = time.perf_counter()
         ours()

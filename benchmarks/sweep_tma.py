@@ -10,7 +10,7 @@ Each problem is a [n, n] @ b [n, n] in a layout: nn = both row-major (torch.matm
 triton.testing.do_bench medians (CUDA events around one call, L2 flushed between calls);
 TFLOP/s = 2 * n^3 / t; ratio = t_torch / t_plan (above 1: faster than cuBLAS). Every plan's
 output is compared with torch's (error = max |ours - torch| / max |torch|). All kernels are
-compiled first, many at once (launch.compile_ahead), so that the sweep fits a short GPU call.
+compiled first, many at once (plans.compile_ahead), so that the sweep fits a short GPU call.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def main(argv=None):
         p.add_argument("--top", type=int, default=8)))
     common.require_gpu("sweep_tma")
     import tritonad as td
-    from tritonad.kernels import launch
+    from tritonad.kernels import launch, plans
     from tritonad.kernels import matmul as mm
 
     td.set_backend("triton")
@@ -103,7 +103,7 @@ def main(argv=None):
     # compile every plan first, on a thread pool (the shapes' specializations do not depend
     # on n: every size here is a multiple of 16)
     start = time.perf_counter()
-    with launch.compile_ahead() as ahead:
+    with plans.compile_ahead() as ahead:
         for precision, layout, n in {(p, la, sizes[0]) for p, la, _ in problems}:
             kind = mm._kind(PRECISIONS[precision], "high")
             a, b = operands(256, PRECISIONS[precision], layout)

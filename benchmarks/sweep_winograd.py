@@ -50,7 +50,7 @@ def _directions(x, w, b, dy):
 def _steps(x, w, b, dy):
     """The Winograd steps as callables (each re-running what it needs from the one before
     from saved operands), with the bytes each transform reads and writes."""
-    from tritonad.kernels import conv, launch, matmul, winograd
+    from tritonad.kernels import conv, launch, plans, matmul, winograd
     from tritonad.kernels.reduce import sum as sum_dims
 
     n, c, h, wd = x.shape
@@ -90,7 +90,7 @@ def _steps(x, w, b, dy):
 
 
 def run_layer(name):
-    from tritonad.kernels import conv, launch
+    from tritonad.kernels import conv, launch, plans
 
     n, c, hw, k = LAYERS[name]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -108,7 +108,7 @@ def run_layer(name):
         row = dict(layer=name, direction=d, ms_cudnn=common.bench(theirs[d]))
         for path, on in (("winograd", True), ("direct", False)):
             conv.WINOGRAD = on
-            launch.clear_plans()
+            plans.clear_plans()
             got = ours[d]()
             row[f"err_{path}"] = ((got.double() - want[d]).norm() / want[d].norm()).item()
             row[f"ms_{path}"] = common.bench(ours[d])

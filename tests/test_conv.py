@@ -1000,7 +1000,7 @@ def test_window_gemm_split_tail(sms, grid, monkeypatch):
     two half-wide tiles each: 12 tiles (6 pixel blocks by 2 channel blocks) on 5 SMs split
     the last 2, on 8 the last 4 (half the SMs), on 100 all 12, on 7 none (5 left: more than
     half), nor on 1. The forward (bias, relu) and input gradient match the unsplit launch."""
-    from tritonad.kernels.launch import clear_plans
+    from tritonad.kernels.plans import clear_plans
 
     monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
     x = random_array((3, 16, 9, 10), low=-1, high=1, seed=1)
@@ -1037,7 +1037,7 @@ def test_window_gemm_persistent(sms, persist, grid, monkeypatch):
     tiles and 4 half tiles (16 units), on 7 SMs 14 tiles, on 100 SMs 28 halves (the last of
     them with outputs in it). The forward (bias, relu) and input gradient are the
     one-program-a-tile launch's, bit for bit."""
-    from tritonad.kernels.launch import clear_plans
+    from tritonad.kernels.plans import clear_plans
 
     monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
     monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", 64 * 128)  # (the interpreter's tiles)
@@ -1651,7 +1651,7 @@ def test_gpu_window_gemm_split_tail(dtype, persist, monkeypatch):
     made up so that 29 tiles leave 9 on 20 SMs, all 29 on 132), one program a tile or
     persistent (one program an SM), against the unsplit launch (1e-6 relative) and float64
     cuDNN (1e-2: TF32 and bf16)."""
-    from tritonad.kernels.launch import clear_plans
+    from tritonad.kernels.plans import clear_plans
     from tritonad.kernels.tuning import Tuner
 
     xs, ws = (16, 256, 14, 14), (256, 256, 3, 3)
@@ -1732,7 +1732,7 @@ def test_gpu_window_weight_grad_menu(entry, dtype, monkeypatch):
     """Every plan of the window weight gradient's menu, at a layer of 128x128 tiles and one
     of 64x32 tiles (4-warp plans of 128x128 tiles computed wrong gradients on Triton 3.6:
     see conv.WINDOW_WGRAD_MENU)."""
-    from tritonad.kernels.launch import clear_plans
+    from tritonad.kernels.plans import clear_plans
     from tritonad.kernels.tuning import Tuner
 
     monkeypatch.setattr(conv, "WINDOW_WGRAD_MENU", [conv.WINDOW_WGRAD_MENU[entry]])

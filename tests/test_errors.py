@@ -111,13 +111,13 @@ def test_error_flags_made_inside_compile_ahead_start_at_zero(monkeypatch):
     """The error flags made on first use inside a compile_ahead block (train's precompile, where
     launches only compile) are zeroed for real: the allocator's leftovers would otherwise be
     read back as errors that never happened (an IndexError from garbage, seen on an H100)."""
-    from tritonad.kernels import errors, launch
+    from tritonad.kernels import errors, launch, plans
 
     device = torch.device("cpu")
     monkeypatch.setattr(errors, "_FLAGS", {})
     real_empty = errors.torch.empty
     monkeypatch.setattr(errors.torch, "empty",
                         lambda *args, **kwargs: real_empty(*args, **kwargs).fill_(7))
-    with td.use_backend("triton"), launch.compile_ahead():
+    with td.use_backend("triton"), plans.compile_ahead():
         flags = errors._flags(device)
     assert not flags.any()

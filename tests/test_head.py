@@ -21,7 +21,7 @@ import tritonad.nn.functional as F
 from tritonad import nn, train
 from tritonad.autodiff import gradcheck, nn_ops
 from tritonad.backend import matmul_precision
-from tritonad.kernels import head, launch
+from tritonad.kernels import head, launch, plans
 from tritonad.reference import NumpyBackend
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the triton backend's
@@ -175,7 +175,7 @@ def count_launches(monkeypatch):
     for name in ("_head_partials_kernel", "_ce_count_kernel", "_head_kernel",
                  "_head_reduce_kernel"):
         monkeypatch.setattr(head, name, _CountLaunches(name, getattr(head, name), log))
-    launch.clear_plans()  # (a recorded plan would replay the kernels themselves)
+    plans.clear_plans()  # (a recorded plan would replay the kernels themselves)
     return log
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tritonad as td
-from tritonad.kernels import launch
+from tritonad.kernels import launch, plans
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -100,7 +100,7 @@ def test_gpu_training_steps_launch_everything_through_the_lean_launcher():
 
 def _bound_launches():
     """Every KernelLaunch of every recorded plan."""
-    for cache in launch.PlanCache.ALL:
+    for cache in plans.PlanCache.ALL:
         for plan in list(cache.values()):
             for kl, _ in getattr(plan, "steps", ()):
                 yield kl

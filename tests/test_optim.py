@@ -274,7 +274,7 @@ class _CountingKernel:
     real kernel are forgotten, so that every launch goes through this one)."""
 
     def __init__(self, kernel):
-        from tritonad.kernels.launch import clear_plans
+        from tritonad.kernels.plans import clear_plans
 
         clear_plans()
         self.kernel, self.launches = kernel, 0

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tritonad as td
-from tritonad.kernels import launch, reduce as rd, softmax as sm
+from tritonad.kernels import launch, plans, reduce as rd, softmax as sm
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -42,7 +42,7 @@ def test_a_lean_plan_per_layout_of_one_shape():
         for view in (x, x.t(), x[:, ::1]):
             got = rd.sum(view, (1,), False, None)
             np.testing.assert_allclose(got.cpu().numpy(), _np(view).sum(1), rtol=1e-5, atol=1e-5)
-    if launch.PLANS_ENABLED:
+    if plans.PLANS_ENABLED:
         assert len(rd.sum.lean) == 2  # (x and x[:, ::1] have one layout)
 
 
@@ -167,5 +167,5 @@ def test_an_optional_leading_array_keys_apart_from_none():
                                            atol=1e-4)
     finally:
         td.set_conv_precision(previous)
-    if launch.PLANS_ENABLED:
+    if plans.PLANS_ENABLED:
         assert len(conv.conv2d.lean) == 2

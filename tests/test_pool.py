@@ -10,7 +10,7 @@ from helpers import assert_close, check_op, check_primitive, random_array
 
 import tritonad as td
 import tritonad.nn.functional as F
-from tritonad.kernels import launch, pool
+from tritonad.kernels import launch, plans, pool
 from tritonad.reference import NumpyBackend, to_numpy
 
 # ----------------------------------------------------------------------------- references
@@ -220,10 +220,10 @@ def test_max_pool_backward_window_by_window(kernel, size, dtype, monkeypatch):
         got = check_primitive("max_pool2d_backward", dy, strided_idx, tuple(x.shape), kernel,
                               kernel, gate=g)
         monkeypatch.setattr(pool, "WINDOW_BACKWARD", False)
-        launch.clear_plans()  # (the switch is not in the plans' keys)
+        plans.clear_plans()  # (the switch is not in the plans' keys)
         want = pool.max_pool2d_backward(dy, idx, tuple(x.shape), kernel, kernel, gate=g)
         monkeypatch.setattr(pool, "WINDOW_BACKWARD", True)
-        launch.clear_plans()
+        plans.clear_plans()
         assert _same_bits(got, want)
     assert launched == ["_max_pool_bwd_windows_kernel", "_max_pool_bwd_kernel"] * 2
 
@@ -506,9 +506,9 @@ def test_gpu_max_pool_backward_window_by_window_is_the_gather(dtype, monkeypatch
         for gate in (None, y):
             got = pool.max_pool2d_backward(dy, idx, shape, (2, 2), (2, 2), gate=gate)
             monkeypatch.setattr(pool, "WINDOW_BACKWARD", False)
-            launch.clear_plans()
+            plans.clear_plans()
             want = pool.max_pool2d_backward(dy, idx, shape, (2, 2), (2, 2), gate=gate)
             monkeypatch.setattr(pool, "WINDOW_BACKWARD", True)
-            launch.clear_plans()
+            plans.clear_plans()
             assert torch.equal(got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
                                want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))

@@ -25,7 +25,7 @@ def test_precompile_is_a_dry_run(model_name):
     (kernels.launch.compile_ahead; under the interpreter nothing compiles): the parameters,
     their gradients, the metrics, the random numbers and the plan caches are left as they were,
     and training afterwards is unchanged."""
-    from tritonad.kernels import launch
+    from tritonad.kernels import launch, plans
 
     with td.use_backend("triton"):
         class Tiny:
@@ -45,10 +45,10 @@ def test_precompile_is_a_dry_run(model_name):
         ahead, loader = trainer()
         before = [p.numpy().copy() for p in ahead.model.parameters()]
         rng = td.get_rng_state()
-        plans_before = {id(c): len(c) for c in launch.PlanCache.ALL}
-        launch.clear_plans()
+        plans_before = {id(c): len(c) for c in plans.PlanCache.ALL}
+        plans.clear_plans()
         assert ahead.precompile(loader) == 0  # nothing to compile under the interpreter
-        assert all(len(c) == 0 for c in launch.PlanCache.ALL), "a dry run kept a plan"
+        assert all(len(c) == 0 for c in plans.PlanCache.ALL), "a dry run kept a plan"
         assert td.get_rng_state() == rng and plans_before
         assert all(p.grad is None for p in ahead.model.parameters())
         for p, b in zip(ahead.model.parameters(), before):

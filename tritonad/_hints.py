@@ -249,18 +249,17 @@ def missing_method(cls, name: str) -> AttributeError:
 def _available(module_name: str, namespace: dict) -> str:
     """What the module offers in place of a missing class, read from it now (so that classes
     added later are listed): its optimizers and schedulers, layers, or datasets."""
-    def subclasses(base):
+    def subclasses(base):  # (by the base's name: this module imports none of tritonad)
         return [name for name, value in namespace.items() if isinstance(value, type) and
-                issubclass(value, base) and value is not base and not name.startswith("_")]
+                name != base and not name.startswith("_") and
+                any(c.__name__ == base and c.__module__.startswith("tritonad.")
+                    for c in value.__mro__[1:])]
 
     if module_name == "tritonad.optim":
-        from .optim.lr_scheduler import LRScheduler
-        from .optim.optimizer import Optimizer
-        return (f"tritonad.optim has the optimizers {', '.join(subclasses(Optimizer))} and the "
-                f"schedulers {', '.join(subclasses(LRScheduler))}")
+        return (f"tritonad.optim has the optimizers {', '.join(subclasses('Optimizer'))} and "
+                f"the schedulers {', '.join(subclasses('LRScheduler'))}")
     if module_name == "tritonad.nn":
-        from .nn.module import Module
-        return f"tritonad.nn has {', '.join(subclasses(Module))}"
+        return f"tritonad.nn has {', '.join(subclasses('Module'))}"
     if module_name == "tritonad.data":
         datasets = [name for name, value in namespace.items() if isinstance(value, type) and
                     value.__module__ == module_name and hasattr(value, "__getitem__")]

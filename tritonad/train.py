@@ -179,12 +179,12 @@ class Trainer:
     def precompile(self, eval_loader=None):
         """Compile every kernel of a training step (a full batch and the epoch's last, partial
         one) and of an evaluation batch of eval_loader at once, concurrently, before the first
-        step (kernels.launch.compile_ahead: a dry run that computes nothing). The first step
+        step (kernels.plans.compile_ahead: a dry run that computes nothing). The first step
         then compiles nothing but the optimizer's update. Returns how many kernel launches were
         compiled (0 on backends that compile nothing, or when called again: Triton's caches
         have them). Leaves the parameters, gradients, metrics and random numbers as they were."""
         from .generator import get_rng_state, set_rng_state
-        from .kernels import launch
+        from .kernels import plans
 
         if getattr(get_backend(), "name", "") != "triton":
             return 0
@@ -197,7 +197,7 @@ class Trainer:
         if tail and not self.loader.drop_last:
             sizes.append(tail)
         try:
-            with launch.compile_ahead() as ahead:
+            with plans.compile_ahead() as ahead:
                 loss_sum = zeros((), device=device)  # (nothing runs: their values never matter)
                 correct = zeros((), dtype="int64", device=device)
                 backend = get_backend()

@@ -16,21 +16,12 @@ from collections import deque
 
 from .. import dtypes
 from ..backend import _NO_CONTEXT, _state, backend_of, get_backend, side_region
-from ..tensor import Tensor
+from ..tensor import Tensor, zeros
 from .grad_mode import set_grad_enabled
 
 
-_OPS = None
-
-
-def _ops():
-    """tritonad.autodiff.ops (which imports this module), once imported."""
-    global _OPS
-    if _OPS is None:
-        from . import ops
-
-        _OPS = ops
-    return _OPS
+# sum_to (a reduction, defined in ops.py, which imports this module): set by ops.py at import
+SUM_TO = None
 
 
 class Context:
@@ -354,7 +345,6 @@ def _graph_order(roots):
 
 def _fit_gradient(grad, meta, name, position):
     """Sum a gradient back to its input's shape (un-broadcast) and cast it to the input's dtype."""
-    ops = _ops()
     shape, dtype = meta  # torch's, as the raw input had them
     raw = grad._data
     if raw.shape != shape:
@@ -362,7 +352,7 @@ def _fit_gradient(grad, meta, name, position):
         if not _broadcasts_to(shape, tuple(raw.shape)):
             raise RuntimeError(f"{name} returned a gradient of shape {grad.shape} for input "
                                f"{position}, whose shape {shape} does not broadcast to it")
-        grad = ops.sum_to(grad, shape)
+        grad = SUM_TO(grad, shape)
     if grad._data.dtype != dtype:
         grad = grad.to(dtypes.get_dtype(dtype))
     return grad
@@ -506,7 +496,6 @@ def _call_backward(ctx, grads_in, create_graph):
 def _output_grads(output_meta, grads_in):
     """The gradient of each output of a Context: the one delivered, None for an output that
     takes none, or zeros for one whose gradient did not arrive."""
-    ops = _ops()
     grads_out = []
     for index, meta in enumerate(output_meta):
         if index in grads_in:
@@ -514,7 +503,7 @@ def _output_grads(output_meta, grads_in):
         elif meta is None:
             grads_out.append(None)
         else:
-            grads_out.append(ops.zeros(tuple(meta[0]), dtype=dtypes.get_dtype(meta[1]),
+            grads_out.append(zeros(tuple(meta[0]), dtype=dtypes.get_dtype(meta[1]),
                                        device=meta[2]))
     return grads_out
 

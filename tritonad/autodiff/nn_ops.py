@@ -15,7 +15,8 @@ from .composite import composite
 from .elementwise import isfinite, where
 from .function import Function
 from .grad_mode import is_grad_enabled
-from .shape_ops import expand, reshape, unsqueeze
+from .dims import broadcast_shapes, normalize_dims
+from .shape_ops import cat, expand, gather_rows, reshape, unsqueeze
 
 __all__ = ["matmul", "linear", "softmax", "log_softmax", "logsumexp", "cross_entropy", "nll_loss", "mse_loss",
            "conv2d", "max_pool2d", "avg_pool2d", "dropout", "unfold", "fold", "pair"]
@@ -93,8 +94,6 @@ def matmul(a, b):
         return matmul(unsqueeze(a, 0), b).squeeze(-2 if b.ndim > 1 else -1)
     if b.ndim == 1:
         return matmul(a, unsqueeze(b, -1)).squeeze(-1)
-    from .ops import broadcast_shapes
-
     batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
     a = expand(a, batch + a.shape[-2:])
     b = expand(b, batch + b.shape[-2:])
@@ -297,7 +296,6 @@ def logsumexp(x, dim, keepdim=False):
     s = (x - m).exp().sum(dim, keepdim=True).log() + m
     if keepdim:
         return s
-    from .ops import normalize_dims
     dims = normalize_dims("logsumexp", dim, x.ndim)
     return s.reshape(tuple(n for i, n in enumerate(x.shape) if dims is not None and i not in dims))
 
@@ -515,8 +513,6 @@ def nll_loss(log_probs, target, reduction="mean", ignore_index=-100):
     if reduction not in _REDUCTIONS:
         raise ValueError(f"nll_loss: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     _check_target("nll_loss", log_probs, target)
-    from .ops import where
-    from .shape_ops import gather_rows
 
     n, c = log_probs.shape
     backend_of(target._data).check_targets(target._data, c, ignore_index, "nll_loss")
@@ -655,7 +651,6 @@ def string_padding(op, x, kernel, stride, padding, dilation):
     check_string_padding(op, padding, stride)
     if padding == "valid":
         return x, 0
-    from .shape_ops import cat
 
     totals = [d * (k - 1) for d, k in zip(pair(dilation, "dilation"), kernel)]
     for axis, total in zip((-2, -1), totals):
@@ -916,8 +911,7 @@ class Dropout(Function):
     @staticmethod
     def backward(ctx, dy):
         (mask,) = ctx.saved
-        from .ops import where
-
+    
         return where(mask, dy * (1.0 / (1.0 - ctx.p)), 0.0), None
 
 

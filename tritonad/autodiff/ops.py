@@ -17,6 +17,8 @@ from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F40
 from .. import elementwise as table
 from .elementwise import *  # noqa: F401,F403  (every entry of the elementwise table)
 from .elementwise import clamp_tensor_bounds, where
+from .dims import _BROADCASTS, broadcast_shapes, normalize_dims  # noqa: F401
+from . import function
 from .function import Function
 from .grad_mode import is_grad_enabled
 
@@ -26,35 +28,6 @@ def backend():
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-_BROADCASTS = {}  # (shape, shape) -> their broadcast: op calls repeat a few shapes many times
-
-
-def broadcast_shapes(op, *shapes):
-    """numpy broadcasting of shapes, with an error naming the op and the shapes."""
-    if len(shapes) == 2:
-        known = _BROADCASTS.get(shapes)
-        if known is not None:
-            return known
-        if len(_BROADCASTS) > 4096:
-            _BROADCASTS.clear()
-        result = _broadcast_shapes(op, shapes)
-        _BROADCASTS[shapes] = result
-        return result
-    return _broadcast_shapes(op, shapes)
-
-
-def _broadcast_shapes(op, shapes):
-    ndim = builtins.max((len(s) for s in shapes), default=0)
-    out = []
-    for axis in range(-ndim, 0):
-        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
-        if len(sizes) > 1:
-            raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot "
-                             "be broadcast together")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 def _operand(x, like):
@@ -80,23 +53,6 @@ def _binary(fn, a, b):
         a = _operand(a, b)
         broadcast_shapes(fn.__name__.lower(), a.shape, b.shape)
     return fn.apply(a, b)
-
-
-def normalize_dims(op, dims, ndim):
-    """None, an int or a sequence of ints -> a sorted tuple of non-negative axes (or None)."""
-    if dims is None:
-        return None
-    if isinstance(dims, int):
-        dims = (dims,)
-    out = []
-    for d in dims:
-        n = builtins.max(ndim, 1)
-        if not -n <= d < n:
-            raise IndexError(f"{op}: dimension {d} is out of range for a tensor of {ndim} dims")
-        out.append(d % n)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{op}: dimension repeated in {tuple(dims)}")
-    return tuple(sorted(out)) if ndim else None
 
 
 def _kept_shape(shape, dims):
@@ -376,6 +332,9 @@ class SumTo(Function):
 
 def sum_to(x, shape):
     return x if x.shape == tuple(shape) else SumTo.apply(x, tuple(shape))
+
+
+function.SUM_TO = sum_to  # the engine un-broadcasts gradients with it
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):

@@ -30,7 +30,8 @@ import triton.language as tl
 
 from ..backend import check_random_warp
 from .elementwise import cast_for_store
-from .launch import INTERPRET, KernelLaunch, PlanCache, cdiv, empty, next_power_of_2, ptr
+from .launch import INTERPRET, KernelLaunch, cdiv, next_power_of_2, ptr
+from .plans import PlanCache, empty
 from .random import _philox, _seed_words, _uniform01
 
 PRIMITIVES = ("random_warp",)

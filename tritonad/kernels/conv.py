@@ -70,7 +70,8 @@ import triton
 import triton.language as tl
 
 from ..backend import autotuning, check_weight_grad_outputs, conv_precision
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from .plans import empty, planned, run
 from .pool import _nchw
 from .tuning import Tuner
 from . import winograd

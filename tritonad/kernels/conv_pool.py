@@ -41,7 +41,8 @@ import triton.language as tl
 from ..backend import Backend, check_weight_grad_outputs
 from . import conv, pool
 from .elementwise import fill_
-from .launch import INTERPRET, cdiv, dtype_of, empty, planned, run
+from .launch import INTERPRET, cdiv, dtype_of
+from .plans import empty, planned, run
 from .tuning import Tuner
 
 PRIMITIVES = ("conv2d_relu_max_pool2d", "conv2d_relu_max_pool2d_backward")

@@ -30,8 +30,8 @@ import triton.language as tl
 from .. import dtypes
 from .. import elementwise as table
 from . import tlmath
-from .launch import (INTERPRET, PDL, KernelLaunch, PlanCache, cdiv, dtype_of, empty,
-                     next_power_of_2)
+from .launch import INTERPRET, PDL, KernelLaunch, cdiv, dtype_of, next_power_of_2
+from .plans import PlanCache, empty
 from .plans import OperandPlan, array_key
 
 MAX_RANK = 4                 # strided dimensions the kernel walks after collapsing

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..backend import sync_checks
-from .launch import launching, not_recording, persistent
+from .plans import launching, not_recording, persistent
 
 WORDS = 4
 _ROWS: dict[str, int] = {}                      # check -> its row of the flags

@@ -38,7 +38,8 @@ import triton.language as tl
 from ..backend import Backend, check_metrics, matmul_precision
 from . import errors
 from .errors import report
-from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
+from .plans import empty, planned, run
 from .matmul import matmul
 from .softmax import (TARGET_BLOCK, _REDUCTIONS, _ce_count_kernel, _finite_or_zero,
                       check_loss_options)

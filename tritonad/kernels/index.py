@@ -21,7 +21,8 @@ from ..backend import check_gather_rows_at, check_take_row
 from . import errors
 from .elementwise import collapse, contiguous, copy_, fill_
 from .errors import report
-from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
+from .plans import empty, planned, run
 
 PRIMITIVES = ("gather_rows", "scatter_add_rows", "take_row_", "gather_rows_at_")
 

@@ -4,8 +4,8 @@ launcher that replays them (fastlaunch.c), programmatic dependent launch (PDL), 
 Importing this module decides how Triton runs: compiled on a CUDA GPU, or under Triton's
 interpreter on CPU tensors when no GPU is present (TRITON_INTERPRET=1 must be set before triton
 is imported, so tritonad imports this first). The plans that keep KernelLaunches per signature,
-and the recording and dry-run state (empty, run, planned, compile_ahead, ...), are in plans.py;
-their names are importable from here too.
+and the recording and dry-run state (empty, run, planned, compile_ahead, ...), are in plans.py,
+which imports this module (and not the reverse).
 """
 from __future__ import annotations
 
@@ -143,6 +143,20 @@ def _parameters(kernel):
     return _PARAMETERS[fn]
 
 
+class _State:
+    """What plans.py switches while a plan is recorded (`recorder`: each launch becomes one of
+    its steps) or a block is compiled ahead (`ahead`: launches compile and run nothing); here,
+    below plans.py, so that KernelLaunch reads it without importing plans."""
+
+    __slots__ = ("recorder", "ahead")
+
+    def __init__(self):
+        self.recorder = self.ahead = None
+
+
+STATE = _State()
+
+
 class KernelLaunch:
     """One kernel launch bound once, then replayed with new values in a few argument positions.
 
@@ -168,7 +182,7 @@ class KernelLaunch:
         if _NOTE_KERNELS:
             _note_kernel(kernel, args, meta)
         self.kernel, self.grid, self.meta = kernel, grid, meta
-        ahead = _plans._AHEAD
+        ahead = STATE.ahead
         if ahead is not None:  # compile_ahead: compile (in the background), launch nothing
             ahead.submit(kernel, grid, args, meta)
             self.compiled = None
@@ -178,7 +192,7 @@ class KernelLaunch:
         self.compiled = kernel[grid](*args, **meta)
         if not INTERPRET:
             self._bind()
-        recorder = _plans._RECORDER
+        recorder = STATE.recorder
         if recorder is not None:  # a plan being recorded: the launch is one of its steps
             recorder.launched(self)
         self._forget()
@@ -544,10 +558,3 @@ def offset_ptr(x, start):
     if RAW_POINTERS:
         return x.data_ptr() + start * x.element_size()
     return x.as_strided((x.numel() - start,), (1,), x.storage_offset() + start)
-
-
-# plans.py imports this module's names above; these names of plans.py are importable from here,
-# as they were before it was split off (the kernel families import them from launch)
-from . import plans as _plans  # noqa: E402
-from .plans import (PLANS_ENABLED, PlanCache, clear_plans, compile_ahead,  # noqa: E402,F401
-                    compiling_ahead, empty, launching, not_recording, persistent, planned, run)

@@ -43,7 +43,8 @@ import triton.language as tl
 
 from ..backend import autotuning, matmul_precision
 from . import hopper
-from .launch import INTERPRET, PDL, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .launch import INTERPRET, PDL, cdiv, dtype_of, next_power_of_2
+from .plans import empty, planned, run
 from .tuning import Tuner, measure_ms  # noqa: F401  (measure_ms: the sweeps use it from here)
 
 PRIMITIVES = ("matmul",)

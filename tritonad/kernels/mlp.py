@@ -39,7 +39,8 @@ from . import errors
 from .elementwise import contiguous
 from .errors import report
 from .index import _cursor_row
-from .launch import INTERPRET, PDL, cdiv, empty, next_power_of_2, planned, run
+from .launch import INTERPRET, PDL, cdiv, next_power_of_2
+from .plans import empty, planned, run
 
 PRIMITIVES = ("mlp_cross_entropy_grads_",)
 

@@ -20,7 +20,8 @@ import math
 
 import torch
 
-from .launch import INTERPRET, PDL, cdiv, empty, num_warps_for, planned, run, tl, triton
+from .launch import INTERPRET, PDL, cdiv, num_warps_for, tl, triton
+from .plans import empty, planned, run
 
 PRIMITIVES = ("sgd_step_", "adam_step_", "adadelta_step_", "rmsprop_step_", "adagrad_step_",
               "total_norm", "clip_scale_")

@@ -17,7 +17,7 @@ import os
 import torch
 
 from .. import dtypes
-from .launch import (_NOTE_KERNELS, INTERPRET, RAW_POINTERS, KernelLaunch, _note_kernel,
+from .launch import (_NOTE_KERNELS, STATE, INTERPRET, RAW_POINTERS, KernelLaunch, _note_kernel,
                      ensure_allocator, offset_ptr, ptr)
 
 PLANS_ENABLED = os.environ.get("TRITONAD_PLANS", "1") not in ("", "0")  # 0: Triton's path always
@@ -39,7 +39,6 @@ PLANS_ENABLED = os.environ.get("TRITONAD_PLANS", "1") not in ("", "0")  # 0: Tri
 # strides, dtypes, the arguments that are not arrays, the settings named by `settings`).
 # Memory that outlives calls (error flags, device constants) is registered with persistent().
 
-_RECORDER = None
 _PERSISTENT = {}  # storage data_ptr -> array: memory a plan may point at directly
 _UNPLANNABLE = object()
 
@@ -57,7 +56,7 @@ class PlanCache(dict):
         PlanCache.ALL.append(self)
 
     def keep(self, key, plan):
-        if _AHEAD is not None:  # compile_ahead ran nothing: nothing to replay
+        if STATE.ahead is not None:  # compile_ahead ran nothing: nothing to replay
             return plan
         if len(self) >= self.LIMIT:
             self.clear()
@@ -77,17 +76,17 @@ def empty(shape, dtype, device) -> torch.Tensor:
     torch_dtype = dtype.torch if isinstance(dtype, dtypes.DType) else dtype
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     out = torch.empty(shape, dtype=torch_dtype, device=device)
-    if _RECORDER is not None:
-        _RECORDER.allocated(out)
+    if STATE.recorder is not None:
+        STATE.recorder.allocated(out)
     return out
 
 
 def run(kernel, grid, *args, **meta):
     """kernel[grid](*args, **meta), recorded into the plan being made, if any (compiled only,
     inside compile_ahead)."""
-    if _AHEAD is not None:
-        return _AHEAD.submit(kernel, grid, args, meta)
-    if _RECORDER is not None:
+    if STATE.ahead is not None:
+        return STATE.ahead.submit(kernel, grid, args, meta)
+    if STATE.recorder is not None:
         return KernelLaunch(kernel, grid, args, meta)
     if _NOTE_KERNELS:
         _note_kernel(kernel, args, meta)
@@ -104,12 +103,11 @@ def persistent(array):
 @contextlib.contextmanager
 def not_recording():
     """Launches in this block are not part of the plan being recorded (a tuner's trials)."""
-    global _RECORDER
-    saved, _RECORDER = _RECORDER, None
+    saved, STATE.recorder = STATE.recorder, None
     try:
         yield
     finally:
-        _RECORDER = saved
+        STATE.recorder = saved
 
 
 # ----------------------------------------------------------------------------- compiling ahead
@@ -122,7 +120,6 @@ def not_recording():
 # launched or kept. When the block ends, every kernel is in Triton's caches (memory and disk)
 # and the real step launches them at once.
 
-_AHEAD = None
 
 
 class _Ahead:
@@ -146,12 +143,11 @@ class _Ahead:
 def launching():
     """Inside a compile_ahead block: launch for real (memory that must hold what a kernel
     writes, such as the error flags' zeros, made there on first use). Outside one: nothing."""
-    global _AHEAD
-    ahead, _AHEAD = _AHEAD, None
+    ahead, STATE.ahead = STATE.ahead, None
     try:
         yield
     finally:
-        _AHEAD = ahead
+        STATE.ahead = ahead
 
 
 @contextlib.contextmanager
@@ -161,9 +157,8 @@ def compile_ahead(workers=None):
     kept (no plans); the block's results are garbage and its side effects on Python state
     (gradients, optimizer state) are the caller's to avoid or undo. Yields an object whose
     `kernels` counts the compile requests."""
-    global _AHEAD
-    if _AHEAD is not None:
-        yield _AHEAD
+    if STATE.ahead is not None:
+        yield STATE.ahead
         return
     mode = None
     pool = None
@@ -178,7 +173,7 @@ def compile_ahead(workers=None):
         except ImportError:  # a Triton without asynchronous compilation: one after another
             mode = None
     ahead = _Ahead()
-    _AHEAD = ahead
+    STATE.ahead = ahead
     try:
         if mode is not None:
             with mode:
@@ -186,13 +181,13 @@ def compile_ahead(workers=None):
         else:
             yield ahead
     finally:
-        _AHEAD = None
+        STATE.ahead = None
         if pool is not None:
             pool.shutdown(wait=True)
 
 
 def compiling_ahead() -> bool:
-    return _AHEAD is not None
+    return STATE.ahead is not None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -520,7 +515,7 @@ def planned(settings=None, arrays=0):
 
         @functools.wraps(fn)
         def general(*args, **kwargs):
-            if _RECORDER is not None or _AHEAD is not None or not PLANS_ENABLED:
+            if STATE.recorder is not None or STATE.ahead is not None or not PLANS_ENABLED:
                 return fn(*args, **kwargs)
             found = []
             key = _signature(args, found)
@@ -555,7 +550,7 @@ def planned(settings=None, arrays=0):
         if arrays == 1:
             @functools.wraps(fn)
             def launcher(x, *rest, **kwargs):
-                if not kwargs and type(x) is _Tensor and _AHEAD is None:
+                if not kwargs and type(x) is _Tensor and STATE.ahead is None:
                     key = (x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0,
                            rest, settings() if settings is not None else None)
                     try:
@@ -568,7 +563,7 @@ def planned(settings=None, arrays=0):
         else:
             @functools.wraps(fn)
             def launcher(*args, **kwargs):
-                if not kwargs and _AHEAD is None and len(args) >= arrays:
+                if not kwargs and STATE.ahead is None and len(args) >= arrays:
                     try:
                         plan = lean.get(_lean_key(args, arrays, settings))
                     except (TypeError, AttributeError):  # unhashable, or not an array
@@ -609,14 +604,13 @@ def _miss(self, key, default=None):
 
 
 def _record(plans, key, arrays, fn, args, kwargs):
-    global _RECORDER
     recorder = _Recorder(arrays, args)
-    _RECORDER = recorder
+    STATE.recorder = recorder
     PlanCache.get = _miss  # while recording, every lookup misses (dict.get, C, otherwise)
     try:
         result = fn(*args, **kwargs)
     finally:
-        _RECORDER = None
+        STATE.recorder = None
         del PlanCache.get
     plan = recorder.finish(result)
     plans.keep(key, plan if plan is not None else _UNPLANNABLE)

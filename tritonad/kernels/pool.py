@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, cdiv, dtype_of, empty, planned, run
+from .launch import INTERPRET, cdiv, dtype_of
+from .plans import empty, planned, run
 
 PRIMITIVES = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
 

@@ -21,7 +21,8 @@ import triton.language as tl
 from .. import dtypes
 from ..philox import feistel_bits
 from .elementwise import cast_for_store, contiguous
-from .launch import INTERPRET, KernelLaunch, PlanCache, cdiv, dtype_of, empty, next_power_of_2, ptr
+from .launch import INTERPRET, KernelLaunch, cdiv, dtype_of, next_power_of_2, ptr
+from .plans import PlanCache, empty
 
 PRIMITIVES = ("uniform", "normal", "dropout", "randperm")
 

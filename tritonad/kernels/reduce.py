@@ -30,7 +30,8 @@ import triton.language as tl
 
 from .. import dtypes
 from .elementwise import INT32_LIMIT, cast_for_store, collapse, copy_
-from .launch import INTERPRET, cdiv, dtype_of, empty, next_power_of_2, planned, run
+from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from .plans import empty, planned, run
 
 PRIMITIVES = ("sum", "mean", "max", "min", "argmax", "argmin", "var", "count_correct_")
 

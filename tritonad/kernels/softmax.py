@@ -31,8 +31,10 @@ import triton.language as tl
 from ..backend import check_metrics
 from . import errors
 from .errors import report_at
-from .launch import INTERPRET, PDL, cdiv, check_same_shape, dtype_of, empty, next_power_of_2
-from .launch import num_warps_for, planned, run
+from .launch import INTERPRET, PDL, cdiv, check_same_shape, dtype_of, next_power_of_2
+from .plans import empty
+from .launch import num_warps_for
+from .plans import planned, run
 
 PRIMITIVES = ("check_targets", "softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
               "cross_entropy")

@@ -27,7 +27,8 @@ import torch
 import triton
 
 from ..backend import autotuning
-from .launch import compiling_ahead, gc_paused, not_recording
+from .launch import gc_paused
+from .plans import compiling_ahead, not_recording
 
 _TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plans.json")
 _TABLE = None

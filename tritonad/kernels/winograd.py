@@ -43,7 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, cdiv, empty, run
+from .launch import INTERPRET, cdiv
+from .plans import empty, run
 
 
 # ============================================================================ 1-d transforms
