@@ -33,12 +33,11 @@ from __future__ import annotations
 
 from ...backend import autotuning, check_weight_grad_outputs
 from ..launch import dtype_of, empty, planned
-from . import im2col_path
-from . import routing
+from . import im2col_path, routing, sums
 from .common import Geometry, block, check_float, dot_fp32, menu_kind, pair, sm_count, tuner
 from .settings import Settings, call_precision, current_settings, dot_precision, set_settings, \
     using
-from .sums import bias_grad, sum_splits
+from .sums import sum_splits
 from .weight_grad import run_weight_grad
 
 PRIMITIVES = ("conv2d", "conv2d_backward", "im2col", "col2im")
@@ -129,7 +128,7 @@ def conv2d_backward(dy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), gr
         return dx, dw, db
     if dw is None or dw.numel() == 0:
         if db is not None:
-            bias_grad(dy, db, s)
+            sums.bias_grad(dy, db, s)  # (bias_grad: the argument)
         return dx, dw, db
     for k in range(g.groups):
         algo = routing.weight_grad_algorithm(g, dys[k], xs[k], precision, s)
