@@ -19,6 +19,7 @@ memory allocated during a forward+backward is measured for every path.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -103,6 +104,7 @@ def _time(fns, need_dx):
 
 def run_layer(name, shape, co, k, pad, need_dx, precision):
     from tritonad.kernels import conv
+    from tritonad.kernels.conv import routing
 
     _set_precision(precision)
     x, w, b, dy = _problem(shape, co, k, pad, precision)
@@ -111,17 +113,17 @@ def run_layer(name, shape, co, k, pad, need_dx, precision):
     flop = 2 * n * co * ho * wo * c * k * k
     directions = {"fwd": 1, "dx": 1, "dw": 1, "bwd": 1 + int(need_dx), "both": 2 + int(need_dx)}
     torch_ms, torch_peak = _time(_torch(x, w, b, dy, pad, need_dx), need_dx)
-    g = conv._Geometry("bench", shape, tuple(w.shape), 1, pad, 1, 1)
+    g = conv.Geometry("bench", shape, tuple(w.shape), 1, pad, 1, 1)
     rows = []
-    saved = conv.CONV_ALGO
     try:
-        conv.CONV_ALGO = "auto"  # what it runs for forward / input / weight
-        picks = [conv._algorithm(d, g) if d != "input" or need_dx else None
+        # what "auto" runs for forward / input / weight
+        auto = dataclasses.replace(conv.current_settings(), algo="auto")
+        picks = [routing.layer_algorithm(d, g, auto) if d != "input" or need_dx else None
                  for d in ("forward", "input", "weight")]
         mixed = len(set(picks) - {None}) > 1  # else "auto" is one of the paths timed anyway
         for path in PATHS + (("auto",) if mixed else ()):
-            conv.CONV_ALGO = path
-            ours_ms, ours_peak = _time(_ours(x, w, b, dy, pad, need_dx), need_dx)
+            with conv.using(algo=path):
+                ours_ms, ours_peak = _time(_ours(x, w, b, dy, pad, need_dx), need_dx)
             row = {"layer": name, "precision": precision, "path": path, "input_grad": need_dx,
                    "gflop_fwd": flop / 1e9, "peak_mb": ours_peak / 1e6,
                    "torch_peak_mb": torch_peak / 1e6,
@@ -137,7 +139,6 @@ def run_layer(name, shape, co, k, pad, need_dx, precision):
         for row in rows:
             row["auto_picks"] = "/".join(p[:3] if p else "-" for p in picks)
     finally:
-        conv.CONV_ALGO = saved
         _set_precision("fp32")
     return rows
 

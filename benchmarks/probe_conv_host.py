@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import pstats
 
@@ -56,7 +57,8 @@ def main():
              "window, lean launcher": (True, True)}
 
     def use(path):
-        conv.WINDOW_GEMM, launch.FAST_SCRATCH = paths[path]
+        window, launch.FAST_SCRATCH = paths[path]
+        conv.set_settings(dataclasses.replace(conv.current_settings(), window_gemm=window))
         plans.clear_plans()
 
     def interleaved(fns, sync):
@@ -130,7 +132,8 @@ def main():
     print(f"\neager cnn training step, us (best of {args.rounds} rounds of 60 steps): " +
           ", ".join(f"{path} {us:.1f}" for path, us in best.items()))
 
-    conv.WINDOW_GEMM, launch.FAST_SCRATCH = True, True
+    conv.set_settings(dataclasses.replace(conv.current_settings(), window_gemm=True))
+    launch.FAST_SCRATCH = True
     plans.clear_plans()
     xs, ws, pad = layers["conv2 [100,32,14,14]*[64,32,5,5] p2"]
     tx = td.from_torch(torch.randn(*xs, device="cuda", generator=g)).requires_grad_()

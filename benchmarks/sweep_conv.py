@@ -6,31 +6,32 @@ direction (fwd; dx = input gradient; dw = weight + bias gradient) and layout var
 implicit path, every config of a wide menu is timed by Triton's autotuner (its per-config
 timings are read back); the launcher as the library calls it (with its weight-packing /
 channels-last copies and split-K sum) is then timed beside cuDNN in the same run. Layout
-variants (tritonad/kernels/conv.py knobs):
+variants (fields of tritonad.kernels.conv.Settings):
 
-    nchw      PACK_WEIGHTS=False CHANNELS_LAST=False  gathers and weights read in place
-    packed    PACK_WEIGHTS=True  CHANNELS_LAST=False  weights copied K-major (the default)
-    nhwc      PACK_WEIGHTS=True  CHANNELS_LAST=True   the gathered source copied to NHWC too
+    nchw      pack_weights=False channels_last=False  gathers and weights read in place
+    packed    pack_weights=True  channels_last=False  weights copied K-major (the default)
+    nhwc      pack_weights=True  channels_last=True   the gathered source copied to NHWC too
 
 The whole run keeps within --budget seconds (compilation dominates): the most important items
 come first, later ones are skipped with a note when the budget is spent. Used to choose the
-config menus (conv.GEMM_MENU / conv.WGRAD_MENU) and the layout defaults; not part of
+config menus (conv.implicit_gemm.GEMM_MENU / WGRAD_MENU) and the layout defaults; not part of
 `tritonad bench`.
 
     python benchmarks/sweep_conv.py --out DIR [--budget 330] [--quick] [--precisions fp32]
 
 --window times the window GEMM (the padded channels-last TMA forward and input gradient,
-conv.WINDOW_GEMM) config by config against the implicit-GEMM kernel and cuDNN; --shift the
+Settings.window_gemm) config by config against the implicit-GEMM kernel and cuDNN; --shift the
 flat-shift weight gradient the same way (--precisions among tf32, fp32, bf16, fp16).
 
 --wgrad sweeps the weight gradient alone, at the MNIST and the ResNet-style layers: for each
 layer, precision, operand handling at fp32 (presplit: heads and tails split in a memory pass,
-conv.DW_PRESPLIT; x3dot: tl.dot's "tf32x3"), split-K count (the heuristic's, half, double)
+Settings.dw_presplit; x3dot: tl.dot's "tf32x3"), split-K count (the heuristic's, half, double)
 and config of wgrad_space(), the launcher (split pass, kernel, split sum) beside cuDNN's
 weight + bias gradient; every kernel is compiled first, in parallel (compile_ahead).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -48,9 +49,24 @@ LAYERS = {"conv1": ((100, 1, 28, 28), 32, 5, 2), "conv2": ((100, 32, 14, 14), 64
 VARIANTS = {"nchw": (False, False), "packed": (True, False), "nhwc": (True, True)}
 
 
+def _knobs(**changes):
+    """Set fields of conv's settings (conv.Settings) for the rest of the sweep."""
+    from tritonad.kernels import conv
+    conv.set_settings(dataclasses.replace(conv.current_settings(), **changes))
+
+
+def _fresh_tuner(name):
+    """A tuner without a cache for conv's launchers: every config of an item is timed here."""
+    from tritonad.kernels.conv import common as conv_common
+    from tritonad.kernels.tuning import Tuner
+    conv_common.tuner = Tuner(name)
+    conv_common.tuner.path = lambda: "/dev/null/none"
+    return conv_common.tuner
+
+
 def gemm_space():
-    """(BLOCK_M pixels, BLOCK_K, warps, stages) per kind: wider than conv.GEMM_MENU (a BLOCK_K
-    above the channel count is clamped, duplicates dropped)."""
+    """(BLOCK_M pixels, BLOCK_K, warps, stages) per kind: wider than implicit_gemm.GEMM_MENU (a
+    BLOCK_K above the channel count is clamped, duplicates dropped)."""
     return {"ieee": [(32, 16, 4, 2), (64, 16, 4, 2), (64, 32, 4, 2), (128, 16, 4, 2),
                      (128, 16, 8, 2), (128, 32, 8, 2), (256, 16, 8, 2), (128, 16, 4, 1)],
             "tf32": [(64, 32, 4, 3), (64, 32, 4, 4), (128, 32, 4, 3), (128, 32, 4, 4),
@@ -60,7 +76,7 @@ def gemm_space():
 
 
 def wgrad_space():
-    """(BLOCK_K pixels, warps, stages) per kind: wider than conv.WGRAD_MENU."""
+    """(BLOCK_K pixels, warps, stages) per kind: wider than implicit_gemm.WGRAD_MENU."""
     return {"ieee": [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 8, 2), (16, 4, 1), (32, 4, 3)],
             "tf32": [(32, 4, 3), (32, 4, 4), (64, 4, 3), (64, 8, 3), (64, 8, 4), (128, 8, 3),
                      (128, 4, 2)],
@@ -80,8 +96,8 @@ def wgrad_grid():
 def wgrad_main(args):
     """The --wgrad sweep (module docstring); prints one line per item, the best per layer."""
     from tritonad.kernels import conv
+    from tritonad.kernels.conv import implicit_gemm, weight_grad
     from tritonad.kernels.plans import clear_plans, compile_ahead
-    from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
     td.autotune(False)
@@ -93,29 +109,26 @@ def wgrad_main(args):
             for presplit in ((True, False) if precision == "fp32" else (False,)):
                 grid = wgrad_grid()["tf32x3" if precision == "fp32" else "tf32"]
                 if precision == "fp32" and not presplit:
-                    grid = [conv.WGRAD_MENU["tf32x3"][0], (32, 4, 2)]
+                    grid = [implicit_gemm.WGRAD_MENU["tf32x3"][0], (32, 4, 2)]
                 for factor in (1.0, 0.5, 2.0):
                     items += [(layer, precision, presplit, factor, cfg) for cfg in grid]
 
     def setup(layer, precision, presplit, factor, cfg):
         _set_precision(precision)
-        conv.PACK_WEIGHTS, conv.CHANNELS_LAST, conv.CONV_ALGO = True, False, "implicit"
-        conv.DW_PRESPLIT = presplit
-        kind = conv._menu_kind(conv._precision(torch.float32), torch.float32)
-        conv.WGRAD_MENU = dict(conv.WGRAD_MENU, **{kind: [cfg]})
+        _knobs(pack_weights=True, channels_last=False, algo="implicit", dw_presplit=presplit,
+               dw_split=None)
+        kind = conv.menu_kind(conv.dot_precision(torch.float32, conv.call_precision()),
+                              torch.float32)
+        implicit_gemm.WGRAD_MENU = dict(implicit_gemm.WGRAD_MENU, **{kind: [cfg]})
         (n, c, h, w), co, k, pad = LAYERS[layer]
-        taps = k * k
-        block_m = conv._block(co)
-        ci = c >= conv.CHANNEL_INNER_MIN
-        block_n = conv._block(c) if ci else conv._block(c * taps)
-        tiles = -(-co // block_m) * (taps * -(-c // block_n) if ci else -(-c * taps // block_n))
-        conv.DW_SPLIT = None
-        base = conv._wgrad_splits(tiles, n * h * w, torch.device("cuda"))
-        conv.DW_SPLIT = max(1, round(base * factor))
-        conv.tuner = Tuner("conv-sweep")
-        conv.tuner.path = lambda: "/dev/null/none"
+        _, _, tiles, _ = weight_grad.tiling("implicit", conv.Geometry(
+            "sweep", (n, c, h, w), (co, c, k, k), 1, pad, 1, 1), c, co, conv.current_settings())
+        base = weight_grad.splits_for(tiles, n * h * w, torch.device("cuda"),
+                                      conv.current_settings())
+        _knobs(dw_split=max(1, round(base * factor)))
+        _fresh_tuner("conv-sweep")
         clear_plans()
-        return conv.DW_SPLIT
+        return conv.current_settings().dw_split
 
     problems = {layer: _problem(*LAYERS[layer]) for layer in layers}
     with compile_ahead():  # every kernel of every item, in parallel
@@ -165,23 +178,25 @@ def wgrad_main(args):
 
 def shift_space():
     """_shift_wgrad_kernel's configs per kind, (BLOCK_K pixels, warps, stages): wider than
-    conv.SHIFT_WGRAD_MENU."""
+    flat_shift.SHIFT_WGRAD_MENU."""
     return {"tf32": [(32, 4, 3), (64, 4, 3), (32, 8, 4), (64, 8, 3), (16, 4, 4)],
             "tf32x3": [(32, 4, 3), (16, 4, 3), (32, 8, 3), (64, 8, 2), (16, 8, 4)],
             "half": [(64, 4, 3), (32, 4, 4), (128, 8, 3), (64, 8, 3), (128, 4, 3)]}
 
 
 def shift_main(args):
-    """--shift: the flat-shift weight gradient (conv.FLAT_SHIFT) config by config against the
+    """--shift: the flat-shift weight gradient (Settings.flat_shift) config by config against the
     implicit-GEMM weight gradient (its first plan: "previous"), the flat-shift kernel without
     TMA ("ptr"), with tiles whose columns span several taps at any channel count ("taps";
-    conv.SHIFT_TAPS_BELOW), with x's tiles as masked loads instead of TMA rectangles of the
-    shifted planes ("masked"; conv.SHIFT_PLANES), and cuDNN, with each result's error against
+    Settings.shift_taps_below), with x's tiles as masked loads instead of TMA rectangles of the
+    shifted planes ("masked"; Settings.shift_planes), and cuDNN, with each result's error against
     cuDNN's."""
     from tritonad.kernels import conv
+    from tritonad.kernels.conv import flat_shift
 
     layers = args.layers.split(",") if args.layers else list(LAYERS)
-    default_menu, default_below = dict(conv.SHIFT_WGRAD_MENU), conv.SHIFT_TAPS_BELOW
+    default_menu = dict(flat_shift.SHIFT_WGRAD_MENU)
+    default_below = conv.current_settings().shift_taps_below
     variants = ("previous", "ptr", "taps", "masked")
     items = []  # (layer, precision, direction, config or one of the variants)
     for layer in layers:
@@ -190,23 +205,21 @@ def shift_main(args):
             items += [(layer, precision, "dw", cfg) for cfg in shift_space()[_KINDS[precision]]]
 
     def setup(layer, precision, cfg):
-        conv.FLAT_SHIFT = cfg != "previous"
-        conv.SHIFT_TMA = cfg != "ptr"
-        conv.SHIFT_TAPS_BELOW = 1 << 30 if cfg == "taps" else default_below
-        conv.SHIFT_PLANES = cfg != "masked"  # (the configs: planes wherever they fit)
-        conv.SHIFT_PLANES_MAX_PIXELS, conv.SHIFT_PLANES_MIN_CHANNELS = 1 << 30, 0
-        conv.WINDOW_WGRAD = False
-        conv.SHIFT_WGRAD_MENU = default_menu
-        conv.DW_SPLIT = None
+        _knobs(flat_shift=cfg != "previous", shift_tma=cfg != "ptr",
+               shift_taps_below=1 << 30 if cfg == "taps" else default_below,
+               shift_planes=cfg != "masked",  # (the configs: planes wherever they fit)
+               shift_planes_max_pixels=1 << 30, shift_planes_min_channels=0,
+               window_wgrad=False, dw_split=None)
+        flat_shift.SHIFT_WGRAD_MENU = default_menu
         if isinstance(cfg, tuple):
-            conv.SHIFT_WGRAD_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
+            flat_shift.SHIFT_WGRAD_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
 
     _config_sweep(args, "shift", items, setup, variants)
 
 
 def window_space():
     """_window_gemm_kernel's configs per kind, (BLOCK_M, BLOCK_N at most, BLOCK_K, warps,
-    stages): wider than conv.WINDOW_MENU."""
+    stages): wider than window.WINDOW_MENU."""
     return {"tf32": [(128, 128, 32, 8, 3), (256, 128, 32, 8, 3), (128, 128, 32, 4, 4),
                      (256, 128, 32, 8, 4), (128, 256, 32, 8, 3), (64, 128, 32, 4, 4),
                      (128, 64, 32, 4, 4)],
@@ -217,14 +230,14 @@ def window_space():
 
 
 def window_main(args):
-    """--window: the window GEMM (conv.WINDOW_GEMM) forward and input gradient, and in half
-    precision its weight gradient (conv.WINDOW_WGRAD), config by config against the kernels
+    """--window: the window GEMM (Settings.window_gemm) forward and input gradient, and in half
+    precision its weight gradient (Settings.window_wgrad), config by config against the kernels
     they replace ("previous", their first plan) and cuDNN; at fp32 also with tl.dot's own
     "tf32x3" instead of pre-split operands ("x3dot", the menu's first config)."""
-    from tritonad.kernels import conv
+    from tritonad.kernels.conv import window
 
     layers = args.layers.split(",") if args.layers else [k for k in LAYERS if k != "conv1"]
-    default_menu, default_wgrad = dict(conv.WINDOW_MENU), list(conv.WINDOW_WGRAD_MENU)
+    default_menu, default_wgrad = dict(window.WINDOW_MENU), list(window.WINDOW_WGRAD_MENU)
     items = []
     for layer in layers:
         for precision in args.precisions.split(","):
@@ -238,14 +251,13 @@ def window_main(args):
                           ["previous"] + window_wgrad_space()]
 
     def setup(layer, precision, cfg):
-        conv.WINDOW_GEMM = conv.WINDOW_WGRAD = cfg != "previous"
-        conv.WINDOW_PRESPLIT = cfg != "x3dot"
-        conv.WINDOW_X3_MIN = 0
-        conv.WINDOW_MENU, conv.WINDOW_WGRAD_MENU = default_menu, default_wgrad
+        _knobs(window_gemm=cfg != "previous", window_wgrad=cfg != "previous",
+               window_presplit=cfg != "x3dot", window_x3_min=0)
+        window.WINDOW_MENU, window.WINDOW_WGRAD_MENU = default_menu, default_wgrad
         if isinstance(cfg, tuple) and len(cfg) == 3:
-            conv.WINDOW_WGRAD_MENU = [cfg]
+            window.WINDOW_WGRAD_MENU = [cfg]
         elif isinstance(cfg, tuple):
-            conv.WINDOW_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
+            window.WINDOW_MENU = dict(default_menu, **{_KINDS[precision]: [cfg]})
 
     _config_sweep(args, "window", items, setup, ("previous", "x3dot"))
 
@@ -267,7 +279,6 @@ def _config_sweep(args, name, items, setup, variants):
     direction against the named variants; writes sweep_NAME.json."""
     from tritonad.kernels import conv
     from tritonad.kernels.plans import clear_plans, compile_ahead
-    from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
     td.autotune(False)
@@ -282,8 +293,7 @@ def _config_sweep(args, name, items, setup, variants):
     def case(layer, precision, direction, cfg):
         _set_precision("tf32" if precision in dtypes else precision)
         setup(layer, precision, cfg)
-        conv.tuner = Tuner(f"conv-{name}")
-        conv.tuner.path = lambda: "/dev/null/none"
+        _fresh_tuner(f"conv-{name}")
         clear_plans()
         return _cases(conv, *problems[layer][precision], LAYERS[layer][3])[direction]
 
@@ -339,15 +349,13 @@ def table_main(args):
     (menus as shipped, no tuning), beside cuDNN in the same run."""
     from tritonad.kernels import conv
     from tritonad.kernels.plans import clear_plans, compile_ahead
-    from tritonad.kernels.tuning import Tuner
 
     import tritonad as td
     td.autotune(False)
     layers = args.layers.split(",") if args.layers else list(LAYERS)
     items = [(layer, precision, direction) for layer in layers
              for precision in args.precisions.split(",") for direction in ("fwd", "dx", "dw")]
-    conv.tuner = Tuner("conv-table")
-    conv.tuner.path = lambda: "/dev/null/none"
+    _fresh_tuner("conv-table")
     problems = {layer: _problem(*LAYERS[layer]) for layer in layers}
     clear_plans()
     with compile_ahead():
@@ -445,34 +453,33 @@ def main(argv=None):
     common.require_gpu("sweep_conv")
     if args.wgrad or args.table or args.shift or args.window:
         from tritonad.kernels import conv
-        knobs = ("WGRAD_MENU", "DW_SPLIT", "DW_PRESPLIT", "CONV_ALGO", "PACK_WEIGHTS",
-                 "CHANNELS_LAST", "FLAT_SHIFT", "SHIFT_TMA", "SHIFT_TAPS_BELOW",
-                 "SHIFT_MIN_CHANNELS", "SHIFT_PLANES", "SHIFT_PLANES_MAX_PIXELS",
-                 "SHIFT_PLANES_MIN_CHANNELS", "SHIFT_WGRAD_MENU", "WINDOW_GEMM",
-                 "WINDOW_MENU", "WINDOW_PRESPLIT", "WINDOW_X3_MIN",
-                 "WINDOW_WGRAD", "WINDOW_WGRAD_MENU", "WINOGRAD", "BATCH_INNER")
-        defaults = {name: getattr(conv, name) for name in knobs}
-        conv.WINOGRAD = False  # the sweeps time the direct kernels (Winograd: sweep_winograd)
-        conv.BATCH_INNER = False  # ... that they name (the batch-inner form: bench conv)
+        from tritonad.kernels.conv import flat_shift, implicit_gemm, window
+        menus = ((implicit_gemm, "WGRAD_MENU"), (flat_shift, "SHIFT_WGRAD_MENU"),
+                 (window, "WINDOW_MENU"), (window, "WINDOW_WGRAD_MENU"))
+        defaults = conv.current_settings(), [getattr(m, name) for m, name in menus]
+        # the sweeps time the direct kernels (Winograd: sweep_winograd) that they name (the
+        # batch-inner form: bench conv)
+        _knobs(winograd=False, batch_inner=False)
         if args.wgrad:
             wgrad_main(args)
         if args.shift:
             shift_main(args)
         if args.window:
             window_main(args)
-        for name, value in defaults.items():  # the table runs the library as shipped
-            setattr(conv, name, value)
+        conv.set_settings(defaults[0])  # the table runs the library as shipped
+        for (module, name), value in zip(menus, defaults[1]):
+            setattr(module, name, value)
         if args.table:
             table_main(args)
         return None
     from tritonad.kernels import conv
+    from tritonad.kernels.conv import implicit_gemm
 
     import tritonad as td
-    from tritonad.kernels.tuning import Tuner
 
     start_all = time.perf_counter()
     td.autotune(True)
-    default_gemm, default_wgrad = dict(conv.GEMM_MENU), dict(conv.WGRAD_MENU)
+    default_gemm, default_wgrad = dict(implicit_gemm.GEMM_MENU), dict(implicit_gemm.WGRAD_MENU)
     problems, results, skipped = {}, [], []
     for layer, precision, direction, variant, wide in _plan(args.quick,
                                                             args.precisions.split(",")):
@@ -483,21 +490,23 @@ def main(argv=None):
             problems = {layer: _problem(*LAYERS[layer])}   # one layer's tensors at a time
         x, w, b, dy = problems[layer]
         _set_precision(precision)
-        conv.PACK_WEIGHTS, conv.CHANNELS_LAST = VARIANTS[variant]
-        kind = conv._menu_kind(conv._precision(torch.float32), torch.float32)
-        conv.GEMM_MENU = dict(default_gemm, **({kind: gemm_space()[kind]} if wide else {}))
-        conv.WGRAD_MENU = dict(default_wgrad, **({kind: wgrad_space()[kind]} if wide else {}))
-        conv.CONV_ALGO = "implicit"
+        pack, channels_last = VARIANTS[variant]
+        _knobs(pack_weights=pack, channels_last=channels_last, algo="implicit")
+        kind = conv.menu_kind(conv.dot_precision(torch.float32, conv.call_precision()),
+                              torch.float32)
+        implicit_gemm.GEMM_MENU = dict(default_gemm,
+                                       **({kind: gemm_space()[kind]} if wide else {}))
+        implicit_gemm.WGRAD_MENU = dict(default_wgrad,
+                                        **({kind: wgrad_space()[kind]} if wide else {}))
         ours, theirs = _cases(conv, x, w, b, dy, LAYERS[layer][3])[direction]
-        conv.tuner = Tuner("conv-sweep")  # no cache: time every config of this item here
-        conv.tuner.path = lambda: "/dev/null/none"
+        tuner = _fresh_tuner("conv-sweep")  # no cache: time every config of this item here
         from tritonad.kernels.plans import clear_plans
         clear_plans()
         t0 = time.perf_counter()
         ours()
         torch.cuda.synchronize()
         tune_s = time.perf_counter() - t0
-        configs = sorted((float(t), cfg) for timings in conv.tuner.timings.values()
+        configs = sorted((float(t), cfg) for timings in tuner.timings.values()
                          for cfg, t in timings.items() if not isinstance(t, str))
         t_ours, t_cudnn = common.bench(ours), common.bench(theirs)
         row = {"layer": layer, "precision": precision, "direction": direction,

@@ -1,17 +1,18 @@
-"""Winograd F(4x4, 3x3) convolution (tritonad/kernels/winograd.py) step by step, against cuDNN's
-IEEE float32 and tritonad's direct kernels, same run (issue 16: "exact fp32 >= 1.0 vs cuDNN").
+"""Winograd F(4x4, 3x3) convolution (tritonad/kernels/conv/winograd.py) step by step, against
+cuDNN's IEEE float32 and tritonad's direct kernels, same run (issue 16: "exact fp32 >= 1.0 vs
+cuDNN").
 Not part of `tritonad bench` (`bench conv` times what conv2d dispatches).
 
     python benchmarks/sweep_winograd.py [--layers 28x28,14x14] [--out DIR]
 
 Per layer and direction (fwd, dx, dw with db), kernel time (CUDA events, L2 flushed):
-cuDNN with TF32 off, conv2d at float32 accuracy with conv.WINOGRAD on and off, the error
+cuDNN with TF32 off, conv2d at float32 accuracy with Winograd on and off, the error
 of each against float64 (relative norm); then each step of the Winograd forward (input
 transform, weight transform, the 36 products at 3xTF32 and, for comparison, at TF32, output
 transform), the weight gradient without the bias gradient, and the bias gradient two ways
 (from dy's transform, as conv2d does, and as channel sums of dy), with the bytes each step
 moves (its floor at the copy bandwidth measured).
-Layers below conv.WINOGRAD_MIN_CHANNELS run Winograd too here (the threshold is lowered).
+Layers below conv.Settings.winograd_min_channels run Winograd too here (it is lowered to 1).
 """
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def _directions(x, w, b, dy):
 def _steps(x, w, b, dy):
     """The Winograd steps as callables (each re-running what it needs from the one before
     from saved operands), with the bytes each transform reads and writes."""
-    from tritonad.kernels import conv, launch, plans, matmul, winograd
+    from tritonad.kernels import conv, launch, matmul
+    from tritonad.kernels.conv import sums, winograd
     from tritonad.kernels.reduce import sum as sum_dims
 
     n, c, h, wd = x.shape
@@ -81,16 +83,18 @@ def _steps(x, w, b, dy):
                           t_bytes * (c + k)),
         "output transform": (output, t_bytes * k + y.numel() * 4),
         "dw without db": (lambda: winograd.weight_grad(dy, x, torch.empty_like(w), None,
-                                                        conv._sm_count(x.device)), 0),
+                                                        conv.sm_count(x.device),
+                                                        conv.current_settings()), 0),
         "db (from dy's transform)": (lambda: sum_dims(d[7], (0, 2)), d[7].numel() * 4),
-        "db (channel sums of dy)": (lambda: conv._bias_grad(dy, torch.empty_like(b)),
+        "db (channel sums of dy)": (lambda: sums.bias_grad(dy, torch.empty_like(b),
+                                                           conv.current_settings()),
                                   dy.numel() * 4),
     }
     return steps
 
 
 def run_layer(name):
-    from tritonad.kernels import conv, launch, plans
+    from tritonad.kernels import conv, plans
 
     n, c, hw, k = LAYERS[name]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -107,13 +111,12 @@ def run_layer(name):
     for d in ("fwd", "dx", "dw"):
         row = dict(layer=name, direction=d, ms_cudnn=common.bench(theirs[d]))
         for path, on in (("winograd", True), ("direct", False)):
-            conv.WINOGRAD = on
-            plans.clear_plans()
-            got = ours[d]()
-            row[f"err_{path}"] = ((got.double() - want[d]).norm() / want[d].norm()).item()
-            row[f"ms_{path}"] = common.bench(ours[d])
+            with conv.using(winograd=on):
+                plans.clear_plans()
+                got = ours[d]()
+                row[f"err_{path}"] = ((got.double() - want[d]).norm() / want[d].norm()).item()
+                row[f"ms_{path}"] = common.bench(ours[d])
             row[f"ratio_{path}"] = row["ms_cudnn"] / row[f"ms_{path}"]
-        conv.WINOGRAD = True
         rows.append(row)
         print(f"{name} {d}: cuDNN {row['ms_cudnn'] * 1e3:.0f} us | Winograd "
               f"{row['ms_winograd'] * 1e3:.0f} us ({row['ratio_winograd']:.2f}x, error "
@@ -141,10 +144,10 @@ def main(argv=None):
     td.set_conv_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    conv.WINOGRAD_MIN_CHANNELS = 1
     rows = []
-    for name in args.layers.split(","):
-        rows += run_layer(name)
+    with conv.using(winograd_min_channels=1):
+        for name in args.layers.split(","):
+            rows += run_layer(name)
     print(f"results: {common.save(args.out, 'sweep_winograd', rows)}")
 
 

@@ -1,9 +1,12 @@
-"""Convolution kernels (tritonad/kernels/conv.py): conv2d forward and backward through both paths
-(im2col + matmul, implicit GEMM), im2col and col2im, against the numpy reference backend.
+"""Convolution kernels (the tritonad/kernels/conv/ package): conv2d forward and backward through
+each algorithm (im2col + matmul, implicit GEMM, window GEMM, flat shift, batch-inner, Winograd),
+im2col and col2im, against the numpy reference backend.
 
 The oracle is checked first: the reference convolution against the plain loop definition below,
 and its gradients against float64 central differences.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +19,11 @@ import tritonad as td
 import tritonad.nn.functional as F
 from tritonad.autodiff import gradcheck
 from tritonad.kernels import conv
+from tritonad.kernels import launch
+from tritonad.kernels.conv import batch_inner, common, flat_shift, implicit_gemm, layout, \
+    routing, sums, tf32, window, winograd
+from tritonad.kernels.conv import im2col_path
+from tritonad.kernels.conv import settings as conv_settings
 from tritonad.reference import NumpyBackend
 from tritonad.reference import from_numpy as raw_from_numpy
 from tritonad.reference import to_numpy
@@ -56,12 +64,44 @@ def _triton_backend():
         yield
 
 
+# every module of the package that launches kernels or asks for the GPU's SM count
+CONV_MODULES = (common, im2col_path, implicit_gemm, layout, sums, tf32, window, flat_shift,
+                batch_inner, winograd, routing, conv.weight_grad)
+
+
+@pytest.fixture(autouse=True)
+def _conv_settings():
+    """Each test starts from the default conv.Settings; knobs() changes them for the test."""
+    saved = conv.set_settings(conv.Settings())
+    yield
+    conv.set_settings(saved)
+
+
+def knobs(**changes):
+    """conv's settings with `changes` (field=value) for the rest of the test."""
+    conv.set_settings(dataclasses.replace(conv.current_settings(), **changes))
+
+
+def _spy_run(monkeypatch, spy):
+    """Every kernel launch of the conv package through spy(kernel, grid, *args, **meta)."""
+    for module in CONV_MODULES:
+        if hasattr(module, "run"):
+            monkeypatch.setattr(module, "run", spy)
+
+
+def _fake_sms(monkeypatch, sms):
+    """The conv package sees a GPU of `sms` SMs."""
+    for module in CONV_MODULES:
+        if hasattr(module, "sm_count"):
+            monkeypatch.setattr(module, "sm_count", lambda device: sms)
+
+
 @pytest.fixture(params=["implicit", "im2col"])
 def algo(request, monkeypatch):
     """Run a test through one convolution path (the im2col path needs kernels/matmul.py)."""
-    if request.param == "im2col" and not conv._have_matmul():
+    if request.param == "im2col" and not im2col_path.have_matmul():
         pytest.skip("tritonad.kernels.matmul is not there yet")
-    monkeypatch.setattr(conv, "CONV_ALGO", request.param)
+    knobs(algo=request.param)
     return request.param
 
 
@@ -272,8 +312,8 @@ def test_conv2d_channel_inner_tiles_and_split_k(algo, window, monkeypatch):
     """C and Co >= 16: K walks (tap, channel block), in the window GEMM or the implicit GEMM;
     the weight gradient splits its pixels in three chunks summed in a fixed order, so two runs
     agree bit for bit."""
-    monkeypatch.setattr(conv, "WINDOW_GEMM", window)
-    monkeypatch.setattr(conv, "DW_SPLIT", 3)
+    knobs(window_gemm=window)
+    knobs(dw_split=3)
     _check_conv(2, 20, 6, 7, 18, 3, stride=1, padding=1, dilation=1)
     x = random_array((2, 20, 6, 7), low=-1, high=1, seed=5)
     w = random_array((18, 20, 3, 3), low=-1, high=1, seed=6)
@@ -290,7 +330,7 @@ def test_conv2d_backward_writes_into_given_buffers(split, monkeypatch):
     and returned as those arrays, the same bits as into new arrays, whether db follows dw or
     lies apart (the split sum writes both in one launch); the reference backend agrees; a
     buffer of the wrong shape, dtype or layout is a clear error."""
-    monkeypatch.setattr(conv, "DW_SPLIT", split)
+    knobs(dw_split=split)
     x = random_array((2, 20, 6, 7), low=-1, high=1, seed=5)
     w = random_array((18, 20, 3, 3), low=-1, high=1, seed=6)
     dy = random_array((2, 18, 6, 7), low=-1, high=1, seed=7)
@@ -321,10 +361,10 @@ def test_conv2d_backward_writes_into_given_buffers(split, monkeypatch):
 def test_conv2d_operand_layouts(pack, channels_last, monkeypatch):
     """The implicit GEMM with the weights read in place or packed K-major, and the gathered
     source read NCHW or copied channels-last first (strided x and dy included)."""
-    monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
-    monkeypatch.setattr(conv, "WINDOW_GEMM", False)
-    monkeypatch.setattr(conv, "PACK_WEIGHTS", pack)
-    monkeypatch.setattr(conv, "CHANNELS_LAST", channels_last)
+    knobs(algo="implicit")
+    knobs(window_gemm=False)
+    knobs(pack_weights=pack)
+    knobs(channels_last=channels_last)
     _check_conv(2, 16, 5, 6, 17, 3, stride=(1, 2), padding=1, dilation=1)
     _check_conv(1, 32, 4, 4, 16, 2, stride=2, padding=0, dilation=2, groups=2, bias=False)
     ref = NumpyBackend()
@@ -339,14 +379,14 @@ def test_conv2d_operand_layouts(pack, channels_last, monkeypatch):
 
 def test_conv2d_weight_grad_rows_wider_than_a_block(monkeypatch):
     """Output rows wider than the weight gradient's pixel block: rows split in column blocks."""
-    monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
-    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    knobs(algo="implicit")
+    knobs(dw_split=2)
     _check_conv(1, 2, 3, 70, 3, 3, stride=1, padding=1, dilation=1, grads=(False, True, True))
 
 
 def test_conv2d_mnist_like_first_layer(algo, monkeypatch):
     """C_in = 1, k5 p2 (K = 25 fits one tile) with the batch split across programs."""
-    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    knobs(dw_split=2)
     _check_conv(3, 1, 12, 12, 8, 5, stride=1, padding=2, dilation=1)
 
 
@@ -355,7 +395,7 @@ def test_conv2d_large_spatial(algo):
 
 
 def test_conv2d_groups(monkeypatch):
-    monkeypatch.setattr(conv, "DW_SPLIT", 2)  # per-group dw and db sums
+    knobs(dw_split=2)  # per-group dw and db sums
     _check_conv(2, 6, 5, 5, 4, 3, stride=1, padding=1, dilation=1, groups=2)
     _check_conv(1, 4, 6, 6, 8, 2, stride=2, padding=0, dilation=2, groups=4, bias=False)
 
@@ -388,14 +428,17 @@ def test_conv2d_half_precision(algo, dtype):
 def test_conv_precision_selects_the_dot_input_precision(monkeypatch):
     # TF32 by default, as PyTorch's cuDNN convolutions (torch.backends.cudnn.allow_tf32);
     # float32 accuracy as 3xTF32, or the FMA path when asked (TRITONAD_CONV_IEEE=1)
-    assert td.conv_precision() == "high" and conv._precision(torch.float32) == "tf32"
+    def dot(dtype):
+        return conv.dot_precision(dtype, conv.call_precision())
+
+    assert td.conv_precision() == "high" and dot(torch.float32) == "tf32"
     try:
         td.set_conv_precision("highest")
-        assert conv._precision(torch.float32) == "tf32x3"
-        assert conv._precision(torch.float16) == "tf32"  # (half types: their own tensor cores)
+        assert dot(torch.float32) == "tf32x3"
+        assert dot(torch.float16) == "tf32"  # (half types: their own tensor cores)
         _check_conv(1, 2, 5, 5, 3, 3, stride=1, padding=1, dilation=1, rtol=1e-3, atol=1e-3)
-        monkeypatch.setattr(conv, "CONV_IEEE", True)
-        assert conv._precision(torch.float32) == "ieee"
+        monkeypatch.setattr(conv_settings, "IEEE", True)
+        assert conv.call_precision() == "ieee" and dot(torch.float32) == "ieee"
         _check_conv(1, 2, 5, 5, 3, 3, stride=1, padding=1, dilation=1, rtol=1e-3, atol=1e-3)
     finally:
         td.set_conv_precision("high")
@@ -405,7 +448,7 @@ def test_split_tf32_heads_and_tails():
     """The 3xTF32 weight gradient's pre-split: head = x rounded to TF32 (low 13 bits zero, to
     the nearest), head + tail = x exactly, from a strided source."""
     x = random_array((3, 4, 5, 6), low=-1e3, high=1e3, seed=3).permute(0, 2, 1, 3)
-    head = conv._split_tf32(x)
+    head = tf32.split_tf32(x)
     tail = head.flatten().as_strided(head.shape, head.stride(), head.numel())
     assert head.is_contiguous() and tail.is_contiguous()
     bits = to_numpy(head).view(np.uint32)
@@ -418,24 +461,25 @@ def test_split_tf32_heads_and_tails():
 @pytest.mark.parametrize("layout", ["contiguous", "channels-last", "sliced", "long planes"])
 @pytest.mark.parametrize("splits", [1, 4, 40])
 def test_bias_grad_partials_per_split(layout, splits):
-    """The bias gradient's partials (_channel_sums): row s is dy's float32 sum over split s's
+    """The bias gradient's partials (sums.channel_sums): row s is dy's float32 sum over split s's
     even share of the images, from any layout of dy, with planes shorter and longer than a
-    load; splits past the last image hold zeros; _bias_grad's fixed-order sum of them
+    load; splits past the last image hold zeros; bias_grad's fixed-order sum of them
     matches float64 and repeats bit for bit, and is zero for no images."""
     base = random_array((11, 7, 17, 19), low=-1, high=1, seed=4)
     dy = {"contiguous": base, "channels-last": base.permute(0, 2, 3, 1).contiguous()
           .permute(0, 3, 1, 2), "sliced": base[:, 1:6, :, ::2],
           "long planes": random_array((3, 2, 70, 65), low=-1, high=1, seed=5)}[layout]
     n, co, h, w = dy.shape
-    part = conv._channel_sums(dy, torch.full((splits, co), float("nan")))
+    part = sums.channel_sums(dy, conv.current_settings(), torch.full((splits, co), float("nan")))
     values = to_numpy(dy).astype(np.float64).sum(axis=(2, 3))  # [N, Co]
     share = -(-n // splits)
     for s in range(splits):
         assert_close(part[s], values[s * share:(s + 1) * share].sum(axis=0), 1e-6, 1e-5)
-    db = conv._bias_grad(dy, torch.empty(co))
+    db = sums.bias_grad(dy, torch.empty(co), conv.current_settings())
     assert_close(db, values.sum(axis=0), 1e-6, 1e-5)
-    assert torch.equal(conv._bias_grad(dy, torch.empty(co)), db)
-    assert torch.equal(conv._bias_grad(dy[:0], torch.full((co,), float("nan"))), torch.zeros(co))
+    s = conv.current_settings()
+    assert torch.equal(sums.bias_grad(dy, torch.empty(co), s), db)
+    assert torch.equal(sums.bias_grad(dy[:0], torch.full((co,), float("nan")), s), torch.zeros(co))
 
 
 @pytest.mark.parametrize("n, co, plane", [(256, 256, 196), (256, 128, 784), (256, 64, 3136),
@@ -446,14 +490,15 @@ def test_channel_sum_blocks_fill_the_gpu(n, co, plane, monkeypatch):
     (or a split an image), each at most CHANNEL_SUM_LOADS loads of about CHANNEL_SUM_TILE
     elements (or one image's plane), and channels packed a program only while their run is at
     most CHANNEL_SUM_RUN."""
-    monkeypatch.setattr(conv, "_sm_count", lambda device: 132)
-    splits, block_c, block_n, block_e = conv._channel_sum_blocks(n, co, plane, "cuda")
+    _fake_sms(monkeypatch, 132)
+    s = conv.current_settings()
+    splits, block_c, block_n, block_e = sums.channel_sum_blocks(n, co, plane, "cuda", s)
     programs = -(-co // block_c) * splits
-    assert programs >= conv.CHANNEL_SUM_PROGRAMS * 132 or splits == n
-    assert block_c == 1 or block_c * plane <= conv.CHANNEL_SUM_RUN
-    assert block_n * block_e <= conv.CHANNEL_SUM_TILE and block_e >= min(block_c * plane, 4096)
+    assert programs >= s.channel_sum_programs * 132 or splits == n
+    assert block_c == 1 or block_c * plane <= s.channel_sum_run
+    assert block_n * block_e <= s.channel_sum_tile and block_e >= min(block_c * plane, 4096)
     loads = -(-(-(-n // splits)) // block_n) * -(-block_c * plane // block_e)
-    assert loads <= max(conv.CHANNEL_SUM_LOADS, -(-plane // block_e)), loads
+    assert loads <= max(s.channel_sum_loads, -(-plane // block_e)), loads
 
 
 def test_sum_splits_two_sums_in_one_launch():
@@ -463,17 +508,17 @@ def test_sum_splits_two_sums_in_one_launch():
     part = random_array((6, 9, 5), low=-1, high=1, seed=7).permute(0, 2, 1)  # [6, 5, 9]
     part2 = random_array((70, 3), low=-1, high=1, seed=8)[:, None, :]       # [70, 1, 3]
     out, out2 = torch.full((5, 9), float("nan")), torch.full((1, 3), float("nan"))
-    conv._sum_splits(part, out, part2, out2)
+    conv.sum_splits(part, out, part2, out2)
     assert_close(out, to_numpy(part).astype(np.float64).sum(0), 1e-6, 1e-6)
     assert_close(out2, to_numpy(part2).astype(np.float64).sum(0), 1e-6, 1e-6)
     again, again2 = torch.empty(5, 9), torch.empty(1, 3)
-    conv._sum_splits(part, again, part2, again2)
+    conv.sum_splits(part, again, part2, again2)
     assert torch.equal(again, out) and torch.equal(again2, out2)
     alone = torch.full((1, 3), float("nan"))
-    conv._sum_splits(part[:, :0], torch.empty(0, 9), part2, alone)  # (the first sum empty)
+    conv.sum_splits(part[:, :0], torch.empty(0, 9), part2, alone)  # (the first sum empty)
     assert torch.equal(alone, out2)
     single = torch.full((5, 9), float("nan"))
-    conv._sum_splits(part, single)
+    conv.sum_splits(part, single)
     assert torch.equal(single, out)
 
 
@@ -481,8 +526,8 @@ def test_sum_splits_two_sums_in_one_launch():
 def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
     """3xTF32 weight gradient, operands pre-split or split by tl.dot: strided dy and x,
     groups, split-K, the bias gradient beside it."""
-    monkeypatch.setattr(conv, "DW_PRESPLIT", presplit)
-    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    knobs(dw_presplit=presplit)
+    knobs(dw_split=2)
     x = random_array((2, 6, 5, 32), low=-1, high=1, seed=8).permute(0, 3, 1, 2)  # [2, 32, 6, 5]
     w = random_array((20, 16, 3, 3), low=-1, high=1, seed=9)
     dy = random_array((2, 3, 20, 3), low=-1, high=1, seed=10).permute(0, 2, 1, 3)  # [2, 20, 3, 3]
@@ -506,11 +551,9 @@ def test_weight_grad_at_float32_accuracy(presplit, monkeypatch):
 def winograd_calls(monkeypatch):
     """Float32 accuracy with Winograd's F(4x4, 3x3) from 1 channel (the GPU takes it from 128);
     yields the names of the Winograd kernels launched, so that a test sees the path ran."""
-    from tritonad.kernels import winograd
-
-    monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 1)
-    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_MIN_TILES", 1)  # (its dw rules: tested apart)
-    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_FILL", False)
+    knobs(winograd_min_channels=1)
+    knobs(winograd_wgrad_min_tiles=1)  # (its dw rules: tested apart)
+    knobs(winograd_wgrad_fill=False)
     seen = []
     real = winograd.run
 
@@ -599,8 +642,6 @@ def test_winograd_conv_relu_strided_operands_and_groups(winograd_calls):
 def test_winograd_weight_gradient_slices_sum_in_a_fixed_order(winograd_calls, monkeypatch):
     """The weight gradient's reduction over tiles cut into slices (the products' split-K):
     the same dw as one slice, to float32 accuracy, and bit for bit from run to run."""
-    from tritonad.kernels import winograd
-
     x = random_array((5, 9, 8, 8), low=-1, high=1, seed=4)
     w = random_array((10, 9, 3, 3), low=-1, high=1, seed=5)
     dy = random_array((5, 10, 8, 8), low=-1, high=1, seed=6)
@@ -608,8 +649,7 @@ def test_winograd_weight_gradient_slices_sum_in_a_fixed_order(winograd_calls, mo
     # (the interpreter counts 1 SM: 144 programs over 36 products a slice ask for 4 slices, of
     # 5 of the 20 tiles each)
     for programs in (1, 144, 144):
-        monkeypatch.setattr(winograd, "SPLIT_PROGRAMS", programs)
-        monkeypatch.setattr(winograd, "MIN_SLICE_TILES", 1)
+        knobs(winograd_split_programs=programs, winograd_min_slice_tiles=1)
         dws.append(conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), (1, 1), input_grad=False,
                                         bias_grad=False)[1])
     assert torch.equal(dws[1], dws[2])
@@ -622,7 +662,7 @@ def test_winograd_weight_gradient_slices_sum_in_a_fixed_order(winograd_calls, mo
 
 
 def test_winograd_runs_large_batches_in_chunks(winograd_calls, monkeypatch):
-    """A batch whose transformed operands pass WINOGRAD_MAX_BYTES runs in chunks of images
+    """A batch whose transformed operands pass winograd_max_bytes runs in chunks of images
     (here 2 + 2 + 1): the same y, dx, dw and db to float32 accuracy, dw and db summed over
     the chunks in a fixed order."""
     x = random_array((5, 9, 6, 7), low=-1, high=1, seed=11)
@@ -630,7 +670,7 @@ def test_winograd_runs_large_batches_in_chunks(winograd_calls, monkeypatch):
     b = random_array((10,), seed=13)
     dy = random_array((5, 10, 6, 7), low=-1, high=1, seed=14)
     per_image = 4 * 36 * 2 * 2 * (9 + 10)
-    monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", 2 * per_image + 1)
+    knobs(winograd_max_bytes=2 * per_image + 1)
     _check_winograd(x, w, b, dy)
     assert winograd_calls.count("_output_transform_kernel") == 6      # y and dx: 3 chunks each
     assert winograd_calls.count("_weight_transform_kernel") == 2      # once each
@@ -657,18 +697,18 @@ def test_winograd_never_hides_a_non_finite_input(bad, winograd_calls):
 
 def test_winograd_weight_gradient_where_its_products_fill_the_gpu(winograd_calls,
                                                                    monkeypatch):
-    """The weight gradient runs by Winograd from WINOGRAD_WGRAD_MIN_TILES 4x4 tiles, where its
+    """The weight gradient runs by Winograd from winograd_wgrad_min_tiles 4x4 tiles, where its
     36 products (times their slices) give every SM a 128x128 tile; else the direct kernels."""
-    from tritonad.kernels import winograd
+    def fills(tiles, c, co, sms):
+        return winograd.weight_grad_fills(tiles, c, co, sms, conv.current_settings())
 
-    fills = winograd.weight_grad_fills
     assert not fills(16 * 49, 128, 128, 132)   # 16x128x28x28: 36 products, 1 slice
     assert not fills(32 * 49, 128, 128, 132)   # 3 slices of 512 tiles: 108
     assert fills(64 * 49, 128, 128, 132)       # 6 slices: 216
     assert fills(4 * 16, 256, 256, 132)        # 144 products of one slice
     assert fills(4, 512, 512, 132)
-    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_MIN_TILES", 16)
-    monkeypatch.setattr(conv, "WINOGRAD_WGRAD_FILL", True)   # (1 SM under the interpreter)
+    knobs(winograd_wgrad_min_tiles=16)
+    knobs(winograd_wgrad_fill=True)   # (1 SM under the interpreter)
     x = random_array((3, 8, 5, 7), low=-1, high=1, seed=15)     # 3 x 2 x 2 = 12 tiles
     w = random_array((8, 8, 3, 3), low=-1, high=1, seed=16)
     b = random_array((8,), seed=17)
@@ -687,20 +727,21 @@ def test_winograd_weight_gradient_where_its_products_fill_the_gpu(winograd_calls
     ({"max_bytes": 1 << 19}, False), ({"off": True}, False),  # (884 kB an image)
 ])
 def test_winograd_takes_only_its_layers(change, runs, monkeypatch):
-    """_winograd: 3x3, stride 1, padding 1, no dilation, float32 accuracy on tensor cores, 128
-    channels or more on both sides, an image's transformed operands within
-    WINOGRAD_MAX_BYTES."""
+    """winograd.applies: 3x3, stride 1, padding 1, no dilation, float32 accuracy on tensor
+    cores, 128 channels or more on both sides, an image's transformed operands within
+    winograd_max_bytes."""
     kh, kw = change.get("kernel", (3, 3))
     k_ch, n_ch = change.get("channels", (128, 256))
-    g = conv._Geometry("conv2d", (2, k_ch, 14, 14), (n_ch, k_ch, kh, kw),
+    g = conv.Geometry("conv2d", (2, k_ch, 14, 14), (n_ch, k_ch, kh, kw),
                        change.get("stride", 1), change.get("padding", 1),
                        change.get("dilation", 1), 1)
-    monkeypatch.setattr(conv, "CONV_IEEE", change.get("ieee", False))
-    monkeypatch.setattr(conv, "WINOGRAD", not change.get("off", False))
-    monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", change.get("max_bytes", 1 << 30))
+    monkeypatch.setattr(conv_settings, "IEEE", change.get("ieee", False))
+    knobs(winograd=not change.get("off", False))
+    knobs(winograd_max_bytes=change.get("max_bytes", 1 << 30))
     td.set_conv_precision(change.get("precision", "highest"))
     try:
-        assert conv._winograd(g, k_ch, n_ch, change.get("dtype", torch.float32)) is runs
+        assert winograd.applies(g, k_ch, n_ch, change.get("dtype", torch.float32),
+                                conv.call_precision(), conv.current_settings()) is runs
     finally:
         td.set_conv_precision("high")
 
@@ -708,7 +749,7 @@ def test_winograd_takes_only_its_layers(change, runs, monkeypatch):
 def _launched(monkeypatch):
     """The kernels conv launches from now on, with their constexpr USE_TMA where given."""
     seen = []
-    real = conv.run
+    real = launch.run
 
     def spy(kernel, grid, *args, **meta):
         seen.append((getattr(kernel, "__name__", getattr(getattr(kernel, "fn", None),
@@ -716,7 +757,7 @@ def _launched(monkeypatch):
                      meta.get("USE_TMA")))
         return real(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(conv, "run", spy)
+    _spy_run(monkeypatch, spy)
     return seen
 
 
@@ -750,12 +791,12 @@ def test_flat_shift_weight_grad(geometry, dtype, precision, taps_below, monkeypa
     """The flat-shift weight gradient (and its fused bias gradient) against float64 torch and
     against the implicit-GEMM kernel it replaces at stride-1 "same" convolutions; at float32
     accuracy through its pre-split 3xTF32 form; with tiles of one tap's channels and with
-    tiles whose columns span taps (conv.SHIFT_TAPS_BELOW: few channels, at any count here)."""
+    tiles whose columns span taps (Settings.shift_taps_below: few channels, at any count here)."""
     n, c, h, w_, co, k, splits = geometry
-    monkeypatch.setattr(conv, "DW_SPLIT", splits)
-    monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
-    monkeypatch.setattr(conv, "BATCH_INNER", False)  # (float32: the batch-inner form else)
-    monkeypatch.setattr(conv, "SHIFT_TAPS_BELOW", taps_below)
+    knobs(dw_split=splits)
+    knobs(window_wgrad=False)  # (half types: the window form else)
+    knobs(batch_inner=False)  # (float32: the batch-inner form else)
+    knobs(shift_taps_below=taps_below)
     x = random_array((n, c, h, w_), dtype, low=-1, high=1, seed=1)
     w = random_array((co, c, k, k), dtype, low=-1, high=1, seed=2)
     dy = random_array((n, co, h, w_), dtype, low=-1, high=1, seed=3)
@@ -765,7 +806,7 @@ def test_flat_shift_weight_grad(geometry, dtype, precision, taps_below, monkeypa
         seen = _launched(monkeypatch)
         _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
         assert ("_shift_wgrad_kernel", False) in seen  # the interpreter: pointer loads
-        monkeypatch.setattr(conv, "FLAT_SHIFT", False)  # (a setting: no plan of the first call)
+        knobs(flat_shift=False)  # (a setting: no plan of the first call)
         first = len(seen)
         _, dw_gemm, db_gemm = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
         assert {name for name, _ in seen[first:]} & {"_shift_wgrad_kernel",
@@ -785,21 +826,20 @@ def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeyp
     dy with them), against float64 torch; at float32 accuracy the planes carry TF32 heads and
     tails. Also the planes themselves against a numpy construction."""
     n, c, h, w_, co, k, splits = geometry
-    monkeypatch.setattr(conv, "DW_SPLIT", splits)
-    monkeypatch.setattr(conv, "SHIFT_TAPS_BELOW", 0)  # (planes: tiles of one tap)
-    monkeypatch.setattr(conv, "SHIFT_PLANES_MIN_CHANNELS", 0)  # (TF32: a rule for speed)
-    monkeypatch.setattr(conv, "BATCH_INNER", False)
-    real_shift = conv._flat_shift
-    monkeypatch.setattr(conv, "_flat_shift", lambda g, dy, x: (real_shift(g, dy, x)[0], True))
+    knobs(dw_split=splits)
+    knobs(shift_taps_below=0)  # (planes: tiles of one tap)
+    knobs(shift_planes_min_channels=0)  # (TF32: a rule for speed)
+    knobs(batch_inner=False)
+    monkeypatch.setattr(flat_shift, "uses_tma", lambda g, dy, s: True)
     seen = []
-    real_run = conv.run
+    real_run = launch.run
 
     def spy(kernel, grid, *args, **meta):
         seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__,
                      meta.get("X_TMA")))
         return real_run(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(conv, "run", spy)
+    _spy_run(monkeypatch, spy)
     x = random_array((n, c, h, w_), td.float32, low=-1, high=1, seed=1)
     w = random_array((co, c, k, k), td.float32, low=-1, high=1, seed=2)
     dy = random_array((n, co, h, w_), td.float32, low=-1, high=1, seed=3)
@@ -816,7 +856,7 @@ def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeyp
     pad, wp, hp = k // 2, -(-w_ // 4) * 4, h + k - 1
     xv = x[:, :, :, 1:] if w_ > 1 else x  # (a view: any strides)
     xn = to_numpy(xv)
-    planes, lo = conv._shifted_planes(xv, k, pad, pad, hp, wp, split=True)
+    planes, lo = flat_shift.shifted_planes(xv, k, pad, pad, hp, wp, split=True)
     want = np.zeros((k, n * c, hp, wp), np.float32)
     for j in range(k):
         for q in range(min(wp, xn.shape[3])):
@@ -843,8 +883,8 @@ def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
     and against the implicit-GEMM kernel, from a strided x, at float32 accuracy (copies of
     TF32 heads and tails) and TF32; and the copies themselves against numpy."""
     n, c, h, w_, co, k, splits = geometry
-    monkeypatch.setattr(conv, "DW_SPLIT", splits)
-    monkeypatch.setattr(conv, "WINOGRAD", False)
+    knobs(dw_split=splits)
+    knobs(winograd=False)
     x = random_array((n, c, h, w_ + 1), low=-1, high=1, seed=1)[..., 1:]  # (a view)
     w = random_array((co, c, k, k), low=-1, high=1, seed=2)
     dy = random_array((n, co, h, w_), low=-1, high=1, seed=3)
@@ -854,8 +894,8 @@ def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
         seen = _launched(monkeypatch)
         _, dw, db = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
         assert "_batch_inner_wgrad_kernel" in {name for name, _ in seen}
-        monkeypatch.setattr(conv, "BATCH_INNER", False)
-        monkeypatch.setattr(conv, "FLAT_SHIFT", False)
+        knobs(batch_inner=False)
+        knobs(flat_shift=False)
         first = len(seen)
         _, dw_gemm, db_gemm = conv.conv2d_backward(dy, x, w, *args, input_grad=False)
         assert "_conv_wgrad_kernel" in {name for name, _ in seen[first:]}
@@ -867,7 +907,7 @@ def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
     # the copies: [C, H + k - 1, W + k - 1, NB], x shifted by the padding, zeros around it
     # and past the batch; with split, TF32 heads then their tails
     pad, nb = k // 2, -(-n // 4) * 4
-    got, lo, _ = conv._batch_inner_copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, split=True)
+    got, lo, _ = batch_inner.copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, split=True)
     want = np.zeros((c, h + k - 1, w_ + k - 1, nb), np.float32)
     want[:, pad:pad + h, pad:pad + w_, :n] = to_numpy(x).transpose(1, 2, 3, 0)
     got = to_numpy(got)
@@ -875,22 +915,24 @@ def test_batch_inner_weight_grad(geometry, precision, monkeypatch):
     assert np.array_equal(got[0] + got[1], want)
     assert np.array_equal(got[0].view(np.uint32) & 0x1FFF, np.zeros(want.shape, np.uint32))
     # with sums: the same copy, and partial channel sums adding up to x's (the bias gradient)
-    again, _, sums = conv._batch_inner_copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, True, True)
+    again, _, partial = batch_inner.copy(x, h + k - 1, w_ + k - 1, nb, pad, pad, True, True)
     assert np.array_equal(to_numpy(again), got)
-    np.testing.assert_allclose(to_numpy(sums).astype(np.float64).sum(0),
+    np.testing.assert_allclose(to_numpy(partial).astype(np.float64).sum(0),
                                to_numpy(x).astype(np.float64).sum((0, 2, 3)), rtol=1e-5)
 
 
 def test_batch_inner_only_where_it_applies(monkeypatch):
-    """_batch_inner takes float32 stride-1, undilated, same-size layers at TF32 or 3xTF32 with
-    BATCH_INNER_MIN_CHANNELS input channels, planes of at most BATCH_INNER_MAX_PIXELS and
-    copies within BATCH_INNER_MAX_BYTES; IEEE float32, half types, strides, dilation, "valid"
+    """batch_inner.applies: float32 stride-1, undilated, same-size layers at TF32 or 3xTF32
+    with batch_inner_min_channels input channels, planes of at most batch_inner_max_pixels and
+    copies within batch_inner_max_bytes; IEEE float32, half types, strides, dilation, "valid"
     layers, few channels and large planes keep the other kernels."""
     def takes(xs, ws, stride=1, padding=1, dilation=1, dtype=td.float32, precision="high"):
-        g = conv._Geometry("t", xs, ws, stride, padding, dilation, 1)
+        g = conv.Geometry("t", xs, ws, stride, padding, dilation, 1)
         td.set_conv_precision(precision)
         try:
-            return conv._batch_inner(g, random_array(xs, dtype), precision == "highest")
+            dot = conv.dot_precision(dtype.torch, conv.call_precision())
+            return batch_inner.applies(g, random_array(xs, dtype), dot, precision == "highest",
+                                       conv.current_settings())
         finally:
             td.set_conv_precision("high")
 
@@ -898,7 +940,7 @@ def test_batch_inner_only_where_it_applies(monkeypatch):
     assert takes((3, 32, 6, 5), (8, 32, 5, 5), padding=2, precision="highest")
     assert takes((2, 16, 6, 6), (8, 16, 1, 1), padding=0)
     with monkeypatch.context() as m:
-        m.setattr(conv, "CONV_IEEE", True)
+        m.setattr(conv_settings, "IEEE", True)
         assert not takes((2, 16, 6, 6), (8, 16, 3, 3), precision="highest")
     assert not takes((2, 16, 6, 6), (8, 16, 3, 3), dtype=td.bfloat16)
     assert not takes((2, 16, 6, 6), (8, 16, 3, 3), stride=2)
@@ -908,21 +950,21 @@ def test_batch_inner_only_where_it_applies(monkeypatch):
     assert takes((1, 16, 32, 32), (8, 16, 3, 3))
     assert not takes((1, 16, 33, 32), (8, 16, 3, 3))                # a large plane
     # copies: (16 channels x 8 x 8 padded + 8 x 6 x 8 of dy) x 4 images (padded) x 4 bytes
-    monkeypatch.setattr(conv, "BATCH_INNER_MAX_BYTES", (16 * 8 + 8 * 6) * 8 * 4 * 4)
+    knobs(batch_inner_max_bytes=(16 * 8 + 8 * 6) * 8 * 4 * 4)
     assert takes((3, 16, 6, 6), (8, 16, 3, 3)) and not takes((5, 16, 6, 6), (8, 16, 3, 3))
 
 
 def test_flat_shift_only_where_a_tap_is_a_flat_shift():
-    """_flat_shift takes stride-1, undilated, same-size, single-group convolutions over
+    """flat_shift.applies: stride-1, undilated, same-size, single-group convolutions over
     contiguous arrays, of any channel count (few channels: tiles spanning taps); everything
     else keeps the implicit-GEMM weight gradient."""
     def takes(xs, ws, stride=1, padding=1, dilation=1, groups=1, dy_view=False):
-        g = conv._Geometry("t", xs, ws, stride, padding, dilation, groups)
+        g = conv.Geometry("t", xs, ws, stride, padding, dilation, groups)
         x = random_array(xs)
         dy = random_array((g.n, g.co, g.oh, g.ow))
         if dy_view:
             dy = random_array((g.n, g.co, g.oh, 2 * g.ow))[..., ::2]
-        return conv._flat_shift(g, dy, x)[0]
+        return flat_shift.applies(g, dy, x, conv.current_settings())
 
     assert takes((2, 16, 6, 6), (8, 16, 3, 3))
     assert takes((2, 32, 6, 5), (8, 32, 5, 5), padding=2)
@@ -964,16 +1006,16 @@ def test_window_gemm(geometry, dtype, precision, monkeypatch):
                          seed=1).permute(0, 3, 1, 2)
     w = random_array(ws, dtype, low=-1, high=1, seed=2)
     b = random_array((ws[0],), dtype, low=-1, high=1, seed=3)
-    g = conv._Geometry("t", xs, ws, 1, pad, dil, groups)
+    g = conv.Geometry("t", xs, ws, 1, pad, dil, groups)
     dy = random_array((g.n, g.co, g.oh, g.ow), dtype, low=-1, high=1, seed=4)
     args = ((1, 1), pad, dil, groups)
     results = {}
-    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels)
+    knobs(window_x3_min=16)  # (3xTF32 takes it from 64 channels)
     td.set_conv_precision(precision)
     try:
         for window, presplit in ((True, True), (True, False), (False, True)):
-            monkeypatch.setattr(conv, "WINDOW_GEMM", window)
-            monkeypatch.setattr(conv, "WINDOW_PRESPLIT", presplit)
+            knobs(window_gemm=window)
+            knobs(window_presplit=presplit)
             seen = _launched(monkeypatch)
             y = conv.conv2d(x, w, b, *args, activation="relu")
             dx, _, _ = conv.conv2d_backward(dy, x, w, *args, weight_grad=False,
@@ -1002,23 +1044,23 @@ def test_window_gemm_split_tail(sms, grid, monkeypatch):
     half), nor on 1. The forward (bias, relu) and input gradient match the unsplit launch."""
     from tritonad.kernels.plans import clear_plans
 
-    monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
+    _fake_sms(monkeypatch, sms)
     x = random_array((3, 16, 9, 10), low=-1, high=1, seed=1)
     w = random_array((130, 16, 3, 3), low=-1, high=1, seed=2)
     b = random_array((130,), low=-1, high=1, seed=3)
     dy = random_array((3, 130, 9, 10), low=-1, high=1, seed=4)
     grids = []
-    real = conv.run
+    real = launch.run
 
     def spy(kernel, grid, *args, **meta):
-        if kernel is conv._window_gemm_kernel:
+        if kernel is window._window_gemm_kernel:
             grids.append(grid[0])
         return real(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(conv, "run", spy)
+    _spy_run(monkeypatch, spy)
     results = []
     for tail_tile in (64 * 128, 1 << 40):  # (the interpreter's tiles: 64 x 128)
-        monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", tail_tile)
+        knobs(window_tail_tile=tail_tile)
         clear_plans()  # (a call's recorded launches would replay the first grid)
         y = conv.conv2d(x, w, b, (1, 1), (1, 1), activation="relu")
         results.append((y, conv.conv2d_backward(dy, x, w, (1, 1), (1, 1), weight_grad=False,
@@ -1039,8 +1081,8 @@ def test_window_gemm_persistent(sms, persist, grid, monkeypatch):
     one-program-a-tile launch's, bit for bit."""
     from tritonad.kernels.plans import clear_plans
 
-    monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
-    monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", 64 * 128)  # (the interpreter's tiles)
+    _fake_sms(monkeypatch, sms)
+    knobs(window_tail_tile=64 * 128)  # (the interpreter's tiles)
     # (data of its own, persistent first: a tile left out must not find this case's numbers
     # in a reused buffer)
     seed = 10 * (10 * sms + persist)
@@ -1048,17 +1090,17 @@ def test_window_gemm_persistent(sms, persist, grid, monkeypatch):
     w = random_array((130, 16, 3, 3), low=-1, high=1, seed=seed + 2)
     b = random_array((130,), low=-1, high=1, seed=seed + 3)
     dy = random_array((3, 130, 9, 13), low=-1, high=1, seed=seed + 4)
-    grids, real, configs = [], conv.run, conv._window_configs
+    grids, real, configs = [], launch.run, window.configs
 
     def spy(kernel, grid, *args, **meta):
-        if kernel is conv._window_gemm_kernel:
+        if kernel is window._window_gemm_kernel:
             grids.append((grid[0], meta.get("PERSIST", 0)))
         return real(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(conv, "run", spy)
+    _spy_run(monkeypatch, spy)
     results = []
     for p in (persist, 0):
-        monkeypatch.setattr(conv, "_window_configs", lambda *a: [
+        monkeypatch.setattr(window, "configs", lambda *a: [
             triton.Config({**c.kwargs, **({"PERSIST": p} if p else {})}, num_warps=c.num_warps,
                           num_stages=c.num_stages) for c in configs(*a)])
         clear_plans()  # (a call's recorded launches would replay the first plan)
@@ -1078,18 +1120,18 @@ def test_window_weight_grad(geometry, monkeypatch):
     """The half-precision window weight gradient (and its fused bias gradient, split-K in two)
     against float64 torch and against the kernels it replaces."""
     xs, ws, pad, dil, groups, channels_last = geometry
-    monkeypatch.setattr(conv, "DW_SPLIT", 2)
+    knobs(dw_split=2)
     x = random_array(xs, td.bfloat16, low=-1, high=1, seed=1)
     if channels_last:
         x = random_array((xs[0], xs[2], xs[3], xs[1]), td.bfloat16, low=-1, high=1,
                          seed=1).permute(0, 3, 1, 2)
     w = random_array(ws, td.bfloat16, low=-1, high=1, seed=2)
-    g = conv._Geometry("t", xs, ws, 1, pad, dil, groups)
+    g = conv.Geometry("t", xs, ws, 1, pad, dil, groups)
     dy = random_array((g.n, g.co, g.oh, g.ow), td.bfloat16, low=-1, high=1, seed=4)
     args = ((1, 1), pad, dil, groups)
     results = []
     for window in (True, False):
-        monkeypatch.setattr(conv, "WINDOW_WGRAD", window)
+        knobs(window_wgrad=window)
         seen = _launched(monkeypatch)
         results.append(conv.conv2d_backward(dy, x, w, *args, input_grad=False)[1:])
         wanted = window and g.co // groups >= 16
@@ -1111,8 +1153,8 @@ def test_window_weight_grad_sums_db_in_its_launch(programs, splits, monkeypatch)
     ahead of the GEMM's (any count of them: past dy's row blocks some sum nothing), with no
     pass of its own: db against float64 torch, dw unchanged by them, and asked for with the
     input gradient (another copy of dy, rows shifted) the same bits."""
-    monkeypatch.setattr(conv, "DW_SPLIT", splits)
-    monkeypatch.setattr(conv, "WINDOW_DB_PROGRAMS", programs)
+    knobs(dw_split=splits)
+    knobs(window_db_programs=programs)
     xs, ws = (2, 16, 9, 10), (130, 16, 3, 3)  # (two column blocks of db's tiles, 7 row blocks)
     x = random_array(xs, td.bfloat16, low=-1, high=1, seed=1)
     w = random_array(ws, td.bfloat16, low=-1, high=1, seed=2)
@@ -1139,19 +1181,19 @@ def test_window_weight_grad_reads_the_input_gradients_copy(geometry, monkeypatch
     xs, ws, pad, dil, groups, _ = geometry
     x = random_array(xs, td.bfloat16, low=-1, high=1, seed=1)
     w = random_array(ws, td.bfloat16, low=-1, high=1, seed=2)
-    g = conv._Geometry("t", xs, ws, 1, pad, dil, groups)
+    g = conv.Geometry("t", xs, ws, 1, pad, dil, groups)
     dy = random_array((g.n, g.co, g.oh, g.ow), td.bfloat16, low=-1, high=1, seed=4)
     args = ((1, 1), pad, dil, groups)
-    copies, real = [], conv._padded_channels_last
+    copies, real = [], layout.padded_channels_last
 
     def spy(*c, **kw):
         copies.append(len(c))
         return real(*c, **kw)
 
-    monkeypatch.setattr(conv, "_padded_channels_last", spy)
+    monkeypatch.setattr(window, "padded_channels_last", spy)
     both = conv.conv2d_backward(dy, x, w, *args)
-    window = g.co // groups >= 16  # (else not the window weight gradient)
-    assert copies == [1, 1] * groups + [1 if window else 2] * groups * window, copies
+    windowed = g.co // groups >= 16  # (else not the window weight gradient)
+    assert copies == [1, 1] * groups + [1 if windowed else 2] * groups * windowed, copies
     alone = (conv.conv2d_backward(dy, x, w, *args, weight_grad=False, bias_grad=False)[0],
              *conv.conv2d_backward(dy, x, w, *args, input_grad=False)[1:])
     for got, want in zip(both, alone):
@@ -1163,17 +1205,17 @@ def test_window_menus_by_channel_count(monkeypatch):
     accuracy one warpgroup's 64-wide tile, two programs an SM, at every channel count;
     256-wide tiles first from 256 channels (TF32); persistent plans first from 128 channels
     at TF32 and half precision. The weight gradient's by tile."""
-    monkeypatch.setattr(conv, "INTERPRET", False)  # (the interpreter has a menu of one)
+    monkeypatch.setattr(window, "INTERPRET", False)  # (the interpreter has a menu of one)
 
     def first(n_ch, kind):
-        config = conv._window_configs(n_ch, 64, kind)[0]
+        config = window.configs(n_ch, 64, kind)[0]
         return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps
 
     assert first(32, "tf32x3") == (128, 32, 4) and first(64, "tf32x3") == (128, 64, 4)
     assert first(96, "tf32x3") == (128, 64, 4) and first(300, "tf32x3") == (128, 64, 4)
     assert first(64, "tf32") == (128, 64, 8) and first(256, "tf32") == (128, 256, 8)
     assert first(128, "half") == (128, 128, 4)
-    persist = {(n_ch, kind): conv._window_configs(n_ch, 64, kind)[0].kwargs.get("PERSIST", 0)
+    persist = {(n_ch, kind): window.configs(n_ch, 64, kind)[0].kwargs.get("PERSIST", 0)
                for n_ch in (32, 64, 128, 256) for kind in ("tf32", "half", "tf32x3")}
     # persistent from 128 channels at TF32 and half precision: one program an SM of 128x256
     # tiles, two of 128x128; at float32 accuracy two of 128x64 at every count
@@ -1181,19 +1223,20 @@ def test_window_menus_by_channel_count(monkeypatch):
                        for n, k in persist}, persist
     # the weight gradient's: tiles of 128 (rows or columns) with 8 warps, 64-pixel steps first
     for tile, want in (((128, 128), (64, 8, 3)), ((64, 128), (64, 8, 3)), ((64, 32), (128, 4, 3))):
-        config = conv._window_wgrad_configs(*tile)[0]
+        config = window.weight_grad_configs(*tile)[0]
         assert (config.kwargs["BLOCK_K"], config.num_warps, config.num_stages) == want, tile
 
 
 def test_window_gemm_only_where_it_applies(monkeypatch):
-    """_window takes stride-1 convolutions of at least CHANNEL_INNER_MIN reduced channels,
-    padding within the window's reach and a padded plane of at most WINDOW_WASTE times the
-    output's, at TF32 or half precision, or 3xTF32 from WINDOW_X3_MIN channels; IEEE float32
+    """window.applies: stride-1 convolutions of at least channel_inner_min reduced channels,
+    padding within the window's reach and a padded plane of at most window_waste times the
+    output's, at TF32 or half precision, or 3xTF32 from window_x3_min channels; IEEE float32
     keeps the implicit GEMM."""
     def takes(xs, ws, stride=1, padding=1, dilation=1, transposed=False):
-        g = conv._Geometry("t", xs, ws, stride, padding, dilation, 1)
+        g = conv.Geometry("t", xs, ws, stride, padding, dilation, 1)
         src = random_array((g.n, g.co, g.oh, g.ow) if transposed else xs)
-        return conv._window(g, src, transposed)
+        return window.applies(g, src, transposed, conv.call_precision(),
+                              conv.current_settings())
 
     assert takes((2, 16, 6, 6), (8, 16, 3, 3))
     assert takes((2, 8, 6, 6), (16, 8, 3, 3), transposed=True)      # dx reduces Co = 16
@@ -1207,7 +1250,7 @@ def test_window_gemm_only_where_it_applies(monkeypatch):
     try:
         assert not takes((2, 63, 6, 6), (8, 63, 3, 3))           # 3xTF32: from 64 channels
         assert takes((2, 64, 6, 6), (8, 64, 3, 3))
-        monkeypatch.setattr(conv, "CONV_IEEE", True)
+        monkeypatch.setattr(conv_settings, "IEEE", True)
         assert not takes((2, 64, 6, 6), (8, 64, 3, 3))
     finally:
         td.set_conv_precision("high")
@@ -1226,41 +1269,43 @@ def test_padded_channels_last_places_flips_and_splits():
         want[:, 2:7, 1:4, :4] = (src.flip(2, 3) if flip else src).permute(0, 2, 3, 1)
         want_w = torch.zeros(3, 9, 5, 80)
         want_w[:, :2, :3, :70] = (wsrc if flip else wsrc.flip(2, 3)).permute(0, 2, 3, 1)
-        out, out_w = conv._padded_channels_last((t, (2, 1), (8, 6), 16, flip),
+        out, out_w = layout.padded_channels_last((t, (2, 1), (8, 6), 16, flip),
                                                 (w, (0, 0), (9, 5), 80, not flip), split=True)
         for buf, expect in ((out, want), (out_w, want_w)):
             got = torch.from_numpy(to_numpy(buf))
             assert torch.equal(got[0] + got[1], expect)
             assert not (got[0].numpy().view(np.uint32) & 0x1FFF).any()
-    plain, = conv._padded_channels_last((t, (0, 0), (5, 3), 4))
+    plain, = layout.padded_channels_last((t, (0, 0), (5, 3), 4))
     assert torch.equal(torch.from_numpy(to_numpy(plain)), src.permute(0, 2, 3, 1))
     # split for one of the two copies only (the window GEMM's weights at float32 accuracy)
-    whole, cut = conv._padded_channels_last((t, (0, 0), (5, 3), 4), (w, (0, 0), (2, 3), 70),
+    whole, cut = layout.padded_channels_last((t, (0, 0), (5, 3), 4), (w, (0, 0), (2, 3), 70),
                                             split=(False, True))
     assert torch.equal(torch.from_numpy(to_numpy(whole)), src.permute(0, 2, 3, 1))
     cut = torch.from_numpy(to_numpy(cut))
     assert cut.shape == (2, 3, 2, 3, 70) and torch.equal(cut[0] + cut[1], wsrc.permute(0, 2, 3, 1))
     assert not (cut[0].numpy().view(np.uint32) & 0x1FFF).any() and cut[1].abs().max() > 0
-    empty_first, second = conv._padded_channels_last((t[:0], (0, 0), (5, 3), 4),
+    empty_first, second = layout.padded_channels_last((t[:0], (0, 0), (5, 3), 4),
                                                      (t, (0, 0), (5, 3), 4))
     assert empty_first.shape == (0, 5, 3, 4)
     assert torch.equal(torch.from_numpy(to_numpy(second)), src.permute(0, 2, 3, 1))
 
 
 def test_auto_picks_per_direction(monkeypatch):
-    monkeypatch.setattr(conv, "CONV_ALGO", "auto")
-    first = conv._Geometry("t", (4, 1, 28, 28), (32, 1, 5, 5), 1, 2, 1, 1)
-    second = conv._Geometry("t", (4, 32, 14, 14), (64, 32, 5, 5), 1, 2, 1, 1)
-    assert conv._algorithm("forward", first) == "implicit"
-    assert conv._algorithm("weight", first) == "implicit"
-    assert conv._algorithm("input", first) == ("im2col" if conv._have_matmul() else "implicit")
-    assert {conv._algorithm(d, second) for d in ("forward", "input", "weight")} == {"implicit"}
-    monkeypatch.setattr(conv, "CONV_ALGO", "im2col")
-    grouped = conv._Geometry("t", (1, 4, 5, 5), (4, 2, 3, 3), 1, 0, 1, 2)
-    assert conv._algorithm("forward", grouped) == "implicit"
-    monkeypatch.setattr(conv, "CONV_ALGO", "fastest")
-    with pytest.raises(ValueError, match="CONV_ALGO"):
-        conv._algorithm("forward", first)
+    knobs(algo="auto")
+    first = conv.Geometry("t", (4, 1, 28, 28), (32, 1, 5, 5), 1, 2, 1, 1)
+    second = conv.Geometry("t", (4, 32, 14, 14), (64, 32, 5, 5), 1, 2, 1, 1)
+    def picks(direction, g):
+        return routing.layer_algorithm(direction, g, conv.current_settings())
+
+    assert picks("forward", first) == "implicit"
+    assert picks("weight", first) == "implicit"
+    assert picks("input", first) == ("im2col" if im2col_path.have_matmul() else "implicit")
+    assert {picks(d, second) for d in ("forward", "input", "weight")} == {"implicit"}
+    knobs(algo="im2col")
+    grouped = conv.Geometry("t", (1, 4, 5, 5), (4, 2, 3, 3), 1, 0, 1, 2)
+    assert picks("forward", grouped) == "implicit"
+    with pytest.raises(ValueError, match="algo"):
+        knobs(algo="fastest")
 
 
 # ----------------------------------------------------------------------------- fused relu
@@ -1436,8 +1481,8 @@ def test_gpu_winograd(n, c, h, w, co, groups, max_mb, winograd_calls, monkeypatc
     conv2d would leave it to the direct kernels; a batch in chunks)
     against float64 torch, norm-wise, with the fused relu, transposed x and an expanded dy;
     and bit for bit the same from run to run."""
-    monkeypatch.setattr(conv, "WINOGRAD_MIN_CHANNELS", 128)
-    monkeypatch.setattr(conv, "WINOGRAD_MAX_BYTES", max_mb << 20)
+    knobs(winograd_min_channels=128)
+    knobs(winograd_max_bytes=max_mb << 20)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand((n, h, w, c), device="cuda", generator=gen) * 2 - 1).permute(0, 3, 1, 2)
     wt = (torch.rand((co, c // groups, 3, 3), device="cuda", generator=gen) * 2 - 1) / c ** 0.5
@@ -1494,10 +1539,10 @@ def test_gpu_conv_relu_and_gated_backward(shape, dtype, precision):
 @pytest.mark.parametrize("precision", ["highest", "high"])
 def test_gpu_conv_operand_layouts(pack, channels_last, precision, monkeypatch):
     """The implicit GEMM's layout knobs at the MNIST conv2 shape, both precisions."""
-    monkeypatch.setattr(conv, "CONV_ALGO", "implicit")
-    monkeypatch.setattr(conv, "WINDOW_GEMM", False)
-    monkeypatch.setattr(conv, "PACK_WEIGHTS", pack)
-    monkeypatch.setattr(conv, "CHANNELS_LAST", channels_last)
+    knobs(algo="implicit")
+    knobs(window_gemm=False)
+    knobs(pack_weights=pack)
+    knobs(channels_last=channels_last)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.rand((100, 32, 14, 14), device="cuda", generator=gen) * 2 - 1
     w = (torch.rand((64, 32, 5, 5), device="cuda", generator=gen) * 2 - 1) / 32 ** 0.5
@@ -1546,8 +1591,8 @@ def test_gpu_flat_shift_weight_grad(shape, dtype, precision, monkeypatch):
     (16-byte multiples; MNIST conv2's 196 half-precision pixels do not: the implicit-GEMM
     kernel then), against float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 for
     TF32 and half types."""
-    monkeypatch.setattr(conv, "WINDOW_WGRAD", False)  # (half types: the window form else)
-    monkeypatch.setattr(conv, "BATCH_INNER", False)   # (float32: the batch-inner form)
+    knobs(window_wgrad=False)  # (half types: the window form else)
+    knobs(batch_inner=False)   # (float32: the batch-inner form)
     seen = _check_gpu_same_weight_grad(shape, dtype, precision, monkeypatch)
     tma = shape[0][2] * shape[0][3] * dtype.itemsize % 16 == 0
     assert (("_shift_wgrad_kernel", True) in seen) == tma
@@ -1558,7 +1603,7 @@ def _check_gpu_same_weight_grad(shape, dtype, precision, monkeypatch):
     """dw and db of the stride-1 "same" convolution of shape = (x's, w's) on the GPU against
     float64 cuDNN: 1e-5 relative (norm) at float32 accuracy, 1e-2 for TF32 and half types
     (Winograd off). Returns the kernels launched."""
-    monkeypatch.setattr(conv, "WINOGRAD", False)      # (float32 accuracy at 128 channels)
+    knobs(winograd=False)      # (float32 accuracy at 128 channels)
     (n, c, h, w_), ws = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
@@ -1626,8 +1671,8 @@ def test_gpu_window_gemm(geometry, dtype, precision, monkeypatch):
     want_dx = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), w.double(), [ws[0]], [1, 1], list(pad), list(dil), False,
         [0, 0], 1, [True, False, False])[0]
-    monkeypatch.setattr(conv, "WINDOW_X3_MIN", 16)  # (3xTF32 takes it from 64 channels;
-    monkeypatch.setattr(conv, "WINOGRAD", False)    # Winograd takes 3x3 ones at 128 and up)
+    knobs(window_x3_min=16)  # (3xTF32 takes it from 64 channels;
+    knobs(winograd=False)    # Winograd takes 3x3 ones at 128 and up)
     td.set_conv_precision(precision)
     try:
         seen = _launched(monkeypatch)
@@ -1664,24 +1709,24 @@ def test_gpu_window_gemm_split_tail(dtype, persist, monkeypatch):
     want_dx = torch.ops.aten.convolution_backward(
         dy.double(), x.double(), w.double(), [ws[0]], [1, 1], [1, 1], [1, 1], False, [0, 0],
         1, [True, False, False])[0]
-    monkeypatch.setattr(conv, "WINOGRAD", False)
-    monkeypatch.setattr(conv, "WINDOW_MENU", {
+    knobs(winograd=False)
+    monkeypatch.setattr(window, "WINDOW_MENU", {
         k: [e for e in menu if e[:2] == (128, 256) and (e[5:] or (0,))[0] == persist]
-        for k, menu in conv.WINDOW_MENU.items()})
-    monkeypatch.setattr(conv, "tuner", Tuner("conv-tail-test"))
-    monkeypatch.setattr(conv.tuner, "path", lambda: "/dev/null/none")
-    grids, real = [], conv.run
+        for k, menu in window.WINDOW_MENU.items()})
+    monkeypatch.setattr(common, "tuner", Tuner("conv-tail-test"))
+    monkeypatch.setattr(common.tuner, "path", lambda: "/dev/null/none")
+    grids, real = [], launch.run
 
     def spy(kernel, grid, *args, **meta):
-        if kernel is conv._window_gemm_kernel:
+        if kernel is window._window_gemm_kernel:
             grids.append(grid[0])
         return real(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(conv, "run", spy)
+    _spy_run(monkeypatch, spy)
     results = {}
     for sms, tail_tile in ((20, 128 * 256), (132, 128 * 256), (132, 1 << 40)):
-        monkeypatch.setattr(conv, "_sm_count", lambda device: sms)
-        monkeypatch.setattr(conv, "WINDOW_TAIL_TILE", tail_tile)
+        _fake_sms(monkeypatch, sms)
+        knobs(window_tail_tile=tail_tile)
         clear_plans()
         results[sms, tail_tile] = (
             conv.conv2d(x, w, b, (1, 1), (1, 1), activation="relu"),
@@ -1726,18 +1771,18 @@ def test_gpu_window_weight_grad(geometry, dtype, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("entry", range(len(conv.WINDOW_WGRAD_MENU)))
+@pytest.mark.parametrize("entry", range(len(window.WINDOW_WGRAD_MENU)))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_window_weight_grad_menu(entry, dtype, monkeypatch):
     """Every plan of the window weight gradient's menu, at a layer of 128x128 tiles and one
     of 64x32 tiles (4-warp plans of 128x128 tiles computed wrong gradients on Triton 3.6:
-    see conv.WINDOW_WGRAD_MENU)."""
+    see window.WINDOW_WGRAD_MENU)."""
     from tritonad.kernels.plans import clear_plans
     from tritonad.kernels.tuning import Tuner
 
-    monkeypatch.setattr(conv, "WINDOW_WGRAD_MENU", [conv.WINDOW_WGRAD_MENU[entry]])
-    monkeypatch.setattr(conv, "tuner", Tuner("conv-menu-test"))
-    monkeypatch.setattr(conv.tuner, "path", lambda: "/dev/null/none")
+    monkeypatch.setattr(window, "WINDOW_WGRAD_MENU", [window.WINDOW_WGRAD_MENU[entry]])
+    monkeypatch.setattr(common, "tuner", Tuner("conv-menu-test"))
+    monkeypatch.setattr(common.tuner, "path", lambda: "/dev/null/none")
     clear_plans()
     gen = torch.Generator(device="cuda").manual_seed(0)
     for xs, ws in (((32, 128, 28, 28), (128, 128, 3, 3)), ((100, 32, 14, 14), (64, 32, 5, 5))):
@@ -1764,7 +1809,7 @@ def test_gpu_conv_random_geometry(algo, data, monkeypatch):
     config per tile family (tuning every new shape would mostly measure compile times). Exact
     IEEE float32, so that the tight tolerance tests the indexing, not TF32 rounding.
     (No tuning: td.autotune is off by default.)"""
-    monkeypatch.setattr(conv, "conv_precision", lambda: "highest")
+    monkeypatch.setattr(conv_settings, "conv_precision", lambda: "highest")
     k = data.draw(st.sampled_from([1, 3, 5, 7]))
     pad = data.draw(st.sampled_from([0, k // 2]))
     dil = data.draw(st.sampled_from([1, 2]))

@@ -212,7 +212,7 @@ def test_other_cases_take_the_two_primitives(case, monkeypatch, launches):
     if case == "input grad":
         input_grad = True
     elif case == "16 channels":
-        c = conv.CHANNEL_INNER_MIN
+        c = conv.current_settings().channel_inner_min
     elif case == "overlapping windows":
         pool_geometry = ((3, 3), (2, 2))
     elif case == "groups":

@@ -18,11 +18,11 @@ gradient of the convolution's output (zero except at each window's maximum, and 
 relu'), which the convolution's weight gradient would then read whole.
 
 Where: groups = 1, an input of few channels (the flat (c, i, j) K of the implicit GEMM: below
-conv.CHANNEL_INNER_MIN channels) and pool windows of at most MAX_WINDOW taps that do not
-overlap (else a window's outputs would be computed for each window that holds them); the
+conv.Settings.channel_inner_min channels) and pool windows of at most MAX_WINDOW taps that do
+not overlap (else a window's outputs would be computed for each window that holds them); the
 weight gradient where the input needs no gradient (a first layer). Elsewhere the two
 primitives run (Backend's defaults). The weight gradient's split partials are summed in a
-fixed order (conv._sum_splits): the same bits on every run. Products run at conv2d's
+fixed order (conv.sum_splits): the same bits on every run. Products run at conv2d's
 precision (conv_precision(): TF32, 3xTF32 or the half type's tensor cores), float32 sums.
 
 H200 (benchmarks/sweep_conv_pool.py, CUDA graphs, MNIST conv1 100x1x28x28 -> 32, k5 p2, 2x2
@@ -101,7 +101,7 @@ def _conv_relu_pool_kernel(
         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # One program: BLOCK_P pooled pixels of one image (a run of its flat POH x POW plane) and
     # BLOCK_N channels. For each tap (ti, tj) of the pool window, the convolution's outputs at
-    # (P*PSH - PPH + ti*PDH, ...) for the tile, as conv._conv_gemm_kernel computes them (the
+    # (P*PSH - PPH + ti*PDH, ...) for the tile, as conv.implicit_gemm's kernel computes them (the
     # im2col tile [pixels, flat (c, i, j)] @ w [(c, i, j), channels]), + bias, relu, rounded to
     # y's dtype (the values the pool would read), kept where larger (max_pool2d's rule: the
     # first real element, then strictly larger values, then the first NaN). y and indices:
@@ -248,20 +248,21 @@ tuner = Tuner("conv_pool", _source_hash())
 
 
 def _settings():
-    return FUSE, MAX_WINDOW, SPLIT, WGRAD_PLAN, WGRAD_PER_SM, tuple(MENU), conv._settings()
+    return FUSE, MAX_WINDOW, SPLIT, WGRAD_PLAN, WGRAD_PER_SM, tuple(MENU), conv.plan_settings()
 
 
-def _fusable(g, pool_geometry, x):
-    """Whether the fused kernels take convolution g followed by this pool (module docstring)."""
+def _fusable(g, pool_geometry, x, s):
+    """Whether the fused kernels take convolution g followed by this pool (module docstring),
+    under the convolution's settings s."""
     (kh, kw), (sh, sw), _, (dh, dw), _ = pool_geometry
-    return FUSE and g.groups == 1 and g.c < conv.CHANNEL_INNER_MIN and kh * kw <= MAX_WINDOW \
+    return FUSE and g.groups == 1 and g.c < s.channel_inner_min and kh * kw <= MAX_WINDOW \
         and (kh - 1) * dh < sh and (kw - 1) * dw < sw and x.numel() < 2 ** 31 and \
         g.n * g.co * g.oh * g.ow < 2 ** 31
 
 
 def _geometries(op, x, w, stride, padding, dilation, groups, kernel_size, pool_stride,
                 pool_padding, pool_dilation, ceil_mode):
-    g = conv._Geometry(op, x.shape, w.shape, stride, padding, dilation, groups)
+    g = conv.Geometry(op, x.shape, w.shape, stride, padding, dilation, groups)
     return g, pool._geometry(op, (g.n, g.co, g.oh, g.ow), kernel_size, pool_stride,
                              pool_padding, pool_dilation, ceil_mode)
 
@@ -274,13 +275,14 @@ def conv2d_relu_max_pool2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilat
     output where the fused kernel applies (module docstring); indices int64 into the
     convolution's output planes, as max_pool2d's."""
     op = "conv2d_relu_max_pool2d"
+    precision, s = conv.call_precision(), conv.current_settings()
     g, geometry = _geometries(op, x, w, stride, padding, dilation, groups, kernel_size,
                               pool_stride, pool_padding, pool_dilation, ceil_mode)
-    conv._check_float(op, x, w, bias)
+    conv.check_float(op, x, w, bias)
     if bias is not None and tuple(bias.shape) != (g.co,):
         raise ValueError(f"{op}: bias {tuple(bias.shape)} does not match weight "
                          f"{tuple(w.shape)} ({g.co} output channels)")
-    if not _fusable(g, geometry, x):
+    if not _fusable(g, geometry, x, s):
         return Backend.conv2d_relu_max_pool2d(_Composed, x, w, bias, stride, padding, dilation,
                                               groups, kernel_size, pool_stride, pool_padding,
                                               pool_dilation, ceil_mode, with_indices)
@@ -290,11 +292,11 @@ def conv2d_relu_max_pool2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilat
     if y.numel() == 0:
         return y, indices
     k_total = g.c * g.kh * g.kw
-    block_n, block_k = conv._block(g.co), conv._block(k_total, 64)
-    precision = conv._precision(x.dtype)
-    kind = conv._menu_kind(precision, x.dtype)
+    block_n, block_k = conv.block(g.co), conv.block(k_total, 64)
+    dot = conv.dot_precision(x.dtype, precision)
+    kind = conv.menu_kind(dot, x.dtype)
     key = (f"crp:{g.n}x{g.c}x{g.co}:{g.h}x{g.w}->{g.oh}x{g.ow}->{poh}x{pow_}:k{g.kh}x{g.kw}:"
-           f"s{g.sh}{g.sw}:pool{pkh}x{pkw}s{psh}{psw}:{precision}:{kind}:{str(x.dtype)[6:]}")
+           f"s{g.sh}{g.sw}:pool{pkh}x{pkw}s{psh}{psw}:{dot}:{kind}:{str(x.dtype)[6:]}")
     plans = [{"BLOCK_P": pixels, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps,
               "num_stages": stages}
              for pixels, warps, stages in (MENU if not INTERPRET else [(128, 4, 1)])]
@@ -302,7 +304,7 @@ def conv2d_relu_max_pool2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilat
             g.c, g.co, g.h, g.w, g.oh, g.ow, poh, pow_, g.kh, g.kw)
     meta = dict(PKH=pkh, PKW=pkw, PSH=psh, PSW=psw, PPH=pph, PPW=ppw, PDH=pdh, PDW=pdw,
                 HAS_BIAS=bias is not None, STORE_INDEX=with_indices,
-                INPUT_PRECISION=precision, DOT_FP32=conv._dot_fp32(x.dtype))
+                INPUT_PRECISION=dot, DOT_FP32=conv.dot_fp32(x.dtype))
 
     def launch(plan):
         blocks = cdiv(poh * pow_, plan["BLOCK_P"])
@@ -322,7 +324,7 @@ def _splits(programs, total, block, steps, device):
     if SPLIT is not None:
         splits = max(1, min(int(SPLIT), blocks))
     else:
-        splits = max(1, min(cdiv(WGRAD_PER_SM * conv._sm_count(device), programs),
+        splits = max(1, min(cdiv(WGRAD_PER_SM * conv.sm_count(device), programs),
                             cdiv(blocks, steps)))
     chunk = cdiv(blocks, splits) * block
     return cdiv(total, chunk), chunk
@@ -338,9 +340,10 @@ def conv2d_relu_max_pool2d_backward(dp, indices, p, x, w, stride=(1, 1), padding
     from dp, indices and p where the fused kernel applies and no input gradient is asked for
     (module docstring), else the pool's backward and conv2d_backward."""
     op = "conv2d_relu_max_pool2d_backward"
+    precision, s = conv.call_precision(), conv.current_settings()
     g, geometry = _geometries(op, x, w, stride, padding, dilation, groups, kernel_size,
                               pool_stride, pool_padding, pool_dilation, ceil_mode)
-    conv._check_float(op, dp, x, w)
+    conv.check_float(op, dp, x, w)
     shape = (g.n, g.co) + geometry[4]
     for name, a in (("dp", dp), ("indices", indices), ("p", p)):
         if tuple(a.shape) != shape:
@@ -350,7 +353,7 @@ def conv2d_relu_max_pool2d_backward(dp, indices, p, x, w, stride=(1, 1), padding
         raise TypeError(f"{op}: indices must be int64, got {dtype_of(indices).name}")
     if p.dtype != dp.dtype:
         raise TypeError(f"{op}: p {dtype_of(p).name} and dp {dtype_of(dp).name} differ")
-    if input_grad or not (weight_grad or bias_grad) or not _fusable(g, geometry, x):
+    if input_grad or not (weight_grad or bias_grad) or not _fusable(g, geometry, x, s):
         return Backend.conv2d_relu_max_pool2d_backward(
             _Composed, dp, indices, p, x, w, stride, padding, dilation, groups, kernel_size,
             pool_stride, pool_padding, pool_dilation, ceil_mode, input_grad, weight_grad,
@@ -368,7 +371,7 @@ def conv2d_relu_max_pool2d_backward(dp, indices, p, x, w, stride=(1, 1), padding
                 fill_(out, 0.0)
         return None, dw, db
     block_p, warps, stages, steps = WGRAD_PLAN if not INTERPRET else (256, 4, 1, 1)
-    block_n, block_k = conv._block(g.co, 64), conv._block(k_total, 32)
+    block_n, block_k = conv.block(g.co, 64), conv.block(k_total, 32)
     n_blocks = cdiv(g.co, block_n)
     k_blocks = cdiv(k_total, block_k) if dw is not None else 1
     splits, chunk = _splits(n_blocks * k_blocks, total, block_p, steps, dp.device)
@@ -389,12 +392,12 @@ def conv2d_relu_max_pool2d_backward(dp, indices, p, x, w, stride=(1, 1), padding
         *(dpart.stride() if dpart is not None else (0, 0)), *g.args,
         PKH=pkh, PKW=pkw, PSH=psh, PSW=psw, PPH=pph, PPW=ppw, PDH=pdh, PDW=pdw,
         HAS_WEIGHT_GRAD=dw is not None, HAS_BIAS_GRAD=db is not None,
-        INPUT_PRECISION=conv._precision(x.dtype), DOT_FP32=conv._dot_fp32(x.dtype),
+        INPUT_PRECISION=conv.dot_precision(x.dtype, precision), DOT_FP32=conv.dot_fp32(x.dtype),
         BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     if splits > 1:  # one launch of fixed-order sums
-        conv._sum_splits(work[:, :cols].view(splits, 1, -1), dw.view(1, -1) if dw is not None
-                         else None, dpart[:, None] if db is not None else None,
-                         db.view(1, g.co) if db is not None else None)
+        conv.sum_splits(work[:, :cols].view(splits, 1, -1), dw.view(1, -1) if dw is not None
+                        else None, dpart[:, None] if db is not None else None,
+                        db.view(1, g.co) if db is not None else None)
     return None, dw, db
 
 

@@ -1,9 +1,9 @@
 """3x3 convolution (stride 1, padding 1) by Winograd's minimal filtering F(4x4, 3x3).
 
-Notation as in conv.py: x [N, C, H, W], w [Co, C, 3, 3], y [N, Co, H, W]. The output is cut
-into 4x4 tiles; tile t reads the 6x6 window d of x that starts one pixel above and left of it
-(zeros outside x). With Lavin and Gray's matrices B^T (6x6), G (6x3) and A^T (4x6), points 0,
-+-1, +-2:
+Notation as in the package's __init__.py: x [N, C, H, W], w [Co, C, 3, 3], y [N, Co, H, W].
+The output is cut into 4x4 tiles; tile t reads the 6x6 window d of x that starts one pixel
+above and left of it (zeros outside x). With Lavin and Gray's matrices B^T (6x6), G (6x3) and
+A^T (4x6), points 0, +-1, +-2:
 
     forward  y_tile = A^T [ sum_c (G g[o, c] G^T) * (B^T d[c] B) ] A          (* elementwise)
     weight   dw[o, c] = G^T [ sum_tiles (A dy_tile[o] A^T) * (B^T d[c] B) ] G
@@ -21,8 +21,10 @@ float32 accuracy (3xTF32 on tensor cores):
 36 products for 16 outputs (forward, input gradient) or 9 (weight gradient): a quarter of
 direct convolution's multiply-adds, for values that pass through transforms with
 coefficients up to 8 (relative error ~6e-7 of the result's norm on ResNet-style layers,
-against ~1-2e-7 for the direct 3xTF32 kernels: notes/PERF.md, session 19). conv.py sends the
-float32-accuracy layers with many channels here (_winograd). TF32 and half precision keep
+against ~1-2e-7 for the direct 3xTF32 kernels: H200, 2026-11-24, notes/PERF.md).
+
+When it applies (`applies`, `weight_grad_applies`, routing.py): the float32-accuracy layers
+with many channels (a 3x3 kernel, stride 1, padding 1). TF32 and half precision keep
 the direct kernels: the transforms would amplify their inputs' rounding (2^-11 and coarser)
 by the same factor, to errors several times those of cuDNN's TF32 and half convolutions.
 
@@ -43,8 +45,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, cdiv
-from .plans import empty, run
+from ..launch import INTERPRET, cdiv
+from ..plans import empty, run
+from .settings import dot_precision
+from .sums import sum_splits
 
 
 # ============================================================================ 1-d transforms
@@ -289,7 +293,7 @@ def _store_output_row(base, row, col, H, W, sh, sw, ok, v0, v1, v2, v3, bias,
                       RELU: tl.constexpr):
     """Row `row` of the 4x4 tiles (+ bias, relu), a row's 4 outputs side by side: one 16-byte
     store a thread where the row is contiguous (4 stores of every 4th pixel took 2-3x as long:
-    notes/PERF.md, session 19)."""
+    H200, 2026-11-24, notes/PERF.md)."""
     v = tl.join(tl.join(v0, v2), tl.join(v1, v3)).reshape(v0.shape[0], v0.shape[1], 4) + bias
     if RELU:
         v = tl.where(v < 0, 0.0, v)  # NOTE: NaN stays NaN, as torch.relu
@@ -384,17 +388,38 @@ def _weight_output_kernel(m_ptr, dw_ptr, CO, C, S, s_e, s_split,
 # ============================================================================ launchers
 
 # tiles x channels a program, 4 warps: forward layout (and the output transform), weight
-# gradient layout (H200, Triton 3.6, session 20, at 28x28 / 14x14 with 128 / 256 channels:
+# gradient layout (H200, Triton 3.6, 2026-11-24, at 28x28 / 14x14 with 128 / 256 channels:
 # input transform 117 / 75 us at 16x32 against 157 / 98 at 32x32; blocks of 2048 spill)
 BLOCK = (16, 32) if not INTERPRET else (128, 64)
 BLOCK_WGRAD = (32, 16) if not INTERPRET else (128, 64)
-SPLIT_PROGRAMS = 2     # weight gradient: slices of the tiles so that the products fill the SMs
-MIN_SLICE_TILES = 512  # ... each slice at least this many tiles (a product's K)
 
 
-def settings():
-    """The module's knobs, for the launch plans' key (conv._settings)."""
-    return BLOCK, BLOCK_WGRAD, SPLIT_PROGRAMS, MIN_SLICE_TILES
+def applies(g, k_ch, n_ch, dtype, precision, s):
+    """Whether convolution g (one group of k_ch input and n_ch output channels) runs here: a
+    3x3 kernel, stride 1, padding 1, no dilation, float32 accuracy on tensor cores (3xTF32, not
+    IEEE FMA), s.winograd_min_channels channels on both sides, and one image's transformed
+    operands within s.winograd_max_bytes."""
+    return s.winograd and dot_precision(dtype, precision) == "tf32x3" and \
+        (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1, 1, 1) and \
+        min(k_ch, n_ch) >= s.winograd_min_channels and \
+        workspace_bytes(1, g.h, g.w, k_ch, n_ch) <= s.winograd_max_bytes
+
+
+def weight_grad_applies(g, dy, x, precision, s, sms):
+    """Whether the weight gradient of one group of convolution g runs here: where `applies`,
+    with at least s.winograd_wgrad_min_tiles 4x4 tiles, and (s.winograd_wgrad_fill) where
+    its products fill the `sms` SMs (weight_grad_fills)."""
+    c, co = x.shape[1], dy.shape[1]
+    tiles = g.n * cdiv(g.h, 4) * cdiv(g.w, 4)
+    return applies(g, c, co, x.dtype, precision, s) and tiles >= s.winograd_wgrad_min_tiles \
+        and (weight_grad_fills(tiles, c, co, sms, s) or not s.winograd_wgrad_fill)
+
+
+def chunks(g, k_ch, n_ch, s):
+    """The batch's slices (start, stop) for calls whose transformed operands take at most
+    s.winograd_max_bytes (one slice, the whole batch, at the ResNet-style layers' 256)."""
+    step = max(1, s.winograd_max_bytes // workspace_bytes(1, g.h, g.w, k_ch, n_ch))
+    return [(i, min(i + step, g.n)) for i in range(0, g.n, step)]
 
 
 def workspace_bytes(n, h, w, k_ch, n_ch):
@@ -446,7 +471,7 @@ def conv3x3(src, w, bias, out, transposed, relu=False, chunks=None):
     is dy convolved with w's filters turned and its channels swapped). Any strides. chunks:
     slices (start, stop) of the batch to run one after another (default: all at once); the
     weights are transformed once for all of them."""
-    from .matmul import matmul
+    from ..matmul import matmul
 
     n_ch = out.shape[1]
     v = _transform_weight(w, transposed)
@@ -465,35 +490,36 @@ def conv3x3(src, w, bias, out, transposed, relu=False, chunks=None):
     return out
 
 
-def weight_grad_slices(tiles, c, co, sms):
+def weight_grad_slices(tiles, c, co, sms, s):
     """How many slices of the tiles the weight gradient's products take (see weight_grad)."""
     per_slice = 36 * cdiv(co, 128) * cdiv(c, 128)
-    return max(1, min(16, cdiv(SPLIT_PROGRAMS * sms, per_slice), tiles // MIN_SLICE_TILES))
+    return max(1, min(16, cdiv(s.winograd_split_programs * sms, per_slice),
+                      tiles // s.winograd_min_slice_tiles))
 
 
-def weight_grad_fills(tiles, c, co, sms):
+def weight_grad_fills(tiles, c, co, sms, s):
     """Whether the weight gradient's products give every SM a 128x128 tile. With fewer (small
     batches at 128 channels: 36 products of one tile, in 1-3 slices) the direct kernels were
     as fast or faster on an H200: 164 against 188 us at 16x128x28x28, 242 against 416 at 32;
     from 64 images (6 slices) they tie, at 256 Winograd takes 598 us against 1302."""
-    return 36 * cdiv(co, 128) * cdiv(c, 128) * weight_grad_slices(tiles, c, co, sms) >= sms
+    return 36 * cdiv(co, 128) * cdiv(c, 128) * weight_grad_slices(tiles, c, co, sms, s) >= sms
 
 
-def weight_grad(dy, x, dw, db, sms):
+def weight_grad(dy, x, dw, db, sms, s):
     """dw [Co, C, 3, 3] (any strides) and db [Co] (contiguous, or None) of the 3x3, stride-1,
     padding-1 convolution of x [N, C, H, W] that gave dy [N, Co, H, W]. The 36 products
     [Co, tiles] @ [tiles, C] are split along the tiles into enough slices for `sms` SMs to
-    have SPLIT_PROGRAMS 128x128 tiles each (at most 16 slices, each at least MIN_SLICE_TILES
-    tiles). db is the sum of dy's transform at point (1, 1), row 1 of A being all ones: each
-    tile's sum, so 1/36 of dy's bytes to read (6-11 us at 28x28, 14x14 and 7x7 on an H200,
-    where plane sums of dy took 63-100 us)."""
-    from .matmul import matmul
-    from .reduce import sum as sum_dims
+    have s.winograd_split_programs 128x128 tiles each (at most 16 slices, each at least
+    s.winograd_min_slice_tiles tiles). db is the sum of dy's transform at point (1, 1), row 1
+    of A being all ones: each tile's sum, so 1/36 of dy's bytes to read (6-11 us at 28x28,
+    14x14 and 7x7 on an H200, where plane sums of dy took 63-100 us)."""
+    from ..matmul import matmul
+    from ..reduce import sum as sum_dims
 
     n, c, h, wd = x.shape
     co = dy.shape[1]
     tiles = n * cdiv(h, 4) * cdiv(wd, 4)
-    splits = weight_grad_slices(tiles, c, co, sms)
+    splits = weight_grad_slices(tiles, c, co, sms, s)
     p_all = cdiv(tiles, splits * 4) * splits * 4   # slices of a multiple of 4 tiles (16 bytes)
     u = _transform_input(x, (p_all, splits))       # [36, S, C, L]
     d = empty((36, splits, co, p_all // splits), torch.float32, x.device)
@@ -510,3 +536,21 @@ def weight_grad(dy, x, dw, db, sms):
     run(_weight_output_kernel, (cdiv(co, bo), cdiv(c, bc)), m, dw, co, c, splits,
         splits * m.stride(0), m.stride(0), *dw.stride(), BLOCK_O=bo, BLOCK_C=bc, num_warps=4)
     return dw
+
+
+def weight_grad_in_chunks(dy, x, dw, db, g, sms, s):
+    """dw [Co, C, 3, 3] and db [Co] (or None) of one group (weight_grad), over the batch's
+    chunks (chunks): one dw (and db) a chunk of images, then their sums in a fixed order."""
+    co, c = dy.shape[1], x.shape[1]
+    parts = chunks(g, c, co, s)
+    if len(parts) == 1:
+        weight_grad(dy, x, dw, db, sms, s)
+        return
+    part = empty((len(parts), co, c * 9), torch.float32, x.device)
+    part_db = empty((len(parts), 1, co), torch.float32, x.device)
+    for k, (i, j) in enumerate(parts):
+        weight_grad(dy[i:j], x[i:j], part[k].view(co, c, 3, 3),
+                    None if db is None else part_db[k, 0], sms, s)
+    sum_splits(part, dw.view(co, c * 9))
+    if db is not None:
+        sum_splits(part_db, db.view(1, co))
