@@ -9,7 +9,7 @@ import torch
 
 import tritonad as td
 from helpers import assert_close, cli_error
-from tritonad import cli, data, models, nn, optim, train
+from tritonad import cli, data, datafiles, models, nn, optim, train
 from tritonad.autodiff import nn_ops
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "mnist"
@@ -269,7 +269,7 @@ def test_bad_arguments_are_one_line_errors(capsys):
 
 
 def test_missing_data_names_the_folder(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(data, "DOWNLOAD_TIMEOUT_S", 1)
+    monkeypatch.setattr(datafiles, "DOWNLOAD_TIMEOUT_S", 1)
     monkeypatch.setattr(data.MNIST, "MIRRORS", ("http://127.0.0.1:9/",))  # nothing listens
     cli_error(capsys, ["train", "--model", "logreg", "--data-dir", tmp_path, "--backend",
                        "numpy", "--quiet", "--epochs", "1"], tmp_path, "could not download")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tritonad as td
-from tritonad import data
+from tritonad import data, datafiles
 from tritonad.kernels import TritonBackend
 
 from helpers import assert_close
@@ -277,7 +277,7 @@ def closed_port_url():
 
 @pytest.fixture
 def no_tqdm(monkeypatch):
-    monkeypatch.setattr(data, "_tqdm", None)  # the plain bar, whatever is installed
+    monkeypatch.setattr(datafiles, "_tqdm", None)  # the plain bar, whatever is installed
 
 
 def test_download_falls_back_through_mirrors(tmp_path, server, closed_port_url, monkeypatch,

@@ -21,7 +21,7 @@ import torch.nn.functional as TF
 import tritonad as td
 import tritonad.nn.functional as F
 from helpers import assert_close, cli_error
-from tritonad import cli, data, nn, optim, serialization, train
+from tritonad import cli, data, datafiles, nn, optim, serialization, train
 
 REPO = Path(td.__file__).resolve().parents[1]
 MNIST = REPO / "data" / "mnist"
@@ -297,7 +297,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture
 def offline(monkeypatch):
     """Downloads fail at once (a closed local port) instead of waiting on the network."""
-    monkeypatch.setattr(data, "DOWNLOAD_TIMEOUT_S", 1)
+    monkeypatch.setattr(datafiles, "DOWNLOAD_TIMEOUT_S", 1)
     for kind in (data.MNIST, data.FashionMNIST):
         monkeypatch.setattr(kind, "MIRRORS", ("http://127.0.0.1:9/",))
 

@@ -3,7 +3,7 @@
 Primitive backwards are written in tritonad ops, so they can be differentiated again; gradients
 are returned at the broadcast shape and the engine sums them back to each input's shape.
 The view/indexing ops live in shape_ops.py and the network ops (matmul, softmax, losses,
-convolution, pooling, dropout) in nn_ops.py; all are re-exported here.
+convolution, pooling, dropout) in nn_ops.py and conv_ops.py; all are re-exported here.
 """
 from __future__ import annotations
 
@@ -435,6 +435,7 @@ arithmetic = add, sub, mul, div
 
 from .shape_ops import *  # noqa: E402,F401,F403
 from .nn_ops import *  # noqa: E402,F401,F403
+from .conv_ops import *  # noqa: E402,F401,F403
 
 
 # ------------------------------------------------------------- torch's keyword forms on top

@@ -1,9 +1,9 @@
 """Functional forms of the layers: `import tritonad.nn.functional as F`."""
 from ..autodiff.elementwise import (elu, gelu, hardswish, hardtanh, leaky_relu, mish, relu,
                                     relu6, sigmoid, silu, softplus, tanh)
-from ..autodiff.nn_ops import (avg_pool2d, conv2d, cross_entropy, dropout, fold, linear,
-                               linear_cross_entropy, log_softmax, max_pool2d, mse_loss, nll_loss,
-                               softmax, unfold)
+from ..autodiff.conv_ops import avg_pool2d, conv2d, dropout, fold, max_pool2d, unfold
+from ..autodiff.nn_ops import (cross_entropy, linear, linear_cross_entropy, log_softmax, mse_loss,
+                               nll_loss, softmax)
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky_relu", "elu",
            "hardtanh", "relu6", "hardswish", "linear", "conv2d", "max_pool2d", "avg_pool2d",

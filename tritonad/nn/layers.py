@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .. import dtypes
-from ..autodiff import nn_ops, ops
+from ..autodiff import conv_ops, nn_ops
 from ..tensor import empty
 from . import init
 from .activation import ReLU, Sigmoid, Tanh  # noqa: F401  (made from the table)
@@ -67,7 +67,7 @@ class Conv2d(Module):
         self.dilation = nn_ops.pair(dilation, "dilation")
         self.groups = groups
         if isinstance(padding, str):  # 'valid' or 'same', resolved per input as torch
-            nn_ops.check_string_padding("Conv2d", padding, self.stride)
+            conv_ops.check_string_padding("Conv2d", padding, self.stride)
             self.padding = padding
         else:
             self.padding = nn_ops.pair(padding, "padding")
@@ -90,7 +90,7 @@ class Conv2d(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x, activation=None):
-        return nn_ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+        return conv_ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                              self.groups, activation)
 
     def extra_repr(self):
@@ -113,7 +113,7 @@ class MaxPool2d(Module):
         self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
 
     def forward(self, x):
-        return nn_ops.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+        return conv_ops.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                                  self.ceil_mode, self.return_indices)
 
     def extra_repr(self):
@@ -129,7 +129,7 @@ class AvgPool2d(Module):
         self.divisor_override = divisor_override
 
     def forward(self, x):
-        return nn_ops.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+        return conv_ops.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                                  self.count_include_pad, self.divisor_override)
 
     def extra_repr(self):
@@ -179,7 +179,7 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, x):
-        return nn_ops.dropout(x, self.p, self.training)
+        return conv_ops.dropout(x, self.p, self.training)
 
     def extra_repr(self):
         return f"p={self.p}"
@@ -189,7 +189,7 @@ class Sequential(Module):
     """Modules applied in order. A Linear or Conv2d followed by a ReLU runs as one fused kernel
     (the product, bias and relu; relu' applied as the backward reads the gradient), and a
     Conv2d, ReLU, MaxPool2d as one node whose pool backward applies relu'
-    (nn_ops.conv2d_relu_max_pool2d), with the same results."""
+    (conv_ops.conv2d_relu_max_pool2d), with the same results."""
 
     def __init__(self, *modules):
         super().__init__()
@@ -225,7 +225,7 @@ class Sequential(Module):
                 type(items[i + 1]) is ReLU
             pool = items[i + 2] if fuse and i + 2 < len(items) else None
             if type(module) is Conv2d and type(pool) is MaxPool2d and not pool.return_indices:
-                x = nn_ops.conv2d_relu_max_pool2d(
+                x = conv_ops.conv2d_relu_max_pool2d(
                     x, module.weight, module.bias, module.stride, module.padding,
                     module.dilation, module.groups, pool.kernel_size, pool.stride, pool.padding,
                     pool.dilation, pool.ceil_mode)
