@@ -19,7 +19,7 @@ import tritonad as td
 import tritonad.nn.functional as F
 from tritonad.autodiff import gradcheck
 from tritonad.kernels import conv
-from tritonad.kernels import launch
+from tritonad.kernels import plans
 from tritonad.kernels.conv import batch_inner, common, flat_shift, implicit_gemm, layout, \
     routing, sums, tf32, window, winograd
 from tritonad.kernels.conv import im2col_path
@@ -749,7 +749,7 @@ def test_winograd_takes_only_its_layers(change, runs, monkeypatch):
 def _launched(monkeypatch):
     """The kernels conv launches from now on, with their constexpr USE_TMA where given."""
     seen = []
-    real = launch.run
+    real = plans.run
 
     def spy(kernel, grid, *args, **meta):
         seen.append((getattr(kernel, "__name__", getattr(getattr(kernel, "fn", None),
@@ -832,7 +832,7 @@ def test_flat_shift_weight_grad_from_shifted_planes(geometry, precision, monkeyp
     knobs(batch_inner=False)
     monkeypatch.setattr(flat_shift, "uses_tma", lambda g, dy, s: True)
     seen = []
-    real_run = launch.run
+    real_run = plans.run
 
     def spy(kernel, grid, *args, **meta):
         seen.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__,
@@ -1050,7 +1050,7 @@ def test_window_gemm_split_tail(sms, grid, monkeypatch):
     b = random_array((130,), low=-1, high=1, seed=3)
     dy = random_array((3, 130, 9, 10), low=-1, high=1, seed=4)
     grids = []
-    real = launch.run
+    real = plans.run
 
     def spy(kernel, grid, *args, **meta):
         if kernel is window._window_gemm_kernel:
@@ -1090,7 +1090,7 @@ def test_window_gemm_persistent(sms, persist, grid, monkeypatch):
     w = random_array((130, 16, 3, 3), low=-1, high=1, seed=seed + 2)
     b = random_array((130,), low=-1, high=1, seed=seed + 3)
     dy = random_array((3, 130, 9, 13), low=-1, high=1, seed=seed + 4)
-    grids, real, configs = [], launch.run, window.configs
+    grids, real, configs = [], plans.run, window.configs
 
     def spy(kernel, grid, *args, **meta):
         if kernel is window._window_gemm_kernel:
@@ -1715,7 +1715,7 @@ def test_gpu_window_gemm_split_tail(dtype, persist, monkeypatch):
         for k, menu in window.WINDOW_MENU.items()})
     monkeypatch.setattr(common, "tuner", Tuner("conv-tail-test"))
     monkeypatch.setattr(common.tuner, "path", lambda: "/dev/null/none")
-    grids, real = [], launch.run
+    grids, real = [], plans.run
 
     def spy(kernel, grid, *args, **meta):
         if kernel is window._window_gemm_kernel:

@@ -378,7 +378,7 @@ class TensorMethods:
         return self.transpose(-2, -1)
 
 
-_NOT_METHODS = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+_NOT_METHODS = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__hash__",
                 "__firstlineno__", "__static_attributes__"}
 
 
