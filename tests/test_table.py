@@ -7,8 +7,8 @@
   the kinks of each activation), forward and gradient, on both backends;
 - second derivatives through the Tensor form of the derivatives (create_graph=True).
 
-A new entry is tested by being in the table; only its input domain (DOMAINS) and its PyTorch
-counterpart (TORCH) may need a line here.
+A new entry is tested by being in the table; only an input domain other than [-3, 3]
+(DOMAINS) or a PyTorch counterpart of another name (TORCH_NAMED) needs a line here.
 """
 import itertools
 import math
@@ -36,23 +36,17 @@ DOMAINS = {
 # number parameters used in the tests (the defaults otherwise)
 PARAMS = {"softplus": (1.5, 2.0), "leaky_relu": (0.2,), "elu": (0.7,), "hardtanh": (-0.5, 1.5)}
 
-TORCH = {
-    "neg": torch.neg, "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-    "reciprocal": torch.reciprocal, "abs": torch.abs, "sign": torch.sign,
-    "maximum": torch.maximum, "minimum": torch.minimum, "where": torch.where,
-    "clamp_tensor": torch.clamp, "lerp": torch.lerp, "atan2": torch.atan2, "exp": torch.exp,
-    "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p, "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-    "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc,
-    "round": torch.round, "relu": torch.relu, "sigmoid": torch.sigmoid, "gelu": TF.gelu,
-    "gelu_tanh": lambda x: TF.gelu(x, approximate="tanh"), "silu": TF.silu,
-    "softplus": TF.softplus, "mish": TF.mish, "leaky_relu": TF.leaky_relu, "elu": TF.elu,
-    "hardtanh": TF.hardtanh, "relu6": TF.relu6, "hardswish": TF.hardswish, "eq": torch.eq,
-    "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-    "isnan": torch.isnan, "isfinite": torch.isfinite, "isinf": torch.isinf,
-    "logical_not": torch.logical_not, "logical_and": torch.logical_and,
-    "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+# PyTorch's counterpart of an entry: torch.<name> or F.<name> by default; the others here
+TORCH_NAMED = {
+    "clamp_tensor": torch.clamp, "gelu_tanh": lambda x: TF.gelu(x, approximate="tanh"),
 }
+
+
+def torch_counterpart(name):
+    return TORCH_NAMED.get(name) or getattr(torch, name, None) or getattr(TF, name, None)
+
+
+TORCH = {op.name: torch_counterpart(op.name) for op in OPS}
 EDGES = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 3.0, -3.0, 6.0, 1.5,
          25.0, -25.0, 1e-8, 100.0]
 # Gradients at a NaN input that PyTorch's own CPU kernels disagree on: its vectorised loop
@@ -61,9 +55,10 @@ EDGES = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 3.0, -3.0, 
 NAN_INPUT_GRADIENT_DIFFERS = {"elu", "hardswish", "hardtanh", "relu6"}
 
 
-def test_every_entry_has_a_torch_counterpart_and_its_surface():
+def test_every_entry_has_its_surface():
+    """td.<name>, and the Tensor method and nn module the entry asks for. (An entry that PyTorch
+    lacks under its name and TORCH_NAMED does not name is compared with nothing at the edges.)"""
     for op in OPS:
-        assert op.name in TORCH, f"{op.name}: name its PyTorch counterpart in TORCH"
         assert op.name in FUNCTIONS
         if op.method:
             assert hasattr(td.Tensor, op.name), op.name
@@ -192,6 +187,8 @@ def _edge_operands(op):
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
 def test_edge_values_as_pytorch(op, backend):
     """Forward and gradient at NaN, infinities, signed zeros, ties and kinks, as PyTorch."""
+    if TORCH[op.name] is None:
+        pytest.skip(f"PyTorch has no {op.name}")
     arrays = _edge_operands(op)
     params = _params(op)
     expected = [torch.tensor(a, requires_grad=(a.dtype != np.bool_ and bool(op.derivatives)))
