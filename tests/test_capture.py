@@ -150,9 +150,16 @@ def _our_kernel_names():
 
     from tritonad.kernels import FAMILIES
 
-    names = set()
-    for family in FAMILIES:
+    import pkgutil
+
+    modules = []
+    for family in FAMILIES:  # a family's module, or every module of a family's package (conv)
         module = importlib.import_module(f"tritonad.kernels.{family}")
+        modules.append(module)
+        for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
+            modules.append(importlib.import_module(f"{module.__name__}.{info.name}"))
+    names = set()
+    for module in modules:
         for value in vars(module).values():
             fn = getattr(value, "fn", None)
             while fn is not None and hasattr(fn, "fn"):

@@ -53,6 +53,9 @@ EDGES = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 3.0, -3.0, 
 # gives NaN (elu, hardswish) or 0 (hardtanh, relu6) where its scalar tail gives dy (torch 2.13,
 # 2026-12-01). tritonad gives dy, as the scalar form and its formula say; not compared there.
 NAN_INPUT_GRADIENT_DIFFERS = {"elu", "hardswish", "hardtanh", "relu6"}
+# Forwards at +-inf that differ between PyTorch versions: F.gelu(inf) is NaN in torch 2.11's CPU
+# kernel and inf in 2.13's (2026-12-01); tritonad gives inf, the limit. Not compared there.
+INFINITY_FORWARD_DIFFERS = {"gelu"}
 
 
 def test_every_entry_has_its_surface():
@@ -195,9 +198,12 @@ def test_edge_values_as_pytorch(op, backend):
                 for a in arrays]
     y_torch = TORCH[op.name](*expected, *params)
     y, grads = _run(op, arrays, backend, grads=bool(op.derivatives))
-    np.testing.assert_allclose(y.astype(np.float64), y_torch.detach().double().numpy(),
-                               rtol=1e-5, atol=1e-6, equal_nan=True,
-                               err_msg=f"{op.name} forward at {arrays}")
+    got, want = y.astype(np.float64), y_torch.detach().double().numpy()
+    if op.name in INFINITY_FORWARD_DIFFERS:
+        finite = np.isfinite(arrays[0])
+        got, want = got[finite], want[finite]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
+                               equal_nan=True, err_msg=f"{op.name} forward at {arrays}")
     if not op.derivatives:
         return
     cotangent = torch.tensor(np.random.default_rng(7).uniform(-1, 1, y.shape).astype(np.float32))
