@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import data, distributed, dtypes, models, nn, optim
+from . import data, distributed, models, nn, optim
 from .autodiff import nn_ops
 from .autodiff.grad_mode import no_grad
 from .backend import get_backend

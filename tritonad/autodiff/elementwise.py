@@ -15,7 +15,6 @@ same name does.
 from __future__ import annotations
 
 import inspect
-import math
 import numbers
 import types
 
@@ -205,7 +204,6 @@ def gelu(input, approximate="none"):
 
 
 __all__ = sorted(FUNCTIONS) + ["gelu", "ElementwiseFunction", "tensor_form"]
-del math
 
 
 def _method(public):

@@ -20,7 +20,6 @@ from .elementwise import clamp_tensor_bounds, where
 from .dims import _BROADCASTS, broadcast_shapes, normalize_dims  # noqa: F401
 from . import function
 from .function import Function
-from .grad_mode import is_grad_enabled
 
 
 def backend():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-import torch
 
 from .. import dtypes
 from ..backend import _state, get_backend

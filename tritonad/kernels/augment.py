@@ -24,7 +24,6 @@ import functools
 import math
 
 import numpy as np
-import torch
 import triton
 import triton.language as tl
 
