@@ -43,16 +43,13 @@ class ElementwiseFunction(Function):
         y = be.elementwise(op, *args)
         needs = ctx.needs_input_grad
         if needs:
-            values = dict(zip(op.names, args))
-            reads = set()
-            for name, need in zip(op.operands, needs):
-                if need:
-                    reads.update(op.derivatives[name].reads)
-            saved = tuple(n for n in op.names + ("y",) if n in reads and n != "dy"
-                          and (n == "y" or isinstance(values[n], torch.Tensor)))
-            ctx.save_for_backward(*(y if n == "y" else values[n] for n in saved))
+            kinds = tuple(isinstance(a, torch.Tensor) for a in args)
+            saved = cls._saves.get((needs, kinds))
+            if saved is None:  # (once per combination of needs and of array operands)
+                saved = cls._saves[needs, kinds] = _saved_names(op, needs, kinds)
+            ctx.save_for_backward(*(y if n == "y" else args[op.names.index(n)] for n in saved))
             ctx.saved_names = saved
-            ctx.numbers = {n: v for n, v in values.items() if not isinstance(v, torch.Tensor)}
+            ctx.numbers = {n: a for n, a, k in zip(op.names, args, kinds) if not k}
         return y
 
     @classmethod
@@ -76,6 +73,16 @@ class ElementwiseFunction(Function):
                 grads.append(Tensor._wrap(_raw_backend(dy._data).elementwise(derivative, *raws),
                                           False, None, 0, None))
         return tuple(grads) + (None,) * len(op.params)
+
+
+def _saved_names(op, needs, kinds):
+    """What forward saves: the arrays and y that the derivatives of the needed inputs read."""
+    reads = set()
+    for name, need in zip(op.operands, needs):
+        if need:
+            reads.update(op.derivatives[name].reads)
+    arrays = {n for n, k in zip(op.names, kinds) if k} | {"y"}
+    return tuple(n for n in op.names + ("y",) if n in reads and n in arrays)
 
 
 class _NotDifferentiable(Function):
@@ -176,7 +183,7 @@ def _make(op):
     # backend.elementwise)
     primitive = op.name if hasattr(Backend, op.name) else None
     function = type("".join(p.capitalize() for p in op.name.split("_")), (base,),
-                    {"op": op, "primitive": primitive, "__doc__": op.doc})
+                    {"op": op, "primitive": primitive, "__doc__": op.doc, "_saves": {}})
     function.__module__ = __name__
     op.function = function
     op.public = _public(op, function)
