@@ -388,7 +388,6 @@ class Dropout(Function):
     @staticmethod
     def backward(ctx, dy):
         (mask,) = ctx.saved
-    
         return where(mask, dy * (1.0 / (1.0 - ctx.p)), 0.0), None
 
 
