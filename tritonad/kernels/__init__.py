@@ -15,7 +15,8 @@ from . import errors, streams
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
-            "conv_pool", "optim", "mlp", "augment", "head")
+            "conv_pool", "optim", "mlp", "augment", "head",
+            "scan")  # scans and sorting
 
 
 class TritonBackend(Backend):

@@ -43,10 +43,11 @@ from .optim import OptimOps
 from .pool import PoolOps
 from .random import RandomOps
 from .reduce import ReduceOps
+from .scan import ScanOps  # scans and sorting
 
 
 class NumpyBackend(ElementwiseOps, ReduceOps, NnOps, ConvOps, PoolOps, IndexOps, RandomOps,
-                   OptimOps, AugmentOps, Backend):
+                   OptimOps, AugmentOps, ScanOps, Backend):
     """Every core primitive in numpy, on CPU tensors; the fused ones by Backend's defaults."""
 
     name = "numpy"
