@@ -17,6 +17,8 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
 from .autodiff.ops import std
 from .autodiff.ops import reduce_all as all, reduce_any as any  # noqa: A001  (td.all, td.any)
 from .autodiff.shape_ops import cat, stack
+from .autodiff.scan_ops import (argsort, cummax, cummin, cumprod, cumsum,  # noqa: F401
+                                logcumsumexp, sort, topk)  # scans and sorting
 from .autodiff import elementwise as _elementwise
 globals().update({name: f for name, f in _elementwise.FUNCTIONS.items()  # the table's ops
                   if name not in globals() and name not in ("clamp_tensor", "gelu_tanh")},

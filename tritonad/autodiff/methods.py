@@ -382,6 +382,14 @@ _NOT_METHODS = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref_
                 "__firstlineno__", "__static_attributes__"}
 
 
+# scans and sorting (scan_ops.py): x.cumsum(1), x.sort(descending=True), x.topk(5), ...
+from . import scan_ops as _scan_ops  # noqa: E402
+
+for _name in ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "sort", "argsort",
+              "topk"):
+    setattr(TensorMethods, _name, staticmethod(getattr(_scan_ops, _name)).__func__)
+
+
 def install():
     for name, value in vars(TensorMethods).items():
         if name not in _NOT_METHODS:
