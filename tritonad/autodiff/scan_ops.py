@@ -106,8 +106,9 @@ class Cumulative(Function):
         # logcumsumexp: dx_i = sum over the later j of dy_j exp(x_i - y_j)
         back = not reverse
         pos, neg = dy > 0, dy < 0
-        log_pos = where(pos, log(where(pos, dy, 1.0)), float("-inf")) - y
-        log_neg = where(neg, log(where(neg, -dy, 1.0)), float("-inf")) - y
+        # NOTE: -y inside the where: a row of -inf (y = -inf) gives no -inf - (-inf) = NaN
+        log_pos = where(pos, log(where(pos, dy, 1.0)) - y, float("-inf"))
+        log_neg = where(neg, log(where(neg, -dy, 1.0)) - y, float("-inf"))
         dx = exp(x + Cumulative.apply(log_pos, dim, "logsumexp", back, None)) - \
             exp(x + Cumulative.apply(log_neg, dim, "logsumexp", back, None))
         return dx, None, None, None, None
@@ -126,8 +127,6 @@ def _cumprod_grad(x, y, dy, dim, reverse):
 
 class CumExtreme(Function):
     """(values, indices) of the running max or min along dim; dx: dy added at the indices."""
-    primitive = "cumulative_extreme"
-
     @staticmethod
     def forward(ctx, x, dim, largest):
         values, indices = get_backend().cumulative_extreme(x, dim, largest)
@@ -182,8 +181,6 @@ def cummin(input, dim):
 
 class Sort(Function):
     """(values, indices) sorted along dim; dx: dy put back at the indices (a permutation)."""
-    primitive = "sort"
-
     @staticmethod
     def forward(ctx, x, dim, descending, stable):
         values, indices = get_backend().sort(x, dim, descending, stable)
@@ -200,8 +197,6 @@ class Sort(Function):
 
 class TopK(Function):
     """(values, indices) of the k best along dim; dx: dy at the indices, zeros elsewhere."""
-    primitive = "topk"
-
     @staticmethod
     def forward(ctx, x, k, dim, largest, sorted):
         values, indices = get_backend().topk(x, k, dim, largest, sorted)

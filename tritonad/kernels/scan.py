@@ -318,29 +318,11 @@ def _order_key(x, DESCENDING: tl.constexpr, KIND: tl.constexpr):
 
 
 @triton.jit
-def _swap_pairs(k, i, flip, LEVEL: tl.constexpr, LOG: tl.constexpr, ROWS: tl.constexpr):
-    # compare-exchange of the pairs 2**(LOG - LEVEL - 1) apart within each row: the smaller
-    # (key, index) pair first, unless flip (a descending run of the network)
-    ky = tl.reshape(k, [ROWS * (1 << LEVEL), 2, 1 << (LOG - LEVEL - 1)])
-    iy = tl.reshape(i, [ROWS * (1 << LEVEL), 2, 1 << (LOG - LEVEL - 1)])
-    right = tl.arange(0, 2)[None, :, None]
-    kl = tl.reshape(tl.broadcast_to(tl.sum(ky * (1 - right), 1)[:, None, :],
-                                    [ROWS * (1 << LEVEL), 2, 1 << (LOG - LEVEL - 1)]), k.shape)
-    kr = tl.reshape(tl.broadcast_to(tl.sum(ky * right, 1)[:, None, :],
-                                    [ROWS * (1 << LEVEL), 2, 1 << (LOG - LEVEL - 1)]), k.shape)
-    il = tl.reshape(tl.broadcast_to(tl.sum(iy * (1 - right), 1)[:, None, :],
-                                    [ROWS * (1 << LEVEL), 2, 1 << (LOG - LEVEL - 1)]), i.shape)
-    ir = tl.reshape(tl.broadcast_to(tl.sum(iy * right, 1)[:, None, :],
-                                    [ROWS * (1 << LEVEL), 2, 1 << (LOG - LEVEL - 1)]), i.shape)
-    out_of_order = (kl > kr) | ((kl == kr) & (il > ir))
-    swap = out_of_order != (flip != 0)
-    # the partner of an element is kl ^ kr ^ (itself)
-    return tl.where(swap, kl ^ kr ^ k, k), tl.where(swap, il ^ ir ^ i, i)
-
-
-@triton.jit
 def _bitonic_sort(k, i, LOG: tl.constexpr, ROWS: tl.constexpr):
-    # each row of k [ROWS, 2**LOG] ascending by (key, index), i carried along
+    # each row of k [ROWS, 2**LOG] ascending by (key, index), i carried along. A step
+    # compare-exchanges the pairs 2**(LOG - level - 1) apart: the smaller (key, index) pair
+    # first, unless flip (a descending run of the network). (One function, no nested calls:
+    # the interpreter pays per call.)
     for stage in tl.static_range(1, LOG + 1):
         if stage < LOG:  # runs of 2**stage alternate up and down
             flip = tl.reshape(tl.broadcast_to(tl.arange(0, 2)[None, :, None],
@@ -348,8 +330,19 @@ def _bitonic_sort(k, i, LOG: tl.constexpr, ROWS: tl.constexpr):
                               [ROWS, 1 << LOG])
         else:
             flip = tl.zeros([ROWS, 1 << LOG], tl.int32)
-        for level in tl.static_range(stage):
-            k, i = _swap_pairs(k, i, flip, level + LOG - stage, LOG, ROWS)
+        for step in tl.static_range(stage):
+            # pairs as [groups, 2, distance] -> the two sides, each [groups, distance]
+            kl, kr = tl.split(tl.permute(tl.reshape(
+                k, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
+            il, ir = tl.split(tl.permute(tl.reshape(
+                i, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
+            down, _ = tl.split(tl.permute(tl.reshape(
+                flip, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
+            swap = ((kl > kr) | ((kl == kr) & (il > ir))) != (down != 0)
+            k = tl.reshape(tl.permute(tl.join(tl.where(swap, kr, kl), tl.where(swap, kl, kr)),
+                                      (0, 2, 1)), [ROWS, 1 << LOG])
+            i = tl.reshape(tl.permute(tl.join(tl.where(swap, ir, il), tl.where(swap, il, ir)),
+                                      (0, 2, 1)), [ROWS, 1 << LOG])
     return k, i
 
 
