@@ -18,7 +18,8 @@ from .autodiff.ops import std
 from .autodiff.ops import reduce_all as all, reduce_any as any  # noqa: A001  (td.all, td.any)
 from .autodiff.shape_ops import cat, stack
 from .autodiff.scan_ops import (argsort, cummax, cummin, cumprod, cumsum,  # noqa: F401
-                                logcumsumexp, sort, topk)  # scans and sorting
+                                logcumsumexp, sort, topk)  # scans, sorting and tensor ops
+from .autodiff.tensor_ops import bmm, einsum, mm, tril, triu  # noqa: F401
 from .autodiff import elementwise as _elementwise
 globals().update({name: f for name, f in _elementwise.FUNCTIONS.items()  # the table's ops
                   if name not in globals() and name not in ("clamp_tensor", "gelu_tanh")},

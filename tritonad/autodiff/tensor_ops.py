@@ -1,0 +1,225 @@
+"""Tensor ops models reach for, written as composites over existing differentiable ops (their
+gradients come from their parts): tril, triu, mm, bmm and einsum.
+
+einsum lowers an equation to the ops that exist: a letter repeated within one operand takes
+the diagonal (a product with an equality mask, summed), a letter of one operand only that is
+not wanted later is summed at once, and each pair of operands (left to right) becomes one
+batched matmul: permute to [batch, rows, contracted] @ [batch, contracted, columns], reshape
+back, permute to the output's order.
+"""
+from __future__ import annotations
+
+import string
+
+from ..tensor import arange
+from .nn_ops import matmul
+from .ops import where
+
+
+# ------------------------------------------------------------------------------ tril / triu
+
+
+def _triangle(op, x, diagonal, lower):
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have at least 2 dims, got shape {tuple(x.shape)}")
+    if isinstance(diagonal, bool) or not isinstance(diagonal, int):
+        raise TypeError(f"{op}: diagonal must be an int, got {type(diagonal).__name__}")
+    rows, cols = x.shape[-2], x.shape[-1]
+    offset = arange(cols, device=x.device).reshape(1, cols) - \
+        arange(rows, device=x.device).reshape(rows, 1)          # j - i
+    keep = offset <= diagonal if lower else offset >= diagonal
+    return where(keep, x, 0.0 if x.dtype.is_floating_point else 0)
+
+
+def tril(input, diagonal=0):
+    """The lower triangle of the last two dims (j - i <= diagonal), zeros above:
+    `td.tril(scores)`."""
+    return _triangle("tril", input, diagonal, True)
+
+
+def triu(input, diagonal=0):
+    """The upper triangle of the last two dims (j - i >= diagonal), zeros below:
+    `td.triu(x, 1)`."""
+    return _triangle("triu", input, diagonal, False)
+
+
+# ------------------------------------------------------------------------------------ mm / bmm
+
+
+def mm(input, mat2):
+    """[n, m] @ [m, p] -> [n, p], 2-d operands only (as torch.mm): `td.mm(a, b)`."""
+    if input.ndim != 2 or mat2.ndim != 2:
+        raise ValueError(f"mm: expected 2-d tensors, got shapes {tuple(input.shape)} and "
+                         f"{tuple(mat2.shape)}")
+    if input.shape[1] != mat2.shape[0]:
+        raise ValueError(f"mm: shapes {tuple(input.shape)} and {tuple(mat2.shape)} cannot be "
+                         f"multiplied ({input.shape[0]}x{input.shape[1]} and "
+                         f"{mat2.shape[0]}x{mat2.shape[1]})")
+    return matmul(input, mat2)
+
+
+def bmm(input, mat2):
+    """[b, n, m] @ [b, m, p] -> [b, n, p], no broadcasting (as torch.bmm): `td.bmm(q, k)`."""
+    if input.ndim != 3 or mat2.ndim != 3:
+        raise ValueError(f"bmm: expected 3-d tensors, got shapes {tuple(input.shape)} and "
+                         f"{tuple(mat2.shape)}")
+    if input.shape[0] != mat2.shape[0] or input.shape[2] != mat2.shape[1]:
+        raise ValueError(f"bmm: shapes {tuple(input.shape)} and {tuple(mat2.shape)} do not "
+                         "match: expected [b, n, m] and [b, m, p]")
+    return matmul(input, mat2)
+
+
+# ------------------------------------------------------------------------------------ einsum
+
+
+def _parse(equation, operands):
+    """(list of letter strings per operand, output letters): ellipses made letters, spaces gone,
+    the implicit output (letters seen once, sorted) filled in."""
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->", 1)
+    else:
+        lhs, out = eq, None
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: the equation {equation!r} names {len(terms)} operands but "
+                         f"{len(operands)} were given")
+    used = set(eq) - set(".,->")
+    spare = [c for c in string.ascii_letters if c not in used]
+    ell_dims = 0
+    for term, x in zip(terms, operands):
+        if "..." in term:
+            ell_dims = max(ell_dims, x.ndim - (len(term) - 3))
+    ell = "".join(spare[:ell_dims])
+    letters = []
+    for term, x in zip(terms, operands):
+        if term.count("...") > 1 or "." in term.replace("...", ""):
+            raise ValueError(f"einsum: bad ellipsis in {equation!r}")
+        if "..." in term:
+            n = x.ndim - (len(term) - 3)
+            if n < 0:
+                raise ValueError(f"einsum: operand of shape {tuple(x.shape)} has fewer dims "
+                                 f"than {term!r} names")
+            term = term.replace("...", ell[ell_dims - n:])
+        if len(term) != x.ndim:
+            raise ValueError(f"einsum: {term!r} names {len(term)} dims for an operand of shape "
+                             f"{tuple(x.shape)}")
+        if not all(c.isalpha() for c in term):
+            raise ValueError(f"einsum: subscripts must be letters, got {term!r}")
+        letters.append(term)
+    if out is None:
+        counts = {}
+        for term in letters:
+            for c in term:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    else:
+        if "..." in out:
+            out = out.replace("...", ell)
+        if len(set(out)) != len(out) or not all(c.isalpha() for c in out):
+            raise ValueError(f"einsum: bad output subscripts in {equation!r}")
+        missing = set(out) - set("".join(letters))
+        if missing:
+            raise ValueError(f"einsum: output subscripts {sorted(missing)} appear in no operand "
+                             f"of {equation!r}")
+    return letters, out
+
+
+def _diagonal(x, term):
+    """Take the diagonal of every letter repeated in term: (x, term with each letter once)."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        a = term.index(c)
+        b = term.index(c, a + 1)
+        if x.shape[a] != x.shape[b]:
+            raise ValueError(f"einsum: subscript {c!r} has sizes {x.shape[a]} and {x.shape[b]}")
+        n = x.shape[a]
+        shape_a = [n if d == a else 1 for d in range(x.ndim)]
+        shape_b = [n if d == b else 1 for d in range(x.ndim)]
+        eq = arange(n, device=x.device).reshape(shape_a) == \
+            arange(n, device=x.device).reshape(shape_b)
+        x = where(eq, x, 0.0).sum(b)
+        term = term[:b] + term[b + 1:]
+    return x, term
+
+
+def _sum_out(x, term, keep):
+    """Sum the letters of term not in keep."""
+    dims = [d for d, c in enumerate(term) if c not in keep]
+    if dims:
+        x = x.sum(tuple(dims))
+        term = "".join(c for c in term if c in keep)
+    return x, term
+
+
+def _sizes(letters, operands):
+    size = {}
+    for term, x in zip(letters, operands):
+        for c, n in zip(term, x.shape):
+            if size.get(c, n) != n and n != 1 and size[c] != 1:
+                raise ValueError(f"einsum: subscript {c!r} has sizes {size[c]} and {n}")
+            size[c] = max(size.get(c, n), n)
+    return size
+
+
+def _contract(a, ta, b, tb, keep, size):
+    """a (letters ta) times b (letters tb), summed over the letters not in keep, as one batched
+    matmul; returns (result, its letters)."""
+    batch = [c for c in ta if c in tb and c in keep]
+    summed = [c for c in ta if c in tb and c not in keep]
+    left = [c for c in ta if c not in tb]
+    right = [c for c in tb if c not in ta]
+    for c in batch + summed:  # a size-1 side broadcasts
+        if a.shape[ta.index(c)] != size[c]:
+            a = a.expand([size[c] if t == c else a.shape[i] for i, t in enumerate(ta)])
+        if b.shape[tb.index(c)] != size[c]:
+            b = b.expand([size[c] if t == c else b.shape[i] for i, t in enumerate(tb)])
+    a = a.permute([ta.index(c) for c in batch + left + summed])
+    b = b.permute([tb.index(c) for c in batch + summed + right])
+    nb = _prod(size[c] for c in batch)
+    m, k, n = (_prod(size[c] for c in group) for group in (left, summed, right))
+    y = matmul(a.reshape(nb, m, k), b.reshape(nb, k, n))
+    return y.reshape([size[c] for c in batch + left + right]), "".join(batch + left + right)
+
+
+def _prod(values):
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def einsum(equation, *operands):
+    """Einstein summation, as torch.einsum: `td.einsum("bij,bjk->bik", a, b)`; ellipses,
+    implicit outputs, traces ("ii->"), diagonals, outer products and any number of operands
+    (contracted left to right). Operands may also come as one list."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands:
+        raise ValueError("einsum: at least one operand is needed")
+    letters, out = _parse(equation, operands)
+    size = _sizes(letters, operands)
+    items = []
+    for x, term in zip(operands, letters):
+        x, term = _diagonal(x, term)
+        items.append((x, term))
+    # letters wanted after operand i: the output's and those of the operands after it
+    x, term = items[0]
+    for i in range(1, len(items) + 1):
+        later = set(out).union(*(t for _, t in items[i:]))
+        if i == len(items):
+            x, term = _sum_out(x, term, later)
+            break
+        y, ty = items[i]
+        x, term = _sum_out(x, term, later | set(ty))
+        y, ty = _sum_out(y, ty, later | set(term))
+        x, term = _contract(x, term, y, ty, later, size)
+    if sorted(term) != sorted(out):  # letters of size-1 broadcasts kept in the output
+        raise ValueError(f"einsum: cannot form the output {out!r} of {equation!r}")
+    if term != out:
+        x = x.permute([term.index(c) for c in out])
+    # a letter broadcast from size 1 on every side it appeared on
+    want = [size[c] for c in out]
+    if list(x.shape) != want:
+        x = x.expand(want)
+    return x
