@@ -1,0 +1,102 @@
+"""tril, triu, mm, bmm and einsum (tritonad/autodiff/tensor_ops.py): composites over existing
+ops, checked forward and backward against PyTorch's CPU implementation on both backends, and
+their argument errors."""
+import numpy as np
+import pytest
+import torch
+
+import tritonad as td
+from tritonad.autodiff import gradcheck
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def check(td_fn, torch_fn, *arrays, atol=1e-4):
+    """Forward and the gradients of every input under a random cotangent, against torch."""
+    xs = [td.tensor(a).requires_grad_() for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    y, yt = td_fn(*xs), torch_fn(*ts)
+    assert tuple(y.shape) == tuple(yt.shape)
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-4, atol=atol)
+    cot = RNG.standard_normal(tuple(yt.shape)).astype(np.float32)
+    y.backward(td.tensor(cot))
+    yt.backward(torch.tensor(cot))
+    for x, t in zip(xs, ts):
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=atol)
+
+
+EINSUM = [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),           # batched matmul
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # attention scores
+    ("ij->ji", [(3, 4)]),                               # transpose
+    ("ii->", [(4, 4)]),                                 # trace
+    ("ii->i", [(4, 4)]),                                # diagonal
+    ("i,j->ij", [(3,), (5,)]),                          # outer product
+    ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)]),        # ellipsis, broadcast batch
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),         # a chain
+    ("ij,ij->", [(3, 4), (3, 4)]),                      # full contraction
+    ("bij->bj", [(2, 3, 4)]),                           # a sum
+    ("ij", [(3, 4)]),                                   # implicit output
+    ("ba,ca", [(3, 2), (4, 2)]),                        # implicit output, sorted letters
+]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUM)
+def test_einsum_matches_torch(equation, shapes):
+    with td.use_backend("numpy"):
+        check(lambda *xs: td.einsum(equation, *xs), lambda *ts: torch.einsum(equation, *ts),
+              *[rand(*s) for s in shapes])
+
+
+def test_einsum_on_the_kernels(backend_name):
+    check(lambda a, b: td.einsum("b i j, b k j -> b i k", a, b),
+          lambda a, b: torch.einsum("bij,bkj->bik", a, b), rand(2, 3, 5), rand(2, 4, 5))
+    check(lambda a: td.einsum("ii", a), lambda a: torch.einsum("ii", a), rand(3, 3))
+
+
+def test_einsum_gradients_float64_differences():
+    a = td.tensor(RNG.standard_normal((2, 3))).requires_grad_()
+    b = td.tensor(RNG.standard_normal((3, 3))).requires_grad_()
+    assert gradcheck(lambda x, y: td.einsum("ij,jj->ij", x, y), [a, b])
+
+
+def test_einsum_errors():
+    a = td.tensor(rand(2, 3))
+    with pytest.raises(ValueError, match="einsum"):
+        td.einsum("ij,jk->ik", a, a)      # sizes 3 and 2 for j
+    with pytest.raises(ValueError, match="einsum"):
+        td.einsum("ijk->i", a)            # too many letters
+    with pytest.raises(ValueError, match="einsum"):
+        td.einsum("ij->iz", a)            # z appears nowhere
+    with pytest.raises(ValueError, match="einsum"):
+        td.einsum("ij,jk->ik", a)         # one operand missing
+
+
+@pytest.mark.parametrize("diagonal", [1, -2])
+def test_tril_triu(backend_name, diagonal):
+    x = rand(2, 4, 5)
+    check(lambda v: td.tril(v, diagonal), lambda t: torch.tril(t, diagonal), x)
+    check(lambda v: v.triu(diagonal), lambda t: t.triu(diagonal), x)
+    ints = td.tensor(np.arange(12).reshape(3, 4))
+    assert td.tril(ints).dtype is td.int64
+    assert td.triu(ints, 1).tolist() == torch.triu(torch.arange(12).reshape(3, 4), 1).tolist()
+
+
+def test_tril_needs_two_dims():
+    with pytest.raises(ValueError, match="tril"):
+        td.tril(td.tensor(rand(3)))
+
+
+def test_mm_bmm(backend_name):
+    check(td.mm, torch.mm, rand(3, 4), rand(4, 5))
+    check(lambda a, b: a.bmm(b), torch.bmm, rand(2, 3, 4), rand(2, 4, 5))
+    with pytest.raises(ValueError, match="mm"):
+        td.mm(td.tensor(rand(3, 4)), td.tensor(rand(3, 4)))
+    with pytest.raises(ValueError, match="mm"):
+        td.mm(td.tensor(rand(2, 3, 4)), td.tensor(rand(4, 5)))
+    with pytest.raises(ValueError, match="bmm"):
+        td.bmm(td.tensor(rand(2, 3, 4)), td.tensor(rand(3, 4, 5)))
