@@ -1,5 +1,8 @@
 """Tensor ops models reach for, written as composites over existing differentiable ops (their
-gradients come from their parts): tril, triu, mm, bmm and einsum.
+gradients come from their parts): tril, triu, mm, bmm, einsum, pad (constant by cat; reflect,
+replicate and circular as one gather along each padded dim), conv1d (conv2d on a height-1 view)
+and adaptive_avg_pool2d (a mean for 1x1, avg_pool2d where the bins tile the plane evenly,
+per-bin means otherwise).
 
 einsum lowers an equation to the ops that exist: a letter repeated within one operand takes
 the diagonal (a product with an equality mask, summed), a letter of one operand only that is
@@ -11,9 +14,15 @@ from __future__ import annotations
 
 import string
 
-from ..tensor import arange
+import numpy as np
+
+from .. import dtypes
+from ..tensor import arange, full, tensor
+from .conv_ops import avg_pool2d, conv2d
 from .nn_ops import matmul
 from .ops import where
+from .scan_ops import gather_along
+from .shape_ops import cat
 
 
 # ------------------------------------------------------------------------------ tril / triu
@@ -223,3 +232,148 @@ def einsum(equation, *operands):
     if list(x.shape) != want:
         x = x.expand(want)
     return x
+
+
+# ------------------------------------------------------------------------------------ pad
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _source_positions(n, left, right, mode):
+    """For each position of a padded dim (length n + left + right), the position of x it
+    copies (numpy, host side: it depends only on sizes)."""
+    at = np.arange(-left, n + right)
+    if mode == "replicate":
+        return np.clip(at, 0, n - 1)
+    if mode == "circular":
+        return at % n
+    period = 2 * (n - 1)                     # reflect: mirror without repeating the edge
+    at = np.abs(at) % period if period else np.zeros_like(at)
+    return np.where(at >= n, period - at, at)
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pad the last len(pad) // 2 dims: pad = (left, right) of the last dim, then of the one
+    before, ... (as torch.nn.functional.pad); negative amounts crop. mode "constant" (value,
+    default 0), "reflect", "replicate" or "circular". `F.pad(x, (1, 1, 2, 0))`."""
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {_PAD_MODES}, got {mode!r}")
+    pad = tuple(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim or \
+            not all(isinstance(p, int) and not isinstance(p, bool) for p in pad):
+        raise ValueError(f"pad: pad must be an even number of ints, at most 2 per dim of the "
+                         f"input (shape {tuple(input.shape)}), got {pad}")
+    if mode != "constant" and value not in (None, 0, 0.0):
+        raise ValueError(f"pad: value is only for mode 'constant', got mode {mode!r}")
+    x = input
+    for i in range(len(pad) // 2):
+        dim = input.ndim - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        n = x.shape[dim]
+        if mode == "constant":
+            x = _pad_constant(x, dim, left, right, 0 if value is None else value)
+            continue
+        if left < 0 or right < 0:  # crop first, as torch does
+            x = _narrow(x, dim, max(-left, 0), n - max(-left, 0) - max(-right, 0))
+            n, left, right = x.shape[dim], max(left, 0), max(right, 0)
+        if mode == "reflect" and (left >= n or right >= n):
+            raise ValueError(f"pad: reflect padding ({left}, {right}) must be smaller than the "
+                             f"padded dim {dim} of size {n} (shape {tuple(input.shape)})")
+        if mode == "circular" and (left > n or right > n):
+            raise ValueError(f"pad: circular padding ({left}, {right}) must be at most the "
+                             f"padded dim {dim} of size {n} (shape {tuple(input.shape)})")
+        if mode == "replicate" and n == 0 and left + right:
+            raise ValueError(f"pad: cannot replicate an empty dim {dim} (shape "
+                             f"{tuple(input.shape)})")
+        if not left and not right:
+            continue
+        where_from = _source_positions(n, left, right, mode)
+        shape = [1] * x.ndim
+        shape[dim] = len(where_from)
+        index = tensor(where_from, dtype=dtypes.int64, device=x.device).reshape(shape)
+        full_shape = list(x.shape)
+        full_shape[dim] = len(where_from)
+        x = gather_along(x, index.expand(full_shape), dim)
+    return x
+
+
+def _narrow(x, dim, start, length):
+    """x[..., start:start + length, ...] along dim (a view)."""
+    return x[(slice(None),) * dim + (slice(start, start + length),)]
+
+
+def _pad_constant(x, dim, left, right, value):
+    n = x.shape[dim]
+    if left < 0 or right < 0:
+        start, stop = max(-left, 0), n - max(-right, 0)
+        if stop < start:
+            raise ValueError(f"pad: cropping ({left}, {right}) removes more than dim {dim} of "
+                             f"size {n} holds")
+        x = _narrow(x, dim, start, stop - start)
+        left, right = max(left, 0), max(right, 0)
+    if not left and not right:
+        return x
+    parts = []
+    for amount in (left, right):
+        shape = list(x.shape)
+        shape[dim] = amount
+        parts.append(full(shape, value, dtype=x.dtype, device=x.device) if amount else None)
+    return cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
+
+
+# ------------------------------------------------------------------------------ conv1d, pooling
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d convolution: input [N, C_in, L] (or [C_in, L]), weight [C_out, C_in / groups, k],
+    bias [C_out]; as torch.nn.functional.conv1d (padding an int, a 1-tuple, 'valid' or
+    'same'). Runs the conv2d kernels on a height-1 view. `F.conv1d(x, w, padding=1)`."""
+    if input.ndim not in (2, 3) or weight.ndim != 3:
+        raise ValueError(f"conv1d: expected input [N, C, L] or [C, L] and weight [C_out, C_in / "
+                         f"groups, k], got shapes {tuple(input.shape)} and "
+                         f"{tuple(weight.shape)}")
+    one = {}
+    for name, v in (("stride", stride), ("padding", padding), ("dilation", dilation)):
+        if isinstance(v, (tuple, list)):
+            if len(v) != 1:
+                raise ValueError(f"conv1d: {name} must be an int or a 1-tuple, got {v}")
+            v = v[0]
+        one[name] = v if isinstance(v, str) else (0 if name == "padding" else 1, v)
+    y = conv2d(input.unsqueeze(-2), weight.unsqueeze(2), bias, one["stride"], one["padding"],
+               one["dilation"], groups)
+    return y.squeeze(-2)
+
+
+def _bins(size, out):
+    """torch's adaptive pooling windows: [floor(i * size / out), ceil((i + 1) * size / out))."""
+    return [((i * size) // out, -(-((i + 1) * size) // out)) for i in range(out)]
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Average pooling to a fixed output plane: input [N, C, H, W] or [C, H, W], output_size
+    an int or (oh, ow) (None keeps that dim). Output bin i covers [floor(i H / oh),
+    ceil((i + 1) H / oh)), as torch. `F.adaptive_avg_pool2d(x, 1)` (global pooling: one mean)."""
+    if input.ndim not in (3, 4):
+        raise ValueError(f"adaptive_avg_pool2d: expected a 3-d or 4-d input, got shape "
+                         f"{tuple(input.shape)}")
+    if isinstance(output_size, int):
+        output_size = (output_size, output_size)
+    h, w = input.shape[-2:]
+    oh, ow = (h if output_size[0] is None else output_size[0],
+              w if output_size[1] is None else output_size[1])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be positive, got {output_size}")
+    if (oh, ow) == (1, 1):
+        return input.mean((-2, -1), keepdim=True)
+    if h % oh == 0 and w % ow == 0:
+        kernel = (h // oh, w // ow)
+        x = input if input.ndim == 4 else input.unsqueeze(0)
+        y = avg_pool2d(x, kernel, kernel)
+        return y if input.ndim == 4 else y.squeeze(0)
+    rows = []
+    for top, bottom in _bins(h, oh):
+        band = _narrow(input, input.ndim - 2, top, bottom - top)
+        rows.append(cat([_narrow(band, band.ndim - 1, a, b - a).mean((-2, -1), keepdim=True)
+                         for a, b in _bins(w, ow)], -1))
+    return cat(rows, -2)

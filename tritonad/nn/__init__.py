@@ -14,6 +14,10 @@ __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "Ma
            "ModuleList", "ModuleDict", "FusedMLP",
            "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional"]
 
+# layers over the tensor ops models need (model_layers.py)
+from .model_layers import AdaptiveAvgPool2d, Conv1d  # noqa: E402
+__all__ += ["Conv1d", "AdaptiveAvgPool2d"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing

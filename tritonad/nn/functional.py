@@ -10,6 +10,10 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
            "softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "nll_loss",
            "mse_loss", "dropout", "unfold", "fold"]
 
+# tensor ops models need (autodiff/tensor_ops.py)
+from ..autodiff.tensor_ops import adaptive_avg_pool2d, conv1d, pad  # noqa: E402
+__all__ += ["pad", "conv1d", "adaptive_avg_pool2d"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
