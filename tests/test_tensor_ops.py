@@ -100,3 +100,58 @@ def test_mm_bmm(backend_name):
         td.mm(td.tensor(rand(2, 3, 4)), td.tensor(rand(4, 5)))
     with pytest.raises(ValueError, match="bmm"):
         td.bmm(td.tensor(rand(2, 3, 4)), td.tensor(rand(3, 4, 5)))
+
+
+# ------------------------------------------------------------------------ pad, conv1d, pooling
+
+import tritonad.nn.functional as F  # noqa: E402
+from tritonad import nn  # noqa: E402
+
+
+@pytest.mark.parametrize("mode,amounts", [("constant", (1, 2, 0, 3)), ("constant", (-1, 2)),
+                                          ("reflect", (2, 1, 1, 3)), ("replicate", (0, 3, 2, 1)),
+                                          ("circular", (-1, 2, 3, 1))])
+def test_pad_modes(backend_name, mode, amounts):
+    x = rand(2, 3, 5, 6)
+    check(lambda v: F.pad(v, amounts, mode), lambda t: torch.nn.functional.pad(t, amounts, mode),
+          x)
+
+
+def test_pad_value_and_errors():
+    x = rand(2, 4)
+    got = F.pad(td.tensor(x), (1, 1), value=-2.5).numpy()
+    np.testing.assert_array_equal(got, torch.nn.functional.pad(torch.tensor(x), (1, 1),
+                                                               value=-2.5).numpy())
+    with pytest.raises(ValueError, match="pad"):
+        F.pad(td.tensor(x), (4, 0), mode="reflect")    # not smaller than the dim
+    with pytest.raises(ValueError, match="pad"):
+        F.pad(td.tensor(x), (1, 1, 1), mode="constant")
+    with pytest.raises(ValueError, match="pad"):
+        F.pad(td.tensor(x), (1, 1), mode="wrap")
+
+
+def test_conv1d(backend_name):
+    x, w, b = rand(2, 4, 11), rand(6, 2, 3), rand(6)
+    check(lambda *v: F.conv1d(*v, stride=2, padding=1, dilation=2, groups=2),
+          lambda *t: torch.nn.functional.conv1d(*t, stride=2, padding=1, dilation=2, groups=2),
+          x, w, b, atol=3e-2)  # (float32 convolution runs at TF32 by default, as torch's)
+    layer = nn.Conv1d(4, 3, 3, padding="same", bias=False)
+    assert layer(td.tensor(x)).shape == (2, 3, 11)
+    assert layer.weight.shape == (3, 4, 3)
+
+
+@pytest.mark.parametrize("size", [1, (1, 3), (2, 4)])
+def test_adaptive_avg_pool2d(size):
+    # global (one mean), bins that tile the plane (avg_pool2d), uneven bins (per-bin means)
+    x = rand(2, 3, 5, 6)
+    check(lambda v: F.adaptive_avg_pool2d(v, size),
+          lambda t: torch.nn.functional.adaptive_avg_pool2d(t, size), x, atol=1e-5)
+    assert nn.AdaptiveAvgPool2d(size)(td.tensor(x)).shape == \
+        torch.nn.AdaptiveAvgPool2d(size)(torch.tensor(x)).shape
+
+
+def test_adaptive_avg_pool2d_on_the_kernels(backend_name):
+    x = rand(2, 3, 4, 6)
+    for size in (1, (2, 3)):
+        check(lambda v: F.adaptive_avg_pool2d(v, size),
+              lambda t: torch.nn.functional.adaptive_avg_pool2d(t, size), x, atol=1e-5)
