@@ -155,3 +155,36 @@ def test_adaptive_avg_pool2d_on_the_kernels(backend_name):
     for size in (1, (2, 3)):
         check(lambda v: F.adaptive_avg_pool2d(v, size),
               lambda t: torch.nn.functional.adaptive_avg_pool2d(t, size), x, atol=1e-5)
+
+
+@pytest.mark.parametrize("geometry", [dict(stride=2, padding=1, output_padding=1, groups=2),
+                                      dict(stride=1, padding=0, dilation=2)])
+def test_conv_transpose2d(backend_name, geometry):
+    groups = geometry.get("groups", 1)
+    x, w, b = rand(2, 4, 3, 4), rand(4, 6 // groups, 3, 3), rand(6)
+    with _conv_precision("highest"):  # float32 accuracy, not TF32
+        check(lambda *v: F.conv_transpose2d(*v, **geometry),
+              lambda *t: torch.nn.functional.conv_transpose2d(*t, **geometry), x, w, b,
+              atol=1e-3)
+    layer = nn.ConvTranspose2d(4, 2, 2, stride=2)
+    assert layer(td.tensor(x)).shape == (2, 2, 6, 8)
+
+
+def test_conv_transpose2d_errors():
+    x = td.tensor(rand(1, 4, 3, 3))
+    with pytest.raises(ValueError, match="conv_transpose2d"):
+        F.conv_transpose2d(x, td.tensor(rand(3, 2, 3, 3)))             # channels differ
+    with pytest.raises(ValueError, match="conv_transpose2d"):
+        F.conv_transpose2d(x, td.tensor(rand(4, 2, 3, 3)), output_padding=1)  # >= stride
+
+
+class _conv_precision:
+    def __init__(self, precision):
+        self.precision = precision
+
+    def __enter__(self):
+        self.saved = td.conv_precision()
+        td.set_conv_precision(self.precision)
+
+    def __exit__(self, *exc):
+        td.set_conv_precision(self.saved)

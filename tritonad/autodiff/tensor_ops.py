@@ -2,7 +2,7 @@
 gradients come from their parts): tril, triu, mm, bmm, einsum, pad (constant by cat; reflect,
 replicate and circular as one gather along each padded dim), conv1d (conv2d on a height-1 view)
 and adaptive_avg_pool2d (a mean for 1x1, avg_pool2d where the bins tile the plane evenly,
-per-bin means otherwise).
+per-bin means otherwise) and conv_transpose2d (conv2d's input gradient).
 
 einsum lowers an equation to the ops that exist: a letter repeated within one operand takes
 the diagonal (a product with an equality mask, summed), a letter of one operand only that is
@@ -17,8 +17,10 @@ import string
 import numpy as np
 
 from .. import dtypes
-from ..tensor import arange, full, tensor
+from ..backend import get_backend
+from ..tensor import Tensor, arange, full, tensor
 from .conv_ops import avg_pool2d, conv2d
+from .function import Function
 from .nn_ops import matmul
 from .ops import where
 from .scan_ops import gather_along
@@ -377,3 +379,82 @@ def adaptive_avg_pool2d(input, output_size):
         rows.append(cat([_narrow(band, band.ndim - 1, a, b - a).mean((-2, -1), keepdim=True)
                          for a, b in _bins(w, ow)], -1))
     return cat(rows, -2)
+
+
+# ------------------------------------------------------------------------------ conv_transpose2d
+
+
+class ConvTranspose2d(Function):
+    """The transposed convolution: the input gradient of conv2d(z, w) for dy = x, where z is
+    [N, C_out, Ho, Wo] and w [C_in, C_out / groups, kh, kw] is read as conv2d's weight (C_in
+    outputs). Backward (dedicated kernels, once differentiable): dx = conv2d(dy, w) and dw =
+    conv2d's weight gradient for input dy and output gradient x."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, x, w, out_shape, stride, padding, dilation, groups):
+        ctx.args = stride, padding, dilation, groups
+        ctx.save_for_backward(x, w)
+        b = get_backend()
+        # conv2d_backward takes its input's geometry from an array: one element, expanded
+        shape_only = b.empty((1,), dtypes.get_dtype(x.dtype), x.device).expand(out_shape)
+        return b.conv2d_backward(x, shape_only, w, stride, padding, dilation, groups,
+                                 True, False, False)[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved
+        needs, b = ctx.needs_input_grad, get_backend()
+        raw = dy._data
+        dx = b.conv2d(raw, w._data, None, *ctx.args) if needs[0] else None
+        dw = b.conv2d_backward(x._data, raw, w._data, *ctx.args, False, True, False)[1] \
+            if needs[1] else None
+        wrap = lambda r: Tensor._wrap(r) if r is not None else None  # noqa: E731
+        return (wrap(dx), wrap(dw)) + (None,) * 5
+
+
+def _pair(op, name, v):
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    v = tuple(v)
+    if len(v) != 2 or not all(isinstance(i, int) for i in v):
+        raise ValueError(f"{op}: {name} must be an int or a pair of ints, got {v}")
+    return v
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed 2-d convolution, as torch.nn.functional.conv_transpose2d: input [N, C_in, H,
+    W] (or [C_in, H, W]), weight [C_in, C_out / groups, kh, kw], bias [C_out]; output plane
+    Ho = (H - 1) sh - 2 ph + dh (kh - 1) + oph + 1. `F.conv_transpose2d(x, w, stride=2)`."""
+    if input.ndim == 3:
+        return conv_transpose2d(input.unsqueeze(0), weight, bias, stride, padding,
+                                output_padding, groups, dilation).squeeze(0)
+    op = "conv_transpose2d"
+    stride, padding, dilation, output_padding = (_pair(op, n, v) for n, v in (
+        ("stride", stride), ("padding", padding), ("dilation", dilation),
+        ("output_padding", output_padding)))
+    if input.ndim != 4 or weight.ndim != 4:
+        raise ValueError(f"{op}: expected input [N, C_in, H, W] and weight [C_in, C_out / groups, "
+                         f"kh, kw], got shapes {tuple(input.shape)} and {tuple(weight.shape)}")
+    if groups < 1 or input.shape[1] != weight.shape[0] or weight.shape[0] % groups:
+        raise ValueError(f"{op}: input of shape {tuple(input.shape)} does not match weight of "
+                         f"shape {tuple(weight.shape)} with groups={groups} (input channels must "
+                         "equal weight.shape[0], a multiple of groups)")
+    for s, d, o in zip(stride, dilation, output_padding):
+        if s < 1 or d < 1 or min(padding) < 0 or o < 0 or (o >= s and o >= d):
+            raise ValueError(f"{op}: stride {stride}, dilation {dilation} must be >= 1, padding "
+                             f"{padding} >= 0 and output_padding {output_padding} smaller than "
+                             "the stride or the dilation")
+    c_out = weight.shape[1] * groups
+    if bias is not None and tuple(bias.shape) != (c_out,):
+        raise ValueError(f"{op}: bias of shape {tuple(bias.shape)} does not match {c_out} "
+                         "output channels")
+    out_hw = [(size - 1) * s - 2 * p + d * (k - 1) + o + 1 for size, s, p, d, k, o in
+              zip(input.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding)]
+    if min(out_hw) < 1:
+        raise ValueError(f"{op}: the output plane {tuple(out_hw)} of input {tuple(input.shape)} "
+                         "is empty")
+    y = ConvTranspose2d.apply(input, weight, (input.shape[0], c_out, *out_hw), stride, padding,
+                              dilation, groups)
+    return y if bias is None else y + bias.reshape(1, c_out, 1, 1)

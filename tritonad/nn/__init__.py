@@ -15,8 +15,8 @@ __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "Ma
            "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional"]
 
 # layers over the tensor ops models need (model_layers.py)
-from .model_layers import AdaptiveAvgPool2d, Conv1d  # noqa: E402
-__all__ += ["Conv1d", "AdaptiveAvgPool2d"]
+from .model_layers import AdaptiveAvgPool2d, Conv1d, ConvTranspose2d  # noqa: E402
+__all__ += ["Conv1d", "ConvTranspose2d", "AdaptiveAvgPool2d"]
 
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)

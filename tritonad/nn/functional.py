@@ -11,8 +11,9 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
            "mse_loss", "dropout", "unfold", "fold"]
 
 # tensor ops models need (autodiff/tensor_ops.py)
-from ..autodiff.tensor_ops import adaptive_avg_pool2d, conv1d, pad  # noqa: E402
-__all__ += ["pad", "conv1d", "adaptive_avg_pool2d"]
+from ..autodiff.tensor_ops import (adaptive_avg_pool2d, conv1d, conv_transpose2d,  # noqa: E402
+                                    pad)
+__all__ += ["pad", "conv1d", "conv_transpose2d", "adaptive_avg_pool2d"]
 
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)

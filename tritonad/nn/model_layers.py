@@ -1,4 +1,4 @@
-"""Layers over the composites of autodiff/tensor_ops.py: Conv1d and AdaptiveAvgPool2d."""
+"""Layers over the ops of autodiff/tensor_ops.py: Conv1d, ConvTranspose2d, AdaptiveAvgPool2d."""
 from __future__ import annotations
 
 import math
@@ -67,3 +67,41 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self):
         return f"output_size={self.output_size}"
+
+
+class ConvTranspose2d(Module):
+    """Transposed 2-d convolution on NCHW input; weight [in, out / groups, kh, kw], initialised
+    as torch. `nn.ConvTranspose2d(64, 32, 2, stride=2)` (an upsampling step)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, device=None, dtype=None):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"ConvTranspose2d: in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) must be divisible by groups ({groups})")
+        pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride, self.padding = pair(kernel_size), pair(stride), \
+            pair(padding)
+        self.output_padding, self.dilation = pair(output_padding), pair(dilation)
+        dtype = dtype or dtypes.float32
+        self.weight = Parameter(empty(in_channels, out_channels // groups, *self.kernel_size,
+                                      dtype=dtype, device=device))
+        self.bias = Parameter(empty(out_channels, dtype=dtype, device=device)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            # torch's fan_in of a transposed weight: its dim 1 times the window
+            fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
+            bound = 1 / math.sqrt(fan_in)
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return tensor_ops.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                           self.output_padding, self.groups, self.dilation)
+
+    def extra_repr(self):
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
+               f"stride={self.stride}" + ("" if self.bias is not None else ", bias=False")
