@@ -188,3 +188,30 @@ class _conv_precision:
 
     def __exit__(self, *exc):
         td.set_conv_precision(self.saved)
+
+
+@pytest.mark.parametrize("options", [dict(scale_factor=2), dict(size=(7, 5)),
+                                     dict(size=(3, 9), mode="bilinear"),
+                                     dict(scale_factor=2, mode="bilinear", align_corners=True),
+                                     dict(scale_factor=0.5, mode="bilinear")])
+def test_interpolate(options):
+    check(lambda v: F.interpolate(v, **options),
+          lambda t: torch.nn.functional.interpolate(t, **options), rand(2, 3, 4, 6), atol=1e-5)
+
+
+def test_interpolate_on_the_kernels(backend_name):
+    check(lambda v: F.interpolate(v, size=(5, 3), mode="bilinear"),
+          lambda t: torch.nn.functional.interpolate(t, size=(5, 3), mode="bilinear"),
+          rand(1, 2, 3, 4), atol=1e-5)
+
+
+def test_interpolate_errors():
+    x = td.tensor(rand(1, 1, 2, 2))
+    with pytest.raises(ValueError, match="interpolate"):
+        F.interpolate(x)                                   # neither size nor scale_factor
+    with pytest.raises(ValueError, match="interpolate"):
+        F.interpolate(x, size=3, scale_factor=2)
+    with pytest.raises(ValueError, match="interpolate"):
+        F.interpolate(x, size=3, mode="bicubic")
+    with pytest.raises(ValueError, match="interpolate"):
+        F.interpolate(td.tensor(rand(2, 3)), size=3)

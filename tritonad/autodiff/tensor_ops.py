@@ -2,7 +2,8 @@
 gradients come from their parts): tril, triu, mm, bmm, einsum, pad (constant by cat; reflect,
 replicate and circular as one gather along each padded dim), conv1d (conv2d on a height-1 view)
 and adaptive_avg_pool2d (a mean for 1x1, avg_pool2d where the bins tile the plane evenly,
-per-bin means otherwise) and conv_transpose2d (conv2d's input gradient).
+per-bin means otherwise), conv_transpose2d (conv2d's input gradient) and interpolate
+(nearest and bilinear as gathers along each axis).
 
 einsum lowers an equation to the ops that exist: a letter repeated within one operand takes
 the diagonal (a product with an equality mask, summed), a letter of one operand only that is
@@ -458,3 +459,77 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     y = ConvTranspose2d.apply(input, weight, (input.shape[0], c_out, *out_hw), stride, padding,
                               dilation, groups)
     return y if bias is None else y + bias.reshape(1, c_out, 1, 1)
+
+
+# ------------------------------------------------------------------------------ interpolate
+
+
+def _axis_sources(n_in, n_out, scale_factor, mode, align_corners):
+    """(i0, i1, weight of i1) per output position of one axis, torch's formulas (host side)."""
+    dst = np.arange(n_out, dtype=np.float64)
+    if mode == "nearest":
+        scale = 1.0 / scale_factor if scale_factor else n_in / n_out
+        i0 = np.minimum(np.floor(dst * scale), n_in - 1).astype(np.int64)
+        return i0, i0, np.zeros(n_out)
+    if align_corners:
+        scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        src = dst * scale
+    else:
+        scale = 1.0 / scale_factor if scale_factor else n_in / n_out
+        src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src), n_in - 1).astype(np.int64)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return i0, i1, src - i0
+
+
+def _gather_axis(x, dim, positions):
+    shape = [1] * x.ndim
+    shape[dim] = len(positions)
+    full_shape = list(x.shape)
+    full_shape[dim] = len(positions)
+    index = tensor(positions, dtype=dtypes.int64, device=x.device).reshape(shape)
+    return gather_along(x, index.expand(full_shape), dim)
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None):
+    """Resize the plane of a 4-d input [N, C, H, W], as torch.nn.functional.interpolate:
+    mode "nearest" or "bilinear" (align_corners False by default), to `size` or by
+    `scale_factor` (one of the two). Separable: one gather (nearest) or two gathers and a blend
+    (bilinear) per axis; the gradient scatters back. `F.interpolate(x, scale_factor=2)`."""
+    op = "interpolate"
+    if input.ndim != 4:
+        raise ValueError(f"{op}: expected a 4-d input [N, C, H, W], got shape "
+                         f"{tuple(input.shape)}")
+    if mode not in ("nearest", "bilinear"):
+        raise ValueError(f"{op}: mode must be 'nearest' or 'bilinear', got {mode!r}")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError(f"{op}: align_corners is only for the interpolating modes (bilinear)")
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{op}: give exactly one of size and scale_factor")
+    h, w = input.shape[2:]
+    if size is not None:
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        factors = (None, None)
+    else:
+        factors = (scale_factor, scale_factor) if isinstance(scale_factor, (int, float)) \
+            else tuple(scale_factor)
+        size = tuple(int(np.floor(n * f)) for n, f in zip((h, w), factors))
+        if recompute_scale_factor:
+            factors = (None, None)
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(f"{op}: the output plane {size} of input {tuple(input.shape)} must be "
+                         "2 positive sizes")
+    x = input
+    for dim, n_in, n_out, factor in ((2, h, size[0], factors[0]), (3, w, size[1], factors[1])):
+        if n_in == n_out and factor in (None, 1, 1.0):
+            continue
+        i0, i1, frac = _axis_sources(n_in, n_out, factor, mode, bool(align_corners))
+        if mode == "nearest":
+            x = _gather_axis(x, dim, i0)
+            continue
+        shape = [1] * 4
+        shape[dim] = n_out
+        t = tensor(frac, dtype=x.dtype, device=x.device).reshape(shape)
+        x = _gather_axis(x, dim, i0) * (1.0 - t) + _gather_axis(x, dim, i1) * t
+    return x

@@ -12,8 +12,8 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
 
 # tensor ops models need (autodiff/tensor_ops.py)
 from ..autodiff.tensor_ops import (adaptive_avg_pool2d, conv1d, conv_transpose2d,  # noqa: E402
-                                    pad)
-__all__ += ["pad", "conv1d", "conv_transpose2d", "adaptive_avg_pool2d"]
+                                    interpolate, pad)
+__all__ += ["pad", "interpolate", "conv1d", "conv_transpose2d", "adaptive_avg_pool2d"]
 
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
