@@ -40,7 +40,7 @@ PRIMITIVES = ("cumulative", "cumulative_extreme", "sort", "topk", "gather_along"
 
 SCAN_BLOCK = 1 << 14 if INTERPRET else 1024   # columns per scan step
 SCAN_TILE = 1 << 15 if INTERPRET else 4096     # elements per scan step (rows x columns)
-SCAN_CHUNK = 1 << 20 if INTERPRET else 16384   # columns per program when long rows are split
+SCAN_CHUNK = 1 << 20 if INTERPRET else 4096    # columns per program when long rows are split
 SPLIT_ROWS = 264                               # fewer rows than this and long rows: split
 SORT_TILE = 1024 if INTERPRET else 2048        # widest row sorted in registers (power of two)
 MERGE_BLOCK = 1 << 14 if INTERPRET else 1024   # pairs per program in a merge pass
