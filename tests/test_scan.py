@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import tritonad as td
 from tritonad.autodiff import gradcheck, gradgradcheck
+from tritonad.kernels import plans
 from tritonad.kernels import scan as kernels
 
 NAN = float("nan")
@@ -22,7 +23,9 @@ NAN = float("nan")
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Long-row paths on tiny rows: 8-wide sort tiles, 16-column scan chunks."""
+    """Long-row paths on tiny rows: 8-wide sort tiles, 16-column scan chunks (no plans kept:
+    a plan records the path its first call took)."""
+    monkeypatch.setattr(plans, "PLANS_ENABLED", False)
     for name, value in (("SORT_TILE", 8), ("MERGE_BLOCK", 8), ("SCAN_CHUNK", 16),
                         ("SCAN_BLOCK", 8), ("SPLIT_ROWS", 64)):
         monkeypatch.setattr(kernels, name, value)
