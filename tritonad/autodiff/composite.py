@@ -9,7 +9,7 @@ parts; a faster implementation may be registered beside, never instead.
 
     @log_softmax.fused("log_softmax")
     def _(x, dim):
-        return LogSoftmax.apply1(x, dim)        # one kernel each way, its own backward
+        return LogSoftmax.apply(x, dim)        # one kernel each way, its own backward
 
 A call runs the fused implementation when the backend of its tensors implements the named
 primitive (the triton backend's kernels), and the composite otherwise (the numpy backend runs

@@ -140,13 +140,13 @@ def _public(op, function):
     signature = inspect.signature(op.fn)
     n_operands = len(op.operands)
 
-    if op.arity == 1:  # exp(x): the lean one-tensor path of Function.apply1
-        apply1 = function.apply1
+    if op.arity == 1:  # exp(x): straight to Function.apply
+        apply = function.apply
 
         def public(x):
             if not isinstance(x, Tensor):
                 raise TypeError(f"{op.name}: expected a tensor, got {type(x).__name__}")
-            return apply1(x)
+            return apply(x)
     else:
         def public(*args, **kwargs):
             try:

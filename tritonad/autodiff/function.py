@@ -161,6 +161,36 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
+        """Run the op on its arguments (Tensors and plain values); record it for backward when
+        a Tensor argument requires a gradient and grad mode is on."""
+        # The lean path: an op with a primitive and nothing to record (inference, optimizer
+        # updates, backward passes) calls the backend primitive on the raw arrays, one loop
+        # over the arguments and no Context (see notes/PERF.md, "Eager path", for its cost).
+        state = _state
+        if cls.primitive is not None and not kwargs:
+            raws, first, grad = [], None, state.enabled
+            for a in args:
+                if isinstance(a, Tensor):
+                    if grad and a._requires_grad:
+                        break
+                    raw = a._data
+                    if first is None:
+                        first = raw
+                    elif raw.get_device() != first.get_device():
+                        _raise_devices(cls, args)
+                    raws.append(raw)
+                else:
+                    raws.append(a)
+            else:
+                if first is not None:
+                    be = state.cuda if first.is_cuda else state.cpu
+                    if be is None:
+                        be = backend_of(first)
+                    return Tensor._wrap(getattr(be, cls.primitive)(*raws), False, None, 0, None)
+        return cls._apply(args, kwargs)
+
+    @classmethod
+    def _apply(cls, args, kwargs):
         # one pass over the arguments: the device, whether any needs a gradient, the raw arrays
         device = first = None
         needs_any = False
@@ -182,12 +212,6 @@ class Function:
         state = _state
         enabled = state.enabled
         record = needs_any and enabled
-        if not record and cls.primitive is not None and first is not None and not kwargs:
-            be = state.cuda if first.is_cuda else state.cpu
-            if be is None:
-                be = backend_of(first)
-            result = getattr(be, cls.primitive)(*raw_args)
-            return Tensor._wrap(result, False, None, 0, None)
         if record:
             ctx = Context(cls, args, tuple(needs))
         else:
@@ -245,36 +269,6 @@ class Function:
         if ctx._saved_raw:
             ctx._resolve_saved(args, raw_args, outputs)
         return outputs[0] if single else tuple(outputs)
-
-
-    # The commonest eager calls, one or two Tensors and nothing to record, without apply's
-    # general pass over the arguments (about 1 us of Python on a GPU host); anything else, and
-    # every case these do not take (a gradient to record, two devices, no primitive), is apply's.
-    @classmethod
-    def apply1(cls, x, *rest):
-        """apply(x, *rest) for one Tensor followed by arguments that are not Tensors (dims,
-        flags, dtypes: the caller's promise)."""
-        state = _state
-        if cls.primitive is not None and isinstance(x, Tensor) and \
-                not (x._requires_grad and state.enabled):
-            raw = x._data
-            be = state.cuda if raw.is_cuda else state.cpu
-            if be is not None:
-                return Tensor._wrap(getattr(be, cls.primitive)(raw, *rest), False, None, 0, None)
-        return cls.apply(x, *rest)
-
-    @classmethod
-    def apply2(cls, a, b):
-        """apply(a, b) for two Tensors."""
-        state = _state
-        if cls.primitive is not None and \
-                not ((a._requires_grad or b._requires_grad) and state.enabled):
-            ra, rb = a._data, b._data
-            if ra.get_device() == rb.get_device():  # (else apply names both devices)
-                be = state.cuda if ra.is_cuda else state.cpu
-                if be is not None:
-                    return Tensor._wrap(getattr(be, cls.primitive)(ra, rb), False, None, 0, None)
-        return cls.apply(a, b)
 
 
 def _raise_devices(cls, args):

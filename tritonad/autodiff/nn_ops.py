@@ -261,7 +261,7 @@ def _(x, dim, dtype=None):
     x = _softmax_input("softmax", x, dtype)
     if x.ndim == 0:
         return reshape(Softmax.apply(reshape(x, (1,)), 0), ())
-    return Softmax.apply1(x, _dim("softmax", x, dim))
+    return Softmax.apply(x, _dim("softmax", x, dim))
 
 
 @composite
@@ -283,7 +283,7 @@ def _(x, dim, dtype=None):
     x = _softmax_input("log_softmax", x, dtype)
     if x.ndim == 0:
         return reshape(LogSoftmax.apply(reshape(x, (1,)), 0), ())
-    return LogSoftmax.apply1(x, _dim("log_softmax", x, dim))
+    return LogSoftmax.apply(x, _dim("log_softmax", x, dim))
 
 
 @composite

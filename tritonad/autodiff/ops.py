@@ -42,7 +42,7 @@ def _binary(fn, a, b):
         sa, sb = a._data.shape, b._data.shape
         if sa != sb and (sa, sb) not in _BROADCASTS:  # (a pair met before needs no check)
             broadcast_shapes(fn.__name__.lower(), sa, sb)
-        return fn.apply2(a, b)
+        return fn.apply(a, b)
     if not a_tensor and not b_tensor:
         raise TypeError(f"{fn.__name__.lower()}: expected at least one tensor")
     if a_tensor and not isinstance(b, numbers.Number):
@@ -128,8 +128,8 @@ class PowScalar(Function):
 
 
 def _arithmetic(fn):
-    """The op of binary Function `fn` (add, sub, mul, div): _binary and Function.apply2 in one
-    frame for its commonest eager call, two plain Tensors with nothing to record; every other
+    """The op of binary Function `fn` (add, sub, mul, div): _binary and Function.apply's lean
+    path in one frame for its commonest eager call, two plain Tensors with nothing to record; every other
     call takes _binary. Tensor's operators are these functions themselves (see the end of this
     module): from `x + b` to the backend primitive is two Python frames fewer."""
     primitive, name = fn.primitive, fn.__name__.lower()
@@ -338,12 +338,12 @@ function.SUM_TO = sum_to  # the engine un-broadcasts gradients with it
 
 def sum(x, dim=None, keepdim=False, dtype=None):
     dims = normalize_dims("sum", dim, x.ndim)
-    return Sum.apply1(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
+    return Sum.apply(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
 
 
 def mean(x, dim=None, keepdim=False):
     _require_float("mean", x)
-    return Mean.apply1(x, normalize_dims("mean", dim, x.ndim), keepdim)
+    return Mean.apply(x, normalize_dims("mean", dim, x.ndim), keepdim)
 
 
 def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
