@@ -669,12 +669,11 @@ _instances: dict[str, Backend] = {}
 
 
 class _ThreadState(threading.local):
-    """Per-thread settings read on every op: whether autodiff records (autodiff.grad_mode), the
-    selected backend, the backends of cpu and cuda tensors, and the backend of the op in
-    flight (the selected one outside ops)."""
+    """Per-thread settings read on every op: the selected backend, the backends of cpu and cuda
+    tensors, and the backend of the op in flight (the selected one outside ops). (Whether
+    autodiff records is autodiff's: autodiff/grad_mode.py.)"""
 
     def __init__(self):
-        self.enabled = True
         self.name = self.current = self.cpu = self.cuda = None
 
 

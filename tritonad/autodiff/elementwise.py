@@ -22,6 +22,7 @@ import torch
 
 from .. import elementwise as table
 from ..backend import Backend, _state, backend_of
+from .grad_mode import grad_mode
 from ..tensor import Tensor, tensor
 from .function import Function
 
@@ -58,7 +59,7 @@ class ElementwiseFunction(Function):
         values = dict(zip(ctx.saved_names, ctx.saved))
         values.update(ctx.numbers)
         values["dy"] = dy
-        graph = _state.enabled  # create_graph: the backward is recorded, in Tensor ops
+        graph = grad_mode.enabled  # create_graph: the backward is recorded, in Tensor ops
         grads = []
         for name, need in zip(op.operands, ctx.needs_input_grad):
             if not need:

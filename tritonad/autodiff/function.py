@@ -16,6 +16,7 @@ from collections import deque
 
 from .. import dtypes
 from ..backend import _NO_CONTEXT, _state, backend_of, get_backend, side_region
+from .grad_mode import grad_mode
 from ..tensor import Tensor, zeros
 from .grad_mode import set_grad_enabled
 
@@ -168,7 +169,7 @@ class Function:
         # over the arguments and no Context (see notes/PERF.md, "Eager path", for its cost).
         state = _state
         if cls.primitive is not None and not kwargs:
-            raws, first, grad = [], None, state.enabled
+            raws, first, grad = [], None, grad_mode.enabled
             for a in args:
                 if isinstance(a, Tensor):
                     if grad and a._requires_grad:
@@ -210,7 +211,7 @@ class Function:
                 raw_args.append(a)
                 needs.append(False)
         state = _state
-        enabled = state.enabled
+        enabled = grad_mode.enabled
         record = needs_any and enabled
         if record:
             ctx = Context(cls, args, tuple(needs))
@@ -220,11 +221,11 @@ class Function:
         if first is not None and cls.runs_on_backend:
             be = state.cuda if first.is_cuda else state.cpu
             state.current = be if be is not None else backend_of(first)
-        state.enabled = False
+        grad_mode.enabled = False
         try:
             result = cls.forward(ctx, *raw_args, **kwargs)
         finally:
-            state.enabled = enabled
+            grad_mode.enabled = enabled
             state.current = previous
         # a view shares its base's version counter, so that an in-place change through any
         # view of the memory is seen by every Context that saved a tensor of it
@@ -466,13 +467,12 @@ def _call_backward(ctx, grads_in, create_graph):
     else:
         grads_out = _output_grads(output_meta, grads_in)
     once = ctx.function.once_differentiable
-    state = _state
-    enabled = state.enabled
-    state.enabled = create_graph and not once
+    enabled = grad_mode.enabled
+    grad_mode.enabled = create_graph and not once
     try:
         grads = ctx.function.backward(ctx, *grads_out)
     finally:
-        state.enabled = enabled
+        grad_mode.enabled = enabled
     n = len(ctx.edges)
     if not isinstance(grads, tuple):
         grads = (grads,)

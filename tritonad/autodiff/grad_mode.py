@@ -2,16 +2,25 @@
 from __future__ import annotations
 
 import functools
+import threading
 
-from ..backend import _state  # per-thread: .enabled says whether ops record history
+
+class _GradMode(threading.local):
+    """Per thread: whether ops record history (read on every op: Function.apply)."""
+
+    def __init__(self):
+        self.enabled = True
+
+
+grad_mode = _GradMode()
 
 
 def is_grad_enabled() -> bool:
-    return _state.enabled
+    return grad_mode.enabled
 
 
 def _set_enabled(mode: bool) -> None:
-    _state.enabled = mode
+    grad_mode.enabled = mode
 
 
 class set_grad_enabled:

@@ -13,7 +13,8 @@ import numbers
 import torch
 
 from .. import dtypes
-from ..backend import _state, backend_of, get_backend
+from ..backend import backend_of, get_backend
+from .grad_mode import grad_mode
 from ..dtypes import DType
 from ..tensor import Tensor, _shape_arg, full, parse_to_args, tensor
 from . import elementwise, ops
@@ -169,7 +170,7 @@ class TensorMethods:
     def _check_inplace(self, op, operand=None):
         """Whether an in-place op must be recorded (grad mode on, and this tensor or the operand
         takes part in autodiff). As torch, refused on a leaf that requires grad."""
-        if not _state.enabled:
+        if not grad_mode.enabled:
             return False
         if self._requires_grad and self.grad_fn is None:
             raise RuntimeError(f"{op}: in-place update of a leaf tensor that requires grad (shape "

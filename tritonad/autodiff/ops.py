@@ -13,6 +13,7 @@ import numbers
 
 from .. import dtypes
 from ..backend import _state, get_backend
+from .grad_mode import grad_mode
 from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F401  (re-exported)
 from .. import elementwise as table
 from .elementwise import *  # noqa: F401,F403  (every entry of the elementwise table)
@@ -61,7 +62,7 @@ def _kept_shape(shape, dims):
 
 def _expand_back(dy, shape, dims):
     """A reduction's output gradient viewed at keepdim shape and broadcast to the input shape."""
-    if dy._requires_grad and _state.enabled:  # create_graph: recorded views
+    if dy._requires_grad and grad_mode.enabled:  # create_graph: recorded views
         return dy.reshape(_kept_shape(shape, dims)).expand(shape)
     # (nothing to record: the two views of the memory at once; inserting size-1 dims is always a
     # view, and expand of the kept shape to the input's is valid by construction)
@@ -141,7 +142,7 @@ def _arithmetic(fn):
             sa, sb = ra.shape, rb.shape
             if sa != sb and (sa, sb) not in _BROADCASTS:  # (a pair met before needs no check)
                 broadcast_shapes(name, sa, sb)
-            if not ((a._requires_grad or b._requires_grad) and _state.enabled) and \
+            if not ((a._requires_grad or b._requires_grad) and grad_mode.enabled) and \
                     ra.get_device() == rb.get_device():
                 be = _state.cuda if ra.is_cuda else _state.cpu
                 if be is not None:
