@@ -34,6 +34,8 @@ from . import reference  # noqa: F401,E402  (registers the numpy backend)
 from . import kernels  # noqa: F401,E402  (registers the triton backend)
 from . import nn  # noqa: F401,E402
 from . import data, optim  # noqa: F401,E402
+from . import amp  # noqa: F401,E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401,E402
 from . import distributed  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 

@@ -22,6 +22,7 @@ import torch
 
 from .. import elementwise as table
 from ..backend import Backend, _state, backend_of
+from . import autocast
 from .grad_mode import grad_mode
 from ..tensor import Tensor, tensor
 from .function import Function
@@ -141,12 +142,15 @@ def _public(op, function):
     signature = inspect.signature(op.fn)
     n_operands = len(op.operands)
 
+    in_float32 = op.name in autocast.FLOAT32_OPS  # (exp, log, ...: float32 under autocast)
     if op.arity == 1:  # exp(x): straight to Function.apply
-        apply = function.apply
+        apply, casts = function.apply, autocast.state
 
         def public(x):
             if not isinstance(x, Tensor):
                 raise TypeError(f"{op.name}: expected a tensor, got {type(x).__name__}")
+            if in_float32 and casts.dtype:
+                x = autocast.float32(x)
             return apply(x)
     else:
         def public(*args, **kwargs):
@@ -169,6 +173,8 @@ def _public(op, function):
                     raise TypeError(f"{op.name}: {name} must be a number, got "
                                     f"{type(value).__name__}")
             _broadcast_check(op, operands)
+            if in_float32 and autocast.state.dtype:
+                operands = [autocast.float32(x) for x in operands]
             return function.apply(*operands, *(float(v) for v in values[n_operands:]))
 
     public.__name__ = public.__qualname__ = op.name

@@ -13,6 +13,7 @@ import numbers
 
 from .. import dtypes
 from ..backend import _state, get_backend
+from .autocast import float32, state as _autocast
 from .grad_mode import grad_mode
 from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F401  (re-exported)
 from .. import elementwise as table
@@ -130,9 +131,9 @@ class PowScalar(Function):
 
 def _arithmetic(fn):
     """The op of binary Function `fn` (add, sub, mul, div): _binary and Function.apply's lean
-    path in one frame for its commonest eager call, two plain Tensors with nothing to record; every other
-    call takes _binary. Tensor's operators are these functions themselves (see the end of this
-    module): from `x + b` to the backend primitive is two Python frames fewer."""
+    path in one frame for its commonest eager call, two plain Tensors with nothing to record;
+    every other call takes _binary. Tensor's operators are these functions themselves (see the
+    end of this module): from `x + b` to the backend primitive is two Python frames fewer."""
     primitive, name = fn.primitive, fn.__name__.lower()
     wrap = Tensor._wrap
 
@@ -168,6 +169,8 @@ def ge(a, b): return _binary(table.ge.function, a, b)
 
 def pow(a, b):
     """a ** b; a number exponent uses the one-operand kernel."""
+    if _autocast.dtype:  # (a float32 op under autocast)
+        a, b = float32(a, b)
     if isinstance(a, Tensor) and isinstance(b, numbers.Number) and not isinstance(b, bool):
         return PowScalar.apply(a, b)
     return _binary(Pow, a, b)
@@ -338,6 +341,8 @@ function.SUM_TO = sum_to  # the engine un-broadcasts gradients with it
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
+    if _autocast.dtype and dtype is None:  # (a float32 op under autocast)
+        x = float32(x)
     dims = normalize_dims("sum", dim, x.ndim)
     return Sum.apply(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
 
