@@ -33,7 +33,7 @@ from .tensor import (Tensor, arange, empty, empty_like, from_numpy, from_torch, 
 from . import reference  # noqa: F401,E402  (registers the numpy backend)
 from . import kernels  # noqa: F401,E402  (registers the triton backend)
 from . import nn  # noqa: F401,E402
-from . import data, optim  # noqa: F401,E402
+from . import corpus, data, optim  # noqa: F401,E402
 from . import amp  # noqa: F401,E402
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401,E402
 from . import distributed  # noqa: F401,E402
