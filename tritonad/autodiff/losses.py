@@ -60,6 +60,18 @@ def _tensors(op, *named):
                             f"{t.shape}")
 
 
+def _fits(op, name, t, shape):
+    """t: a floating point Tensor that broadcasts to `shape`, or a clear error naming it."""
+    _tensors(op, (name, t))
+    try:
+        fits = broadcast_shapes(op, shape, t.shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{op}: {name} of shape {t.shape} does not broadcast to input of "
+                         f"shape {shape}")
+
+
 def _pair(op, input, target):
     """input and target: floating point, broadcastable (as PyTorch's pointwise losses)."""
     _tensors(op, ("input", input), ("target", target))
@@ -121,10 +133,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise ValueError(f"{op}: target of shape {target.shape} differs from input of shape "
                          f"{input.shape}; they must have the same shape")
     if weight is not None:
-        _tensors(op, ("weight", weight))
-        if broadcast_shapes(op, input.shape, weight.shape) != input.shape:
-            raise ValueError(f"{op}: weight of shape {weight.shape} does not broadcast to input "
-                             f"of shape {input.shape}")
+        _fits(op, "weight", weight, input.shape)
         weight = weight.expand(*input.shape)
     return _reduce(BinaryCrossEntropy.apply(input, target.to(input.dtype), weight), reduction)
 
@@ -144,10 +153,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
                          f"{input.shape}")
     for name, t in (("weight", weight), ("pos_weight", pos_weight)):
         if t is not None:
-            _tensors(op, (name, t))
-            if broadcast_shapes(op, input.shape, t.shape) != input.shape:
-                raise ValueError(f"{op}: {name} of shape {t.shape} does not broadcast to input "
-                                 f"of shape {input.shape}")
+            _fits(op, name, t, input.shape)
     log_weight = 1.0 if pos_weight is None else 1.0 + (pos_weight - 1.0) * target
     losses = (1.0 - target) * input + log_weight * softplus(-input)
     if weight is not None:
@@ -191,7 +197,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     d = (input - target).abs()
     losses = where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
     if weight is not None:
-        _tensors(op, ("weight", weight))
+        _fits(op, "weight", weight, losses.shape)
         losses = losses * weight
     return _reduce(losses, reduction)
 
