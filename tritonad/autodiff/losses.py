@@ -400,8 +400,12 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         return x.abs().sum(dims, keepdim)
     if ord == 2:
         return _safe_root((x * x).sum(dims, keepdim), 2)
-    s = (x.abs() ** float(ord)).sum(dims, keepdim)
-    return _safe_root(s, float(ord)) if ord > 0 else s ** (1.0 / ord)
+    a = x.abs()
+    if ord < 0:
+        return (a ** float(ord)).sum(dims, keepdim) ** (1.0 / ord)
+    zero = a == 0  # (|x|^p for p < 1 has an infinite slope at 0; PyTorch's gradient there is 0)
+    powers = where(zero, 0.0, where(zero, 1.0, a) ** float(ord))
+    return _safe_root(powers.sum(dims, keepdim), float(ord))
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
