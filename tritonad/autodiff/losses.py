@@ -314,6 +314,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if not isinstance(target, Tensor):
         raise TypeError(f"{op}: target must be a Tensor, got {type(target).__name__}")
     probabilities = target.dtype.is_floating_point
+    if probabilities and target.shape != input.shape:
+        raise TypeError(f"{op}: target must be an int64 tensor of class indices, or class "
+                        f"probabilities of input's shape {input.shape}; got {target.dtype.name} "
+                        f"of shape {target.shape}")
     if weight is None and not probabilities and input.ndim <= 2:
         return nn_ops.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
     if input.ndim == 0:
@@ -325,9 +329,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     w_bcast = None if weight is None else \
         reshape(weight.to(input.dtype), (classes,) + (1,) * (input.ndim - class_dim - 1))
     if probabilities:
-        if target.shape != input.shape:
-            raise ValueError(f"{op}: class-probability target of shape {target.shape} must have "
-                             f"input's shape {input.shape}")
         q = target.to(input.dtype)
         if label_smoothing > 0:
             q = q * (1.0 - label_smoothing) + label_smoothing / classes
