@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from helpers import assert_close
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tritonad as td
 import tritonad.nn.functional as F
@@ -291,11 +293,38 @@ def test_gradients_match_finite_differences(name):
         assert gradcheck(fn, tensors, eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
+# ----------------------------------------------------------------------------- properties
+
+
+@given(z=st.lists(st.floats(-12, 12, width=32, allow_subnormal=False), min_size=6, max_size=6),
+       t=st.lists(st.sampled_from([0.0, 0.25, 1.0]), min_size=6, max_size=6),
+       pos=st.sampled_from([1.0, 0.5, 3.0]))
+@settings(max_examples=10)
+def test_bce_with_logits_is_bce_of_the_sigmoid(z, t, pos):
+    """On logits where sigmoid is not yet 0 or 1: BCE with logits (and pos_weight p) is the
+    BCE of sigmoid(z) with the target's term weighted by p, in value and gradient."""
+    with td.use_backend("numpy"):
+        x = td.tensor(z, dtype=td.float64, requires_grad=True)
+        y = td.tensor(t, dtype=td.float64)
+        p = td.full((6,), pos, dtype=td.float64)
+        a = F.binary_cross_entropy_with_logits(x, y, pos_weight=p, reduction="sum")
+        s = x.sigmoid()
+        b = -(p * y * s.log() + (1.0 - y) * (1.0 - s).log()).sum()
+        (ga,) = td.grad(a, x)
+        (gb,) = td.grad(b, x)
+        assert_close(a, b, 1e-9, 1e-9)
+        assert_close(ga, gb, 1e-9, 1e-9)
+
+
 # ----------------------------------------------------------------------------- errors
 
 _X = td.ones(2, 3)
 ERRORS = [
     (lambda: F.binary_cross_entropy(_X, td.ones(3)), ValueError, "binary_cross_entropy.*same"),
+    (lambda: F.binary_cross_entropy(td.tensor([0.5, 1.5]), td.ones(2)), ValueError,
+     r"probability in \[0, 1\]"),
+    (lambda: F.binary_cross_entropy(td.tensor([0.5, float("nan")]), td.ones(2)), ValueError,
+     "probability"),
     (lambda: F.binary_cross_entropy_with_logits(_X, td.ones(2, 1)), ValueError,
      r"target size \(2, 1\)"),
     (lambda: F.binary_cross_entropy_with_logits(_X, _X, pos_weight=td.ones(2)), ValueError,

@@ -21,7 +21,7 @@ from ..backend import backend_of
 from ..tensor import Tensor, arange
 from . import nn_ops
 from .dims import broadcast_shapes, normalize_dims
-from .elementwise import exp, log, softplus, sqrt, where
+from .elementwise import exp, log, logical_and, softplus, sqrt, where
 from .function import Function
 from .grad_mode import no_grad
 from .shape_ops import gather_rows, permute, reshape, unsqueeze
@@ -135,6 +135,12 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if weight is not None:
         _fits(op, "weight", weight, input.shape)
         weight = weight.expand(*input.shape)
+    if input.device.type == "cpu" and input.numel():  # (reading back is free here; on a GPU
+        # it would cost a sync per call, and a probability outside [0, 1] gives a NaN loss)
+        inside = logical_and(input >= 0, input <= 1).all()
+        if not inside.item():
+            raise ValueError(f"{op}: every element of input (shape {input.shape}) must be a "
+                             "probability in [0, 1]")
     return _reduce(BinaryCrossEntropy.apply(input, target.to(input.dtype), weight), reduction)
 
 
