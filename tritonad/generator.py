@@ -86,6 +86,9 @@ class Generator:
 
     def take(self, n):
         """(seed, offset) for a draw of n numbers; advances this stream's counter past them."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("a random draw inside a captured CUDA graph would repeat the same "
+                               "numbers at every replay; draw outside the captured step")
         offset = self._offset
         self._offset = offset + max(int(n), 1)
         return self._seed, offset
