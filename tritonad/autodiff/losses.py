@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import torch
+
 from .. import dtypes
 from ..backend import backend_of
 from ..tensor import Tensor, arange
@@ -31,6 +33,7 @@ __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss"
            "cosine_similarity", "pairwise_distance", "vector_norm"]
 
 _REDUCTIONS = ("none", "mean", "sum")
+_INDEX_TYPES = (torch.int64, torch.int32)
 
 
 def _reduction(op, size_average, reduce, reduction, allowed=_REDUCTIONS):
@@ -282,6 +285,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """-w[t] input[t] for log-probabilities input [N, C, d1, ...] (or [C]) and class indices
     target [N, d1, ...] (or []), reduced; "mean" divides by the sum of the weights of the
     targets counted. Targets equal to ignore_index count as absent."""
+    if weight is None and size_average is None and reduce is None and \
+            isinstance(input, Tensor) and input._data.dim() == 2:
+        return nn_ops.nll_loss(input, target, reduction, ignore_index)  # (checks the rest)
     op = "nll_loss"
     reduction = _reduction(op, size_average, reduce, reduction)
     _tensors(op, ("input", input))
@@ -312,6 +318,11 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
     Logits [N, C] with class indices and no weight run the fused kernel (one pass each way);
     the rest is composed of log_softmax, a gather and sums."""
+    if weight is None and size_average is None and reduce is None and \
+            isinstance(input, Tensor) and isinstance(target, Tensor):
+        x, t = input._data, target._data  # (the common case, straight to the fused kernel,
+        if x.dim() == 2 and t.dim() == 1 and t.dtype in _INDEX_TYPES:  # which checks the rest)
+            return nn_ops.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
     op = "cross_entropy"
     reduction = _reduction(op, size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
