@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import tritonad as td
 import tritonad.nn.functional as F
 from tritonad import nn
-from tritonad.autodiff import gradcheck
+from tritonad.autodiff import gradcheck, gradgradcheck
 
 TF = torch.nn.functional
 INF = float("inf")
@@ -292,6 +292,16 @@ def test_gradients_match_finite_differences(name):
     with td.use_backend("numpy"):
         tensors = [td.tensor(a, dtype=td.float64, requires_grad=True) for a in inputs]
         assert gradcheck(fn, tensors, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bce", "bce_logits", "huber", "cosine", "cross_entropy"])
+def test_second_derivatives_match_finite_differences(name):
+    """The gradients are Tensor ops themselves (BCE's closed form included): differentiable
+    again."""
+    fn, inputs = GRADCHECK[name]
+    with td.use_backend("numpy"):
+        tensors = [td.tensor(a, dtype=td.float64, requires_grad=True) for a in inputs]
+        assert gradgradcheck(fn, tensors, eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- properties

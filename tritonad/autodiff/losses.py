@@ -3,9 +3,11 @@ their parts), with PyTorch's arguments: binary cross-entropy (on probabilities a
 L1, smooth L1, Huber, KL divergence, cross-entropy and NLL with class weights, probability
 targets and k-dimensional inputs, cosine similarity, pairwise distance, vector norms.
 
-Every formula here is elementwise work and row sums, so each runs as a few launches of the
-elementwise table's kernel and the reduction kernel (bytes moved: each operand read once per
-op it enters; no op here reads more than twice what PyTorch's fused loss does).
+Every formula here is elementwise work, gathers and sums, so each runs as several launches of
+the elementwise table's kernel and the reduction kernel, each launch reading its operands and
+writing its result once (a loss of k ops moves about k times the bytes of one fused pass);
+`bench losses` measures them against PyTorch's. Logits [N, C] with class indices and no weight
+go to the fused cross-entropy kernel (nn_ops.cross_entropy).
 
 The one Function is binary cross-entropy, whose value is composed but whose derivative is
 PyTorch's closed form: the composite's own derivative at a probability of exactly 0 or 1
