@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
-              "optim", "mnist", "augment", "host", "ddp")
+              "optim", "mnist", "augment", "host", "ddp",
+              "losses")  # ---- losses, similarity and distance
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
