@@ -24,6 +24,7 @@ from .. import dtypes
 from ..backend import backend_of
 from ..tensor import Tensor, arange
 from . import nn_ops
+from .autocast import float32_op
 from .dims import broadcast_shapes, normalize_dims
 from .elementwise import exp, log, logical_and, softplus, sqrt, where
 from .function import Function
@@ -458,3 +459,12 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
         raise ValueError(f"{op}: expected inputs of at least 1 dimension, got {x1.shape} and "
                          f"{x2.shape}")
     return vector_norm(x1 - x2 + eps, p, -1, keepdim)
+
+
+# under autocast these run in float32 (autocast.FLOAT32_OPS; cross_entropy's fused path is
+# nn_ops.cross_entropy, itself a float32 op, and its composed path goes through log_softmax)
+(binary_cross_entropy_with_logits, l1_loss, smooth_l1_loss, huber_loss, kl_div, nll_loss,
+ cosine_similarity) = (float32_op(f) for f in (
+    binary_cross_entropy_with_logits, l1_loss, smooth_l1_loss, huber_loss, kl_div, nll_loss,
+    cosine_similarity))
+
