@@ -27,16 +27,18 @@ MODES = ("LSTM", "GRU", "RNN_TANH", "RNN_RELU")
 # ------------------------------------------------------------------------------ composites
 
 
+def _state(x, h, w_hh):
+    """h, or zeros [B, H] for None (as PyTorch: W_hh still gets its (zero) gradient)."""
+    return h if h is not None else x.new_zeros((x.shape[0], w_hh.shape[1]))
+
+
 @composite
 def lstm_cell(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
     """(h', c') of an LSTM cell: gates = x W_ih^T + b_ih + h W_hh^T + b_hh, split as
     (i, f, g, o); c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c').
     x: [B, I], h, c: [B, H] or None (zeros)."""
-    gates = linear(x, w_ih, b_ih)
-    if h is not None:
-        gates = gates + linear(h, w_hh, b_hh)
-    elif b_hh is not None:
-        gates = gates + b_hh
+    h = _state(x, h, w_hh)
+    gates = linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)
     i, f, g, o = gates.chunk(4, 1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
     c = i * g if c is None else f * c + i * g
@@ -47,8 +49,7 @@ def lstm_cell(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
 def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
     """h' of a GRU cell: r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise,
     n = tanh(W_in x + b_in + r (W_hn h + b_hn)), h' = (1 - z) n + z h. h: [B, H] or None."""
-    if h is None:
-        h = x.new_zeros((x.shape[0], w_hh.shape[1]))
+    h = _state(x, h, w_hh)
     gi_r, gi_z, gi_n = linear(x, w_ih, b_ih).chunk(3, 1)
     gh_r, gh_z, gh_n = linear(h, w_hh, b_hh).chunk(3, 1)
     r = (gi_r + gh_r).sigmoid()
@@ -58,12 +59,7 @@ def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
 
 
 def _elman(x, h, w_ih, w_hh, b_ih, b_hh):
-    pre = linear(x, w_ih, b_ih)
-    if h is not None:
-        pre = pre + linear(h, w_hh, b_hh)
-    elif b_hh is not None:
-        pre = pre + b_hh
-    return pre
+    return linear(x, w_ih, b_ih) + linear(_state(x, h, w_hh), w_hh, b_hh)
 
 
 @composite
@@ -106,6 +102,21 @@ def rnn_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False):
 # ------------------------------------------------------------------------------ fused
 
 
+def _distinct(*arrays):
+    """The arrays, each object at most once (a repeat becomes a new view of it): a recorded
+    plan tells its arrays apart by identity, so one replayed for (h, h) would read h for both
+    in a later call with (h, c)."""
+    seen = set()
+    out = []
+    for a in arrays:
+        if a is not None and id(a) in seen:
+            a = a.view(a.shape)
+        elif a is not None:
+            seen.add(id(a))
+        out.append(a)
+    return out
+
+
 class RNNSequence(Function):
     """rnn_layer as the backend's fused primitive: forward rnn_sequence, backward
     rnn_sequence_backward (dedicated kernels: once differentiable). Saves the input, the
@@ -116,8 +127,8 @@ class RNNSequence(Function):
     def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse):
         backend = backend_of(x)
         save = any(ctx.needs_input_grad)
-        hs, cs, acts = backend.rnn_sequence(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse,
-                                            save)
+        hs, cs, acts = backend.rnn_sequence(*_distinct(x, h0, c0, w_ih, w_hh, b_ih, b_hh),
+                                            mode, reverse, save)
         T = x.shape[0]
         last = 0 if reverse else T
         y = hs[1:] if not reverse else hs[:T]
@@ -130,10 +141,10 @@ class RNNSequence(Function):
         x, w_ih, w_hh, hs, cs, acts = ctx.saved
         raw = [None if g is None or g._constant() == 0 else g._data for g in (dy, dh_n, dc_n)]
         needs = tuple(ctx.needs_input_grad[:7])
-        grads = backend_of(x._data).rnn_sequence_backward(
-            *raw, x._data, w_ih._data, w_hh._data, hs._data,
-            cs._data if cs is not None else None, acts._data if acts is not None else None,
-            ctx.mode, ctx.reverse, needs)
+        arrays = _distinct(*raw, x._data, w_ih._data, w_hh._data, hs._data,
+                           cs._data if cs is not None else None,
+                           acts._data if acts is not None else None)
+        grads = backend_of(x._data).rnn_sequence_backward(*arrays, ctx.mode, ctx.reverse, needs)
         return tuple(Tensor._wrap(g) if g is not None and need else None
                      for g, need in zip(grads, needs)) + (None, None)
 
