@@ -96,7 +96,6 @@ def measure(case, dtype):
     row["td_fb_tflops"] = flops / row["td_fb_ms"] / 1e9
     row["torch_fb_tflops"] = flops / row["torch_fb_ms"] / 1e9
     row["eager_ratio"] = row["torch_eager_us"] / row["td_eager_us"]
-    del theirs, ours
     torch.cuda.empty_cache()
     return row
 

@@ -168,6 +168,25 @@ def test_fused_sequence_matches_composite_without_grad():
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=RTOL, atol=ATOL)
 
 
+def test_bfloat16_layer_matches_torch():
+    # half types: bf16 storage, float32 gate maths, one rounding per stored value
+    with td.use_backend("triton"):
+        theirs, ours = pair("LSTM", 3, 4, dtype=td.bfloat16)
+        x = randn(2, 2, 3)
+        xt = td.tensor(x).to(td.bfloat16).requires_grad_()
+        xs = torch.tensor(x, requires_grad=True)
+        y, (h, c) = ours(xt)
+        expected = theirs(xs)[0]
+        assert y.dtype == td.bfloat16 and h.dtype == td.bfloat16
+        np.testing.assert_allclose(y.float().numpy(), expected.detach().numpy(), atol=2e-2)
+        u = randn(2, 2, 4, seed=3)
+        y.backward(td.tensor(u).to(td.bfloat16))
+        expected.backward(torch.tensor(u))
+        np.testing.assert_allclose(xt.grad.float().numpy(), xs.grad.numpy(), atol=3e-2)
+        np.testing.assert_allclose(ours.weight_hh_l0.grad.float().numpy(),
+                                   theirs.weight_hh_l0.grad.numpy(), atol=3e-2)
+
+
 def test_dropout_between_layers():
     theirs, ours = pair("GRU", 3, 4, num_layers=2, dropout=0.5)
     x = randn(3, 2, 3)

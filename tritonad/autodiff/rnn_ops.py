@@ -12,6 +12,7 @@ one step.
 """
 from __future__ import annotations
 
+from .. import dtypes
 from ..backend import backend_of
 from ..tensor import Tensor
 from .composite import composite
@@ -151,23 +152,29 @@ class RNNSequence(Function):
 
 @rnn_layer.fused("rnn_sequence")
 def _(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False):
+    if x.dtype == dtypes.float64:  # (the kernels compute in float32)
+        return rnn_layer.composed(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse)
     return RNNSequence.apply(x.contiguous(), h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse)
 
 
 @lstm_cell.fused("rnn_sequence")
 def _(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
+    if x.dtype == dtypes.float64:
+        return lstm_cell.composed(x, h, c, w_ih, w_hh, b_ih, b_hh)
     _, h, c = RNNSequence.apply(unsqueeze(x, 0).contiguous(), h, c, w_ih, w_hh, b_ih, b_hh,
                                 "LSTM", False)
     return h, c
 
 
-def _fused_cell(mode):
+def _fused_cell(mode, cell):
     def fused(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+        if x.dtype == dtypes.float64:
+            return cell.composed(x, h, w_ih, w_hh, b_ih, b_hh)
         return RNNSequence.apply(unsqueeze(x, 0).contiguous(), h, None, w_ih, w_hh, b_ih, b_hh,
                                  mode, False)[1]
     return fused
 
 
-gru_cell.fused("rnn_sequence")(_fused_cell("GRU"))
-rnn_tanh_cell.fused("rnn_sequence")(_fused_cell("RNN_TANH"))
-rnn_relu_cell.fused("rnn_sequence")(_fused_cell("RNN_RELU"))
+gru_cell.fused("rnn_sequence")(_fused_cell("GRU", gru_cell))
+rnn_tanh_cell.fused("rnn_sequence")(_fused_cell("RNN_TANH", rnn_tanh_cell))
+rnn_relu_cell.fused("rnn_sequence")(_fused_cell("RNN_RELU", rnn_relu_cell))

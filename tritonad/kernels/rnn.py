@@ -53,8 +53,9 @@ SAVED = {LSTM: 4, GRU: 4, RNN_TANH: 0, RNN_RELU: 0}   # activations kept per ste
 @triton.jit
 def _tile_product(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, rows, cols,
                   n_rows, n_cols, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-    # acc[m, n] = sum_k A[rows[m], k] B[k, cols[n]] in float32
+                  BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    # acc[m, n] = sum_k A[rows[m], k] B[k, cols[n]] in float32 (UPCAST: half operands widened
+    # first, for the interpreter, whose dot of half types is not a float product)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     row_ok = rows < n_rows
     col_ok = cols < n_cols
@@ -67,6 +68,9 @@ def _tile_product(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, rows
                     other=0.0)
         b = tl.load(b_cols + ks.to(tl.int64)[:, None] * stride_bk,
                     mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     return acc
 
@@ -77,7 +81,7 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
                      stride_wr, stride_wk, MODE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
                      ZERO_PREV: tl.constexpr, FIRST: tl.constexpr, SAVE: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PRECISION: tl.constexpr):
+                     PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     # One program: rows [BLOCK_M] of the batch x columns [BLOCK_N] of the hidden state, all
     # gates. xp: this step's [B, G*H] input projection (contiguous rows); hp, cp: h_{t-1},
     # c_{t-1} (any strides; ZERO_PREV: zeros, unread); h, c: h_t, c_t ([B, H] contiguous);
@@ -102,7 +106,7 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
     if not ZERO_PREV:
         pre0 += _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr, stride_wk, stride_wr,
                               rows, cols, n_batch, hidden, hidden, BLOCK_M, BLOCK_N, BLOCK_K,
-                              PRECISION)
+                              PRECISION, UPCAST)
     if HAS_BIAS:
         pre0 += tl.load(b_ptr + cols, mask=cols < hidden, other=0.0).to(tl.float32)[None, :]
     if G > 1:
@@ -111,10 +115,10 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
         if not ZERO_PREV:
             pre1 += _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr + hidden * stride_wr,
                                   stride_wk, stride_wr, rows, cols, n_batch, hidden, hidden,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+                                  BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
             gh2 = _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr + 2 * hidden * stride_wr,
                                 stride_wk, stride_wr, rows, cols, n_batch, hidden, hidden,
-                                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+                                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
         if HAS_BIAS:
             pre1 += tl.load(b_ptr + hidden + cols, mask=cols < hidden,
                             other=0.0).to(tl.float32)[None, :]
@@ -126,7 +130,7 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
         if not ZERO_PREV:
             pre3 += _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr + 3 * hidden * stride_wr,
                                   stride_wk, stride_wr, rows, cols, n_batch, hidden, hidden,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+                                  BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
         if HAS_BIAS:
             pre3 += tl.load(b_ptr + 3 * hidden + cols, mask=cols < hidden,
                             other=0.0).to(tl.float32)[None, :]
@@ -184,7 +188,8 @@ def _rnn_step_bwd_kernel(dgn_ptr, w_ptr, dy_ptr, ex_ptr, dci_ptr, act_ptr, hp_pt
                          HAS_NEXT: tl.constexpr,
                          HAS_DY: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_DC: tl.constexpr,
                          DH_ONLY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+                         BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr):
     # One program: rows [BLOCK_M] x hidden columns [BLOCK_N], all gates. dgn: dGh_{t+1}
     # [B, G*H] contiguous; dy, ex (dh_n or GRU's carry), dci (dc_n or the carry): [B, H] any
     # strides; act, hp, h, cp, c: step t's saved values ([B, 4H] and [B, H], contiguous);
@@ -198,7 +203,7 @@ def _rnn_step_bwd_kernel(dgn_ptr, w_ptr, dy_ptr, ex_ptr, dci_ptr, act_ptr, hp_pt
     dh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if HAS_NEXT:  # dGh_{t+1} [B, GH] @ W_hh [GH, H]
         dh += _tile_product(dgn_ptr, GH, 1, w_ptr, stride_wr, stride_wk, rows, cols, n_batch,
-                            hidden, GH, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+                            hidden, GH, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
     if HAS_DY:
         dh += tl.load(dy_ptr + rows64 * stride_dyb + cols[None, :] * stride_dyh, mask=ok,
                       other=0.0).to(tl.float32)
@@ -259,14 +264,17 @@ def _rnn_step_bwd_kernel(dgn_ptr, w_ptr, dy_ptr, ex_ptr, dci_ptr, act_ptr, hp_pt
 
 
 def _tiles(batch, hidden):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps): batch rows and hidden columns per program; the
-    columns shrink until the step's grid has some 64 programs (a step is a small GEMM)."""
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps): batch rows and hidden columns per program. A step
+    is a small GEMM whose time is its programs' reads of W_hh and h (from L2), so the tiles
+    shrink (columns first, to 16 x 16) until the grid has some 128 programs: at batch 64,
+    hidden 512 that is 4 x 32 programs, each reading 4 x 16 rows of W_hh."""
     if INTERPRET:
         return 16, 16, 16, 1
-    block_m = min(64, max(16, next_power_of_2(batch)))
-    block_n = 64
-    while block_n > 16 and cdiv(batch, block_m) * cdiv(hidden, block_n) < 64:
+    block_m, block_n = min(64, max(16, next_power_of_2(batch))), 64
+    while block_n > 16 and cdiv(batch, block_m) * cdiv(hidden, block_n) < 128:
         block_n //= 2
+    while block_m > 16 and cdiv(batch, block_m) * cdiv(hidden, block_n) < 128:
+        block_m //= 2
     return block_m, block_n, 64, 4
 
 
@@ -274,11 +282,15 @@ def _precision(x):
     """tl.dot's input_precision: float32 follows td.set_matmul_precision ("highest": 3xTF32,
     "high": TF32); ignored for half inputs."""
     if dtype_of(x).name != "float32":
-        return "ieee"
+        return "tf32"  # (tl.dot's default; ignored for half inputs)
     return "tf32" if matmul_precision() == "high" else ("ieee" if INTERPRET else "tf32x3")
 
 
-def _check(op, x, w_ih, w_hh, b_ih, b_hh, mode):
+def _upcast(x):
+    return INTERPRET and dtype_of(x).name in ("float16", "bfloat16")
+
+
+def _check(op, x, w_ih, w_hh, b_ih, b_hh, mode, states=()):
     if mode not in MODES:
         raise ValueError(f"{op}: mode must be one of {sorted(MODES)}, got {mode!r}")
     G = GATES[MODES[mode]]
@@ -294,6 +306,10 @@ def _check(op, x, w_ih, w_hh, b_ih, b_hh, mode):
     for b in (b_ih, b_hh):
         if b is not None and tuple(b.shape) != (G * H,):
             raise ValueError(f"{op}: biases must be [{G * H}], got {tuple(b.shape)}")
+    for s in states:
+        if s is not None and (tuple(s.shape) != (B, H) or s.dtype != x.dtype):
+            raise ValueError(f"{op}: states must be [{B}, {H}] {dtype_of(x).name}, got "
+                             f"{tuple(s.shape)} {dtype_of(s).name}")
     if T == 0:
         raise ValueError(f"{op}: expected a sequence length larger than 0, got x "
                          f"{tuple(x.shape)}")
@@ -319,7 +335,7 @@ def rnn_sequence(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False, save=Tr
     hs[1:] (hs[:T]) and the previous states hs[:T] (hs[1:]); cs the same for LSTM's cells (else
     None); acts [T, B, 4H] the activations backward reads (LSTM and GRU, with `save`; else
     None)."""
-    T, B, I, H, G = _check("rnn_sequence", x, w_ih, w_hh, b_ih, b_hh, mode)
+    T, B, I, H, G = _check("rnn_sequence", x, w_ih, w_hh, b_ih, b_hh, mode, (h0, c0))
     if not x.is_contiguous():
         raise ValueError("rnn_sequence: x must be contiguous")
     code = MODES[mode]
@@ -351,7 +367,7 @@ def rnn_sequence(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False, save=Tr
             cp.stride(0), cp.stride(1), w_hh.stride(0), w_hh.stride(1),
             MODE=code, G=G, HAS_BIAS=b_hh is not None, ZERO_PREV=zero, FIRST=step == 0,
             SAVE=acts is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            PRECISION=_precision(x), num_warps=warps)
+            PRECISION=_precision(x), UPCAST=_upcast(x), num_warps=warps)
     return hs, cs, acts
 
 
@@ -362,7 +378,8 @@ def rnn_sequence_backward(dy, dh_n, dc_n, x, w_ih, w_hh, hs, cs, acts, mode,
     (zeros); x, w_ih, w_hh, hs, cs, acts: as given to / returned by the forward (b_hh: only its
     presence matters). needs: which of (dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh) to compute.
     Returns those seven arrays (None where not needed, or not applicable: dc0 but for LSTM)."""
-    T, B, I, H, G = _check("rnn_sequence_backward", x, w_ih, w_hh, None, None, mode)
+    T, B, I, H, G = _check("rnn_sequence_backward", x, w_ih, w_hh, None, None, mode,
+                           (dh_n, dc_n))
     code = MODES[mode]
     if SAVED[code] and acts is None:
         raise ValueError("rnn_sequence_backward: the forward did not save its activations")
@@ -396,7 +413,7 @@ def rnn_sequence_backward(dy, dh_n, dc_n, x, w_ih, w_hh, hs, cs, acts, mode,
                 MODE=code, G=G, HAS_NEXT=not last, HAS_DY=dy is not None,
                 HAS_EXTRA=extra is not None, HAS_DC=code == LSTM and dci is not None,
                 DH_ONLY=False, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                PRECISION=precision, num_warps=warps)
+                PRECISION=precision, UPCAST=_upcast(x), num_warps=warps)
         if needs[1]:  # dh0 = dGh_first W_hh (+ GRU's carry)
             t0 = _time(0, T, reverse)
             run(_rnn_step_bwd_kernel, grid, dgh[t0], w_hh, hs[0], carry, carry, hs[0], hs[0],
@@ -404,7 +421,7 @@ def rnn_sequence_backward(dy, dh_n, dc_n, x, w_ih, w_hh, hs, cs, acts, mode,
                 w_hh.stride(1), 0, 0, *carry.stride(), *carry.stride(),
                 MODE=code, G=G, HAS_NEXT=True, HAS_DY=False, HAS_EXTRA=code == GRU, HAS_DC=False,
                 DH_ONLY=True, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                PRECISION=precision, num_warps=warps)
+                PRECISION=precision, UPCAST=_upcast(x), num_warps=warps)
     dgi2, dgh2 = dgi.view(T * B, G * H), dgh.view(T * B, G * H)
     h_prev = (hs[1:] if reverse else hs[:T]).view(T * B, H)
     dx = matmul(dgi2, w_ih).view(T, B, I) if needs[0] else None
