@@ -76,12 +76,55 @@ def _tile_product(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, rows
 
 
 @triton.jit
+def _gate_products(hp_ptr, stride_hpb, stride_hph, w_ptr, stride_wr, stride_wk, stride_gate,
+                   rows, cols, n_batch, hidden, G: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+                   UPCAST: tl.constexpr):
+    # acc_q[m, n] = sum_k h[rows[m], k] W_hh[q H + cols[n], k] for each gate q < G, one pass
+    # over k: each tile of h is loaded once for all gates (stride_gate = H * stride_wr)
+    acc0 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    row_ok = rows < n_batch
+    col_ok = cols < hidden
+    h_rows = hp_ptr + rows.to(tl.int64)[:, None] * stride_hpb
+    w_cols = w_ptr + cols.to(tl.int64)[None, :] * stride_wr
+    for k0 in range(0, hidden, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < hidden
+        a = tl.load(h_rows + ks[None, :] * stride_hph, mask=row_ok[:, None] & k_ok[None, :],
+                    other=0.0)
+        w_at = w_cols + ks.to(tl.int64)[:, None] * stride_wk
+        w_ok = k_ok[:, None] & col_ok[None, :]
+        b0 = tl.load(w_at, mask=w_ok, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b0 = b0.to(tl.float32)
+        acc0 = tl.dot(a, b0, acc0, input_precision=PRECISION)
+        if G > 1:
+            b1 = tl.load(w_at + stride_gate, mask=w_ok, other=0.0)
+            b2 = tl.load(w_at + 2 * stride_gate, mask=w_ok, other=0.0)
+            if UPCAST:
+                b1 = b1.to(tl.float32)
+                b2 = b2.to(tl.float32)
+            acc1 = tl.dot(a, b1, acc1, input_precision=PRECISION)
+            acc2 = tl.dot(a, b2, acc2, input_precision=PRECISION)
+        if G > 3:
+            b3 = tl.load(w_at + 3 * stride_gate, mask=w_ok, other=0.0)
+            if UPCAST:
+                b3 = b3.to(tl.float32)
+            acc3 = tl.dot(a, b3, acc3, input_precision=PRECISION)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr, c0_ptr,
                      act_ptr, n_batch, hidden, stride_hpb, stride_hph, stride_cpb, stride_cph,
-                     stride_wr, stride_wk, MODE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     ZERO_PREV: tl.constexpr, FIRST: tl.constexpr, SAVE: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                     stride_wr, stride_wk, stride_gate, MODE: tl.constexpr, G: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, ZERO_PREV: tl.constexpr, FIRST: tl.constexpr,
+                     SAVE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     # One program: rows [BLOCK_M] of the batch x columns [BLOCK_N] of the hidden state, all
     # gates. xp: this step's [B, G*H] input projection (contiguous rows); hp, cp: h_{t-1},
     # c_{t-1} (any strides; ZERO_PREV: zeros, unread); h, c: h_t, c_t ([B, H] contiguous);
@@ -89,51 +132,40 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
     # act: [B, 4H] the activations backward reads (LSTM: i f g o; GRU: r z n gh_n).
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ok = (rows < n_batch)[:, None] & (cols < hidden)[None, :]
+    col_ok = cols < hidden
+    ok = (rows < n_batch)[:, None] & col_ok[None, :]
     rows64 = rows.to(tl.int64)[:, None]
-    GH = G * hidden
-    xp_at = xp_ptr + rows64 * GH + cols[None, :]
+    xp_at = xp_ptr + rows64 * (G * hidden) + cols[None, :]
     out_at = rows64 * hidden + cols[None, :]
     if ZERO_PREV:
         h_prev = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        gh0 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        gh1 = gh0
+        gh2 = gh0
+        gh3 = gh0
     else:
         h_prev = tl.load(hp_ptr + rows64 * stride_hpb + cols[None, :] * stride_hph, mask=ok,
                          other=0.0).to(tl.float32)
+        gh0, gh1, gh2, gh3 = _gate_products(hp_ptr, stride_hpb, stride_hph, w_ptr, stride_wr,
+                                            stride_wk, stride_gate, rows, cols, n_batch, hidden,
+                                            G, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
     if FIRST:
         tl.store(h0_ptr + out_at, h_prev.to(h0_ptr.dtype.element_ty), mask=ok)
-    # pre-activation of gate q: xp[:, qH + n] + (h_{t-1} @ W_hh^T)[:, qH + n] + b_hh[qH + n]
-    pre0 = tl.load(xp_at, mask=ok, other=0.0).to(tl.float32)
-    if not ZERO_PREV:
-        pre0 += _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr, stride_wk, stride_wr,
-                              rows, cols, n_batch, hidden, hidden, BLOCK_M, BLOCK_N, BLOCK_K,
-                              PRECISION, UPCAST)
+    # gh_q = (h_{t-1} W_hh^T + b_hh)[:, qH + n]; gate q's pre-activation adds xp[:, qH + n]
     if HAS_BIAS:
-        pre0 += tl.load(b_ptr + cols, mask=cols < hidden, other=0.0).to(tl.float32)[None, :]
-    if G > 1:
-        pre1 = tl.load(xp_at + hidden, mask=ok, other=0.0).to(tl.float32)
-        gh2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if not ZERO_PREV:
-            pre1 += _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr + hidden * stride_wr,
-                                  stride_wk, stride_wr, rows, cols, n_batch, hidden, hidden,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
-            gh2 = _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr + 2 * hidden * stride_wr,
-                                stride_wk, stride_wr, rows, cols, n_batch, hidden, hidden,
-                                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
-        if HAS_BIAS:
-            pre1 += tl.load(b_ptr + hidden + cols, mask=cols < hidden,
-                            other=0.0).to(tl.float32)[None, :]
-            gh2 += tl.load(b_ptr + 2 * hidden + cols, mask=cols < hidden,
+        gh0 += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        if G > 1:
+            gh1 += tl.load(b_ptr + hidden + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            gh2 += tl.load(b_ptr + 2 * hidden + cols, mask=col_ok,
                            other=0.0).to(tl.float32)[None, :]
-        xp2 = tl.load(xp_at + 2 * hidden, mask=ok, other=0.0).to(tl.float32)
+        if G > 3:
+            gh3 += tl.load(b_ptr + 3 * hidden + cols, mask=col_ok,
+                           other=0.0).to(tl.float32)[None, :]
+    pre0 = gh0 + tl.load(xp_at, mask=ok, other=0.0).to(tl.float32)
     if MODE == 0:  # LSTM
-        pre3 = tl.load(xp_at + 3 * hidden, mask=ok, other=0.0).to(tl.float32)
-        if not ZERO_PREV:
-            pre3 += _tile_product(hp_ptr, stride_hpb, stride_hph, w_ptr + 3 * hidden * stride_wr,
-                                  stride_wk, stride_wr, rows, cols, n_batch, hidden, hidden,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
-        if HAS_BIAS:
-            pre3 += tl.load(b_ptr + 3 * hidden + cols, mask=cols < hidden,
-                            other=0.0).to(tl.float32)[None, :]
+        pre1 = gh1 + tl.load(xp_at + hidden, mask=ok, other=0.0).to(tl.float32)
+        pre2 = gh2 + tl.load(xp_at + 2 * hidden, mask=ok, other=0.0).to(tl.float32)
+        pre3 = gh3 + tl.load(xp_at + 3 * hidden, mask=ok, other=0.0).to(tl.float32)
         if ZERO_PREV:
             c_prev = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         else:
@@ -143,7 +175,7 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
             tl.store(c0_ptr + out_at, c_prev.to(c0_ptr.dtype.element_ty), mask=ok)
         i = sigmoid(pre0)
         f = sigmoid(pre1)
-        g = tanh(xp2 + gh2)
+        g = tanh(pre2)
         o = sigmoid(pre3)
         c = f * c_prev + i * g
         h = o * tanh(c)
@@ -154,10 +186,10 @@ def _rnn_step_kernel(xp_ptr, hp_ptr, cp_ptr, w_ptr, b_ptr, h_ptr, c_ptr, h0_ptr,
             tl.store(act_at + hidden, f.to(act_ptr.dtype.element_ty), mask=ok)
             tl.store(act_at + 2 * hidden, g.to(act_ptr.dtype.element_ty), mask=ok)
             tl.store(act_at + 3 * hidden, o.to(act_ptr.dtype.element_ty), mask=ok)
-    elif MODE == 1:  # GRU
+    elif MODE == 1:  # GRU: gh2 = W_hn h + b_hn stays apart from the input's part
         r = sigmoid(pre0)
-        z = sigmoid(pre1)
-        n = tanh(xp2 + r * gh2)
+        z = sigmoid(gh1 + tl.load(xp_at + hidden, mask=ok, other=0.0).to(tl.float32))
+        n = tanh(tl.load(xp_at + 2 * hidden, mask=ok, other=0.0).to(tl.float32) + r * gh2)
         h = (1.0 - z) * n + z * h_prev
         if SAVE:
             act_at = act_ptr + rows64 * (4 * hidden) + cols[None, :]
@@ -364,7 +396,7 @@ def rnn_sequence(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False, save=Tr
         run(_rnn_step_kernel, grid, xp[t], hp, cp, w_hh,
             b_hh if b_hh is not None else w_hh, hs[h_slot], c_out, hs[first_slot], c_first,
             acts[t] if acts is not None else hs[h_slot], B, H, hp.stride(0), hp.stride(1),
-            cp.stride(0), cp.stride(1), w_hh.stride(0), w_hh.stride(1),
+            cp.stride(0), cp.stride(1), w_hh.stride(0), w_hh.stride(1), H * w_hh.stride(0),
             MODE=code, G=G, HAS_BIAS=b_hh is not None, ZERO_PREV=zero, FIRST=step == 0,
             SAVE=acts is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
             PRECISION=_precision(x), UPCAST=_upcast(x), num_warps=warps)
@@ -388,6 +420,7 @@ def rnn_sequence_backward(dy, dh_n, dc_n, x, w_ih, w_hh, hs, cs, acts, mode,
     carry = empty((B, H), x.dtype, x.device)      # LSTM: dc; GRU: dh z
     dh0 = empty((B, H), x.dtype, x.device)
     block_m, block_n, block_k, warps = _tiles(B, H)
+    block_k = block_k if INTERPRET else 128  # (K = G*H here: fewer, longer steps)
     grid = (cdiv(B, block_m), cdiv(H, block_n))
     precision = _precision(x)
     if B and H:
