@@ -299,7 +299,8 @@ def _tiles(batch, hidden):
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps): batch rows and hidden columns per program. A step
     is a small GEMM whose time is its programs' reads of W_hh and h (from L2), so the tiles
     shrink (columns first, to 16 x 16) until the grid has some 128 programs: at batch 64,
-    hidden 512 that is 4 x 32 programs, each reading 4 x 16 rows of W_hh."""
+    hidden 512 that is 4 x 32 programs, each reading 4 x 16 rows of W_hh. (A first guess, not
+    yet timed: `python -m tritonad bench rnn` measures it.)"""
     if INTERPRET:
         return 16, 16, 16, 1
     block_m, block_n = min(64, max(16, next_power_of_2(batch))), 64
