@@ -2,7 +2,7 @@
 GPU in the same run: inference forward, and training forward + backward.
 
     python benchmarks/bench_rnn.py --out bench-results [--quick] [--precision high|highest]
-        [--dtypes float32,bfloat16]
+        [--dtypes float32,bfloat16] [--tiles 16x16x64x4,32x16x64x4]
 
 Rows: LSTM with 2 layers, input and hidden 512, batch 64, sequence 128 (the issue's figure),
 in float32 and bfloat16, and the same GRU. float32 runs at TF32 on both sides by default, as
@@ -14,7 +14,9 @@ Timings: kernel time as triton.testing.do_bench medians, the two sides alternate
 (common.bench_pair); "eager us" is the wall time per training step (forward + backward) of an
 eager loop, host included. Metric: TFLOP/s = the GEMM work of forward + backward,
 3 x 2 x T x B x G H (I + H) x layers (forward, input gradient, weight gradient), over t.
-Ratio = torch ms / tritonad ms (above 1: tritonad faster).
+Ratio = torch ms / tritonad ms (above 1: tritonad faster). --tiles replaces the step kernels'
+tile rule (kernels/rnn.py `_tiles`: BLOCK_M x BLOCK_N x BLOCK_K x num_warps, BLOCK_K of the
+forward; the backward's is 128) by each listed tile in turn, one row each, to try others.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ import common  # noqa: E402
 
 import tritonad as td  # noqa: E402
 from tritonad import nn  # noqa: E402
+from tritonad.kernels import plans  # noqa: E402
+from tritonad.kernels import rnn as kernels  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # (bf16: cuDNN's half type)
 # (kind, layers, input, hidden, batch, steps)
@@ -110,7 +114,7 @@ def measure(case, dtype):
 
 
 COLUMNS = [
-    ("case", "case", "{}"), ("dtype", "dtype", "{}"),
+    ("case", "case", "{}"), ("dtype", "dtype", "{}"), ("tiles", "tiles", "{}"),
     ("td_fwd_ms", "fwd ms", "{:.3f}"), ("torch_fwd_ms", "cuDNN", "{:.3f}"),
     ("fwd_ratio", "ratio", "{:.2f}x"),
     ("td_fb_ms", "fwd+bwd ms", "{:.3f}"), ("torch_fb_ms", "cuDNN", "{:.3f}"),
@@ -126,6 +130,25 @@ def _extra(parser):
                              "default)")
     parser.add_argument("--dtypes", default="float32,bfloat16",
                         help="comma-separated, of " + ", ".join(DTYPES))
+    parser.add_argument("--tiles", default=None,
+                        help="comma-separated BMxBNxBKxWARPS step tiles to try instead of the "
+                             "kernels' rule (e.g. 16x16x64x4,32x16x64x4)")
+
+
+def _tile_settings(spec):
+    """[(label, tiles or None)]: None keeps the kernels' own rule."""
+    if not spec:
+        return [("rule", None)]
+    found = []
+    for item in spec.split(","):
+        try:
+            bm, bn, bk, warps = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"bench_rnn: --tiles wants BMxBNxBKxWARPS items, got {item!r}")
+        if min(bm, bn, bk) < 16 or any(v & (v - 1) for v in (bm, bn, bk, warps)):
+            raise SystemExit(f"bench_rnn: tile sizes are powers of two from 16, got {item!r}")
+        found.append((item, (bm, bn, bk, warps)))
+    return found
 
 
 def main(argv=None):
@@ -134,24 +157,31 @@ def main(argv=None):
     unknown = [d for d in dtypes if d not in DTYPES]
     if unknown:
         raise SystemExit(f"bench_rnn: unknown dtypes {unknown}; choose from {sorted(DTYPES)}")
+    tile_settings = _tile_settings(args.tiles)
     common.require_gpu("bench_rnn")
     td.set_backend("triton")
     td.set_matmul_precision(args.precision)
     saved_tf32 = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = args.precision == "high"
+    rule = kernels._tiles
     rows = []
     try:
-        for case in QUICK_CASES if args.quick else CASES:
-            for name in dtypes:
-                print(f"measuring {case[0]} {name} ...", flush=True)
-                rows.append(measure(case, DTYPES[name]))
+        for label, tiles in tile_settings:
+            kernels._tiles = rule if tiles is None else (lambda batch, hidden, t=tiles: t)
+            plans.clear_plans()  # (recorded plans hold the tiles they were made with)
+            for case in QUICK_CASES if args.quick else CASES:
+                for name in dtypes:
+                    print(f"measuring {case[0]} {name} tiles {label} ...", flush=True)
+                    rows.append(dict(measure(case, DTYPES[name]), tiles=label))
     finally:
+        kernels._tiles = rule
+        plans.clear_plans()
         torch.backends.cudnn.allow_tf32 = saved_tf32
         td.set_matmul_precision("highest")
     common.print_table(f"recurrent layers, training step forward + backward and inference "
                        f"forward (float32 precision {args.precision}; ratio = cuDNN ms / "
                        f"tritonad ms)", rows, COLUMNS)
-    meta = {"precision": args.precision,
+    meta = {"precision": args.precision, "tiles": args.tiles or "the kernels' rule",
             "flops": "3 x 2 x T x B x G H (I + H) x layers for forward + backward"}
     path = common.save(args.out, "rnn", rows, meta=meta)
     print(f"\nwrote {path}")
