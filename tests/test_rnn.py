@@ -213,6 +213,29 @@ def test_bfloat16_layer_matches_torch():
                                    theirs.weight_hh_l0.grad.numpy(), atol=3e-2)
 
 
+def check_autocast(device):
+    # recurrent layers are among autocast's lower-precision ops (as PyTorch's): outputs in
+    # bf16, gradients of the float32 weights in float32
+    _, ours = pair("LSTM", 3, 4)
+    if device == "cuda":
+        ours.cuda()
+    x = td.tensor(randn(3, 2, 3), device=device)
+    with td.no_grad():
+        full = ours(x)[0].numpy()
+    with td.autocast(device_type=device, dtype=td.bfloat16):
+        y, (h, c) = ours(x)
+    assert y.dtype == td.bfloat16 and c.dtype == td.bfloat16
+    np.testing.assert_allclose(y.float().numpy(), full, atol=3e-2)
+    y.float().sum().backward()
+    assert ours.weight_hh_l0.grad.dtype == td.float32
+    assert np.abs(ours.weight_hh_l0.grad.numpy()).max() > 0
+
+
+def test_autocast_runs_in_bfloat16():
+    with td.use_backend("numpy"):
+        check_autocast("cpu")
+
+
 def test_dropout_between_layers():
     theirs, ours = pair("GRU", 3, 4, num_layers=2, dropout=0.5)
     x = randn(3, 2, 3)
@@ -358,6 +381,12 @@ def test_captured_lstm_training_step_matches_eager():
             assert runner.captured
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-6)
     assert runs[0][-1] < runs[0][0]
+
+
+@pytest.mark.gpu
+def test_autocast_runs_in_bfloat16_gpu():
+    with td.use_backend("triton"):
+        check_autocast("cuda")
 
 
 @pytest.mark.gpu

@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..backend import backend_of
 from ..tensor import Tensor
+from .autocast import low, state as _autocast
 from .composite import composite
 from .function import Function
 from .nn_ops import linear
@@ -38,6 +39,8 @@ def lstm_cell(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
     """(h', c') of an LSTM cell: gates = x W_ih^T + b_ih + h W_hh^T + b_hh, split as
     (i, f, g, o); c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c').
     x: [B, I], h, c: [B, H] or None (zeros)."""
+    if _autocast.dtype:
+        x, h, c, w_ih, w_hh, b_ih, b_hh = low(x, h, c, w_ih, w_hh, b_ih, b_hh)
     h = _state(x, h, w_hh)
     gates = linear(x, w_ih, b_ih) + linear(h, w_hh, b_hh)
     i, f, g, o = gates.chunk(4, 1)
@@ -50,6 +53,8 @@ def lstm_cell(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
 def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
     """h' of a GRU cell: r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise,
     n = tanh(W_in x + b_in + r (W_hn h + b_hn)), h' = (1 - z) n + z h. h: [B, H] or None."""
+    if _autocast.dtype:
+        x, h, w_ih, w_hh, b_ih, b_hh = low(x, h, w_ih, w_hh, b_ih, b_hh)
     h = _state(x, h, w_hh)
     gi_r, gi_z, gi_n = linear(x, w_ih, b_ih).chunk(3, 1)
     gh_r, gh_z, gh_n = linear(h, w_hh, b_hh).chunk(3, 1)
@@ -60,6 +65,8 @@ def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
 
 
 def _elman(x, h, w_ih, w_hh, b_ih, b_hh):
+    if _autocast.dtype:
+        x, h, w_ih, w_hh, b_ih, b_hh = low(x, h, w_ih, w_hh, b_ih, b_hh)
     return linear(x, w_ih, b_ih) + linear(_state(x, h, w_hh), w_hh, b_hh)
 
 
@@ -89,7 +96,10 @@ def _cell(mode, x, h, c, w_ih, w_hh, b_ih, b_hh):
 def rnn_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False):
     """One recurrent layer in one direction over a sequence: (y [T, B, H], h_n [B, H], c_n
     [B, H] for LSTM, else None). x: [T, B, I]; h0, c0: [B, H] or None (zeros); reverse: run
-    from the last step to the first (y stays in time order)."""
+    from the last step to the first (y stays in time order). Under autocast, in its lower
+    precision, as PyTorch's recurrent layers."""
+    if _autocast.dtype:
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh = low(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
     T = x.shape[0]
     h, c = h0, c0
     outputs = [None] * T
@@ -152,6 +162,8 @@ class RNNSequence(Function):
 
 @rnn_layer.fused("rnn_sequence")
 def _(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False):
+    if _autocast.dtype:
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh = low(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
     if x.dtype == dtypes.float64:  # (the kernels compute in float32)
         return rnn_layer.composed(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse)
     return RNNSequence.apply(x.contiguous(), h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse)
@@ -159,6 +171,8 @@ def _(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mode, reverse=False):
 
 @lstm_cell.fused("rnn_sequence")
 def _(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
+    if _autocast.dtype:
+        x, h, c, w_ih, w_hh, b_ih, b_hh = low(x, h, c, w_ih, w_hh, b_ih, b_hh)
     if x.dtype == dtypes.float64:
         return lstm_cell.composed(x, h, c, w_ih, w_hh, b_ih, b_hh)
     _, h, c = RNNSequence.apply(unsqueeze(x, 0).contiguous(), h, c, w_ih, w_hh, b_ih, b_hh,
@@ -168,6 +182,8 @@ def _(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
 
 def _fused_cell(mode, cell):
     def fused(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+        if _autocast.dtype:
+            x, h, w_ih, w_hh, b_ih, b_hh = low(x, h, w_ih, w_hh, b_ih, b_hh)
         if x.dtype == dtypes.float64:
             return cell.composed(x, h, w_ih, w_hh, b_ih, b_hh)
         return RNNSequence.apply(unsqueeze(x, 0).contiguous(), h, None, w_ih, w_hh, b_ih, b_hh,
