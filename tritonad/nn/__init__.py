@@ -23,6 +23,10 @@ __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "Ma
            "CosineSimilarity", "PairwiseDistance", "ParameterList", "ParameterDict", "Dropout1d",
            "Dropout2d", "Unflatten"]
 
+# recurrent layers (nn/rnn.py)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
+__all__ += ["RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
