@@ -24,6 +24,12 @@ __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "Ma
            "Dropout2d", "Unflatten"]
 
 
+# normalisation layers (normalization.py)
+from .normalization import (BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm,  # noqa: E402
+                            RMSNorm)
+__all__ += ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
+
+
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
     raise missing(__name__, name, globals())
