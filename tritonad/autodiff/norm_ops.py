@@ -25,7 +25,7 @@ from .composite import composite
 from .elementwise import gelu, maximum, relu, rsqrt
 from .function import Function
 from .grad_mode import no_grad
-from .nn_ops import _b, _same_float
+from .nn_ops import _b
 
 __all__ = ["layer_norm", "rms_norm", "group_norm", "normalize", "batch_norm", "batch_norm_act"]
 
@@ -125,16 +125,17 @@ class LayerNorm(Function):
     def forward(ctx, x, weight, bias, eps, rms):
         y, mean, rstd = _b().layer_norm(x, weight, bias, eps, rms)
         ctx.rms = rms
-        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight, mean, rstd = ctx.saved
+        x, weight, bias, mean, rstd = ctx.saved
         needs = ctx.needs_input_grad
+        raw = (lambda t: t._data if t is not None else None)
         dx, dw, db = _b().layer_norm_backward(
-            dy._data, x._data, weight._data if weight is not None else None, mean._data,
-            rstd._data, ctx.rms, bool(needs[0]), bool(needs[1]), bool(needs[2]))
+            dy._data, x._data, raw(weight), raw(bias), mean._data, rstd._data, ctx.rms,
+            bool(needs[0]), bool(needs[1]), bool(needs[2]))
         wrap = Tensor._wrap
         return (wrap(dx) if dx is not None else None, wrap(dw) if dw is not None else None,
                 wrap(db) if db is not None else None, None, None)

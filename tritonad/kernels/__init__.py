@@ -16,6 +16,8 @@ from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
             "conv_pool", "optim", "mlp", "augment", "head")
+# normalisation (norm.py)
+FAMILIES += ("norm",)
 
 
 class TritonBackend(Backend):
