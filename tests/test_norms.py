@@ -258,6 +258,23 @@ def test_layer_norm_module_forward(backend_name):
     compare(ours, theirs, [x])
 
 
+def test_sequential_fuses_batch_norm_and_activation(monkeypatch):
+    """Sequential(BatchNorm2d, GELU) runs as one batch_norm node with the activation, with
+    torch's results (forward and the input gradient)."""
+    seen = []
+    fused = norm_ops._batch_norm.fast[1]
+    monkeypatch.setattr(norm_ops._batch_norm, "fast", ("batch_norm", lambda *a: seen.append(
+        a[8]) or fused(*a)))
+    ours = nn.Sequential(nn.BatchNorm2d(3), nn.GELU(), nn.BatchNorm2d(3), nn.ReLU())
+    theirs = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.GELU(),
+                                 torch.nn.BatchNorm2d(3), torch.nn.ReLU())
+    (x,) = arrays(41, (2, 3, 3, 2))
+    with td.use_backend("triton"):
+        compare(ours, theirs, [x])
+    assert seen == ["gelu", "relu"]
+    assert nn.normalization.fused_activation(nn.BatchNorm1d(3), nn.GELU("tanh")) is None
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda x: F.layer_norm(x, (5,)), "does not end with"),
     (lambda x: F.layer_norm(x, (4,), td.ones(3)), "weight of shape"),

@@ -159,3 +159,16 @@ class BatchNorm2d(_BatchNorm):
     """BatchNorm over [N, C, H, W] inputs (NCHW or channels-last memory).
     nn.BatchNorm2d(64)(x)"""
     _dims = (4,)
+
+
+def fused_activation(module, following):
+    """"relu" or "gelu" when `module` is a BatchNorm that `following` (a ReLU or an exact GELU)
+    comes right after in a Sequential, so that both run in the batch norm's kernels; else None."""
+    if not isinstance(module, _BatchNorm) or following is None:
+        return None
+    from .activation import GELU, ReLU
+    if type(following) is ReLU:
+        return "relu"
+    if type(following) is GELU and following.approximate == "none":
+        return "gelu"
+    return None
