@@ -215,6 +215,15 @@ def test_batch_norm_2d_options(backend_name, momentum, affine, track):
     compare(ours, theirs, [x])
 
 
+def test_batch_norm_strided_spatial_input():
+    """Rows of a plane that cannot be walked as one (every other row): copied, then fused."""
+    x, w, b = arrays(14, (2, 3, 6, 4), (3,), (3,))
+    with td.use_backend("triton"):
+        compare(lambda x, w, b: F.batch_norm(x, None, None, w, b, True),
+                lambda x, w, b: TF.batch_norm(x, None, None, w, b, training=True),
+                [x, w, b], views=[lambda t: t[:, :, ::2], None, None])
+
+
 def test_batch_norm_half_channels_last():
     x, w, b = arrays(13, (2, 3, 4, 4), (3,), (3,), shift=4.0)
     store, view = LAYOUTS["channels_last"]

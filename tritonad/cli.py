@@ -18,6 +18,7 @@ from pathlib import Path
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist", "augment", "host", "ddp",
               "losses")  # ---- losses, similarity and distance
+BENCHMARKS += ("norms",)  # normalisation (benchmarks/bench_norms.py)
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 

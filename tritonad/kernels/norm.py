@@ -539,6 +539,15 @@ def _nsc_or_copy(a):
     return a, view
 
 
+def _merged(N, S, *strides):
+    """(N, S, strides) with the samples folded into the positions where every array steps from
+    one sample to the next as from one position to the next (channels-last: sN = S * sS), so
+    that tiles run across sample boundaries without masked lanes."""
+    if N > 1 and all(s[0] == S * s[1] for s in strides):
+        return 1, N * S, [(0, s[1], s[2]) for s in strides]
+    return N, S, list(strides)
+
+
 def _like_layout(x, channels_inner):
     """A new array of x's shape and dtype: channels-last when channels_inner, else contiguous;
     with its (stride_n, stride_s, stride_c)."""
@@ -593,6 +602,7 @@ def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, 
     x, (N, S, C, x_strides) = _nsc_or_copy(x)
     channels_inner = x_strides[2] == 1 and C > 1
     y, y_strides = _like_layout(x, channels_inner)
+    N, S, (x_strides, y_strides) = _merged(N, S, x_strides, y_strides)
     acc = _acc(x.dtype)
     mean = empty((C,), _stat_dtype(x.dtype), x.device)
     rstd = empty((C,), _stat_dtype(x.dtype), x.device)
@@ -637,6 +647,8 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
     x, (N, S, C, x_strides) = _nsc_or_copy(x)
     dy, (_, _, _, d_strides) = _nsc_or_copy(dy)
     channels_inner = x_strides[2] == 1 and C > 1
+    dx, o_strides = _like_layout(x, channels_inner) if need_dx else (None, x_strides)
+    N, S, (x_strides, d_strides, o_strides) = _merged(N, S, x_strides, d_strides, o_strides)
     acc = _acc(x.dtype)
     block_s, block_c, n_sblocks, n_chunks, per, splits = _bn_tiles(N, S, C, channels_inner,
                                                                     x.device)
@@ -657,9 +669,7 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
         run(_bn_bwd_finish_kernel, (cdiv(C, block),), sums, dw if need_dw else sums,
             db if need_db else sums, part, C, splits, WRITE_DW=need_dw, WRITE_DB=need_db,
             BLOCK_C=block, ACC=acc, num_warps=4)
-    dx = None
     if need_dx:
-        dx, o_strides = _like_layout(x, channels_inner)
         run(_bn_bwd_dx_kernel, grid, dx, dy, x, mean, rstd,
             weight if weight is not None else x, bias if bias is not None else x, sums, S, C,
             *x_strides, *d_strides, *o_strides, n_sblocks, n_chunks, per,
