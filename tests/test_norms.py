@@ -210,6 +210,7 @@ def test_batch_norm_2d_options(backend_name, momentum, affine, track):
         assert_close(ours.running_mean, theirs.running_mean, 1e-5, 1e-6)
         assert_close(ours.running_var, theirs.running_var, 1e-5, 1e-6)
         assert int(ours.num_batches_tracked.item()) == 2
+        assert ours.running_var._constant() is None  # (filled with 1 once, changed since)
     ours.eval(), theirs.eval()
     (x,) = arrays(30, (2, 4, 3, 3))
     compare(ours, theirs, [x])

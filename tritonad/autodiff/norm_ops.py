@@ -74,6 +74,9 @@ def _normalized_shape(op, x, normalized_shape, weight, bias=None):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{op}: {name} of shape {tuple(t.shape)} does not match "
                              f"normalized_shape {shape}")
+        if t is not None and t.dtype != x.dtype and x.dtype not in _HALF:
+            # (half inputs may take float32 parameters, as under autocast)
+            raise TypeError(f"{op}: input is {x.dtype.name} but {name} is {t.dtype.name}")
     _check_float(op, x, weight, bias)
     return shape
 
@@ -144,8 +147,6 @@ class LayerNorm(Function):
 def _fused_rows(op, input, shape, weight, bias, eps, rms):
     cols = math.prod(shape)
     rows = math.prod(input.shape[:input.ndim - len(shape)])
-    if weight is not None and weight.dtype != input.dtype and input.dtype not in _HALF:
-        raise TypeError(f"{op}: input is {input.dtype.name} but weight is {weight.dtype.name}")
     x = input.reshape((rows, cols))
     w = weight.reshape((cols,)) if weight is not None else None
     b = bias.reshape((cols,)) if bias is not None else None
@@ -362,9 +363,14 @@ def _(input, running_mean, running_var, weight, bias, training, momentum, eps, a
                               and num_batches_tracked is None):
         return _batch_norm.composed(input, running_mean, running_var, weight, bias, training,
                                     momentum, eps, activation, num_batches_tracked)
-    return BatchNorm.apply(input, weight, bias, running_mean, running_var, num_batches_tracked,
-                           bool(training), None if momentum is None else float(momentum),
-                           float(eps), activation)
+    y = BatchNorm.apply(input, weight, bias, running_mean, running_var, num_batches_tracked,
+                        bool(training), None if momentum is None else float(momentum),
+                        float(eps), activation)
+    if training and running_mean is not None:  # changed in place by the kernel
+        for t in (running_mean, running_var, num_batches_tracked):
+            if t is not None:
+                t._bump_version()
+    return y
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
