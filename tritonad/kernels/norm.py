@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from .elementwise import contiguous
-from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2, num_warps_for
+from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 from .plans import empty, planned, run
 from .tlmath import erf
 
@@ -77,10 +77,19 @@ def _programs(device):
 
 
 @triton.jit
+def _col_offsets(cols, stride, COL64: tl.constexpr):
+    # int32 unless n_cols * stride reaches 2**31
+    if COL64:
+        return cols.to(tl.int64) * stride
+    return cols * stride
+
+
+@triton.jit
 def _norm_fwd_kernel(y_ptr, mean_ptr, rstd_ptr, x_ptr, w_ptr, b_ptr, n_rows, n_cols,
                      stride_xm, stride_xn, eps,
                      RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                     COL64: tl.constexpr):
     # one program: BLOCK_M whole rows; y contiguous [rows, cols]; mu (layer_norm) and rstd saved
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -88,8 +97,8 @@ def _norm_fwd_kernel(y_ptr, mean_ptr, rstd_ptr, x_ptr, w_ptr, b_ptr, n_rows, n_c
     col_ok = cols < n_cols
     mask = row_ok[:, None] & col_ok[None, :]
     rows64 = rows.to(tl.int64)
-    cols64 = cols.to(tl.int64)
-    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols64[None, :] * stride_xn, mask=mask,
+    x_cols = _col_offsets(cols, stride_xn, COL64)
+    x = tl.load((x_ptr + rows64 * stride_xm)[:, None] + x_cols[None, :], mask=mask,
                 other=0.0).to(ACC)
     if RMS:
         xc = x
@@ -104,7 +113,7 @@ def _norm_fwd_kernel(y_ptr, mean_ptr, rstd_ptr, x_ptr, w_ptr, b_ptr, n_rows, n_c
         y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
     if HAS_B:
         y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
-    tl.store(y_ptr + rows64[:, None] * n_cols + cols64[None, :], y.to(y_ptr.dtype.element_ty),
+    tl.store((y_ptr + rows64 * n_cols)[:, None] + cols[None, :], y.to(y_ptr.dtype.element_ty),
              mask=mask)
 
 
@@ -114,13 +123,15 @@ def _norm_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
                      stride_dn,
                      RMS: tl.constexpr, HAS_W: tl.constexpr, COMPUTE_DX: tl.constexpr,
                      COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                     COL64: tl.constexpr):
     # one program: a stripe of rows_per_program rows, BLOCK_M at a time; dx of those rows and
     # one row of the dweight / dbias partial sums
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    cols64 = cols.to(tl.int64)
+    x_cols = _col_offsets(cols, stride_xn, COL64)
+    d_cols = _col_offsets(cols, stride_dn, COL64)
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)
     dw_acc = tl.zeros([BLOCK_N], ACC)
@@ -132,10 +143,10 @@ def _norm_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
         row_ok = rows < row_end
         mask = row_ok[:, None] & col_ok[None, :]
         rows64 = rows.to(tl.int64)
-        x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols64[None, :] * stride_xn,
-                    mask=mask, other=0.0).to(ACC)
-        dy = tl.load(dy_ptr + rows64[:, None] * stride_dm + cols64[None, :] * stride_dn,
-                     mask=mask, other=0.0).to(ACC)
+        x = tl.load((x_ptr + rows64 * stride_xm)[:, None] + x_cols[None, :], mask=mask,
+                    other=0.0).to(ACC)
+        dy = tl.load((dy_ptr + rows64 * stride_dm)[:, None] + d_cols[None, :], mask=mask,
+                     other=0.0).to(ACC)
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
         if RMS:
             xhat = x * rstd[:, None]
@@ -153,17 +164,17 @@ def _norm_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
             else:
                 c2 = tl.sum(g, 1) / n_cols
                 dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
-            tl.store(dx_ptr + rows64[:, None] * n_cols + cols64[None, :],
+            tl.store((dx_ptr + rows64 * n_cols)[:, None] + cols[None, :],
                      dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
             dw_acc += tl.sum(dy * xhat, 0)
         if COMPUTE_DB:
             db_acc += tl.sum(dy, 0)
-    part = pid.to(tl.int64) * n_cols + cols64
+    part = pid.to(tl.int64) * n_cols
     if COMPUTE_DW:
-        tl.store(dw_part_ptr + part, dw_acc, mask=col_ok)
+        tl.store(dw_part_ptr + part + cols, dw_acc, mask=col_ok)
     if COMPUTE_DB:
-        tl.store(db_part_ptr + part, db_acc, mask=col_ok)
+        tl.store(db_part_ptr + part + cols, db_acc, mask=col_ok)
 
 
 @triton.jit
@@ -189,7 +200,16 @@ def _row_blocks(n_rows, n_cols, op):
         raise ValueError(f"{op}: rows of {n_cols} elements are wider than the fused kernel's "
                          f"{MAX_COLS}")
     block_m = max(1, min(next_power_of_2(max(n_rows, 1)), TILE // block_n))
-    return block_m, block_n, num_warps_for(block_m * block_n)
+    # 16 elements a thread forward, 8 backward (it holds x, dy, xhat and the dw, db sums): no
+    # register spills up to 4096 columns; the backward spills some above (cuobjdump
+    # --dump-resource-usage of the sm_90 cubins, Triton 3.9, 2026-12-02)
+    per_thread = 16 if op == "layer_norm" else 8
+    warps = max(4, min(32, block_m * block_n // (32 * per_thread)))
+    return block_m, block_n, warps
+
+
+def _col64(n_cols, *strides):
+    return max(n_cols - 1, 0) * max(abs(s) for s in strides) >= 2 ** 31
 
 
 def _check_rows(op, x, *params):
@@ -228,7 +248,8 @@ def layer_norm(x, weight, bias, eps, rms):
             weight if weight is not None else x, bias if bias is not None else x,
             n_rows, n_cols, x.stride(0), x.stride(1), float(eps),
             RMS=bool(rms), HAS_W=weight is not None, HAS_B=bias is not None and not rms,
-            BLOCK_M=block_m, BLOCK_N=block_n, ACC=_acc(x.dtype), num_warps=warps)
+            BLOCK_M=block_m, BLOCK_N=block_n, ACC=_acc(x.dtype),
+            COL64=_col64(n_cols, x.stride(1), 1), num_warps=warps)
     return y, mean, rstd
 
 
@@ -260,7 +281,8 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, 
             x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
             RMS=bool(rms), HAS_W=weight is not None, COMPUTE_DX=bool(need_dx),
             COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
-            ACC=_acc(x.dtype), num_warps=warps)
+            ACC=_acc(x.dtype), COL64=_col64(n_cols, x.stride(1), dy.stride(1)),
+            num_warps=warps)
     dw = _sum_parts(dw_part, weight.dtype) if need_dw else None
     db = _sum_parts(db_part, bias.dtype) if need_db else None
     return dx, dw, db
@@ -286,12 +308,17 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, 
 
 
 @triton.jit
-def _tile_offsets(k, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S: tl.constexpr):
-    """Element offsets (int64) and the position mask of tile k = (n, spatial block)."""
+def _tile_offsets(k, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S: tl.constexpr,
+                  OFF64: tl.constexpr):
+    """(sample offset (int64 scalar), offsets in the sample, position mask) of tile
+    k = (n, spatial block); the offsets in a sample are int32 unless OFF64."""
     n = k // n_sblocks
     s = (k % n_sblocks) * BLOCK_S + tl.arange(0, BLOCK_S)
-    offs = n.to(tl.int64) * s_n + s.to(tl.int64)[:, None] * s_s + cols.to(tl.int64)[None, :] * s_c
-    return offs, s < S
+    if OFF64:
+        offs = s.to(tl.int64)[:, None] * s_s + cols.to(tl.int64)[None, :] * s_c
+    else:
+        offs = s[:, None] * s_s + cols[None, :] * s_c
+    return n.to(tl.int64) * s_n, offs, s < S
 
 
 @triton.jit
@@ -317,7 +344,8 @@ def _activation_grad(dy, z, ACT: tl.constexpr):
 @triton.jit
 def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
                      chunks_per_program, n_splits,
-                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
+                     OFF64: tl.constexpr):
     # one program: BLOCK_C channels over chunks_per_program tiles; writes its (mean, M2, count)
     # as row `split` of part[3, splits, C]
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -329,9 +357,10 @@ def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
     m2 = tl.zeros([BLOCK_C], ACC)
     count = tl.zeros([], ACC)
     for k in range(k0, k1):
-        offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S)
+        base, offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(ACC)
         t_count = tl.sum(s_ok.to(ACC), 0)
         t_mean = tl.sum(x, 0) / t_count
         d = tl.where(mask, x - t_mean[None, :], 0.0)
@@ -396,7 +425,8 @@ def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, rm_ptr, rv_ptr, nbt_ptr, C, 
 def _bn_apply_kernel(y_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, S, C,
                      sx_n, sx_s, sx_c, sy_n, sy_s, sy_c, n_sblocks, n_chunks, chunks_per_program,
                      ACT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
+                     OFF64: tl.constexpr):
     # one program: BLOCK_C channels over chunks_per_program tiles; y = act((x - mu) a + b)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = cols < C
@@ -410,12 +440,14 @@ def _bn_apply_kernel(y_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, S, C,
     k0 = tl.program_id(1) * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
     for k in range(k0, k1):
-        x_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S)
-        y_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, sy_n, sy_s, sy_c, BLOCK_S)
+        x_base, x_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
+        y_base, y_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, sy_n, sy_s, sy_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
-        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
         y = _activate((x - mean[None, :]) * scale[None, :] + shift[None, :], ACT)
-        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_ptr + y_base + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -423,7 +455,8 @@ def _bn_bwd_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_pt
                         sx_n, sx_s, sx_c, sd_n, sd_s, sd_c, n_sblocks, n_chunks,
                         chunks_per_program, n_splits,
                         ACT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                        BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+                        BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
+                     OFF64: tl.constexpr):
     # one program: BLOCK_C channels over chunks_per_program tiles; its sum(g), sum(g xhat) as
     # row `split` of part[2, splits, C]
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -442,11 +475,13 @@ def _bn_bwd_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_pt
     k0 = split * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
     for k in range(k0, k1):
-        x_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S)
-        d_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S)
+        x_base, x_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
+        d_base, d_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
-        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(ACC)
-        g = tl.load(dy_ptr + d_offs, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
+        g = tl.load(dy_ptr + d_base + d_offs, mask=mask, other=0.0).to(ACC)
         xhat = (x - mean[None, :]) * rstd[None, :]
         if ACT != 0:
             g = _activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
@@ -484,7 +519,7 @@ def _bn_bwd_dx_kernel(dx_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, s
                       chunks_per_program, inv_count,
                       TRAINING: tl.constexpr, ACT: tl.constexpr, HAS_W: tl.constexpr,
                       HAS_B: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                      ACC: tl.constexpr):
+                      ACC: tl.constexpr, OFF64: tl.constexpr):
     # one program: BLOCK_C channels over chunks_per_program tiles of dx
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = cols < C
@@ -502,19 +537,22 @@ def _bn_bwd_dx_kernel(dx_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, s
     k0 = tl.program_id(1) * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
     for k in range(k0, k1):
-        x_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S)
-        d_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S)
-        o_offs, s_ok = _tile_offsets(k, n_sblocks, S, cols, so_n, so_s, so_c, BLOCK_S)
+        x_base, x_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
+        d_base, d_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S, OFF64)
+        o_base, o_offs, s_ok = _tile_offsets(
+            k, n_sblocks, S, cols, so_n, so_s, so_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
-        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(ACC)
-        g = tl.load(dy_ptr + d_offs, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
+        g = tl.load(dy_ptr + d_base + d_offs, mask=mask, other=0.0).to(ACC)
         xhat = (x - mean[None, :]) * rstd[None, :]
         if ACT != 0:
             g = _activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
         if TRAINING:
             g = g - (mean_g[None, :] + xhat * mean_gx[None, :])
         dx = g * (w * rstd)[None, :]
-        tl.store(dx_ptr + o_offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        tl.store(dx_ptr + o_base + o_offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 def _nsc(a):
@@ -563,9 +601,10 @@ def _like_layout(x, channels_inner):
     return out, (x.shape[1] * s, 1, s)
 
 
-def _bn_tiles(N, S, C, channels_inner, device):
-    """(BLOCK_S, BLOCK_C, n_sblocks, n_chunks, chunks_per_program, splits): tiles along the
-    contiguous axis, spread over about _programs(device) programs."""
+def _bn_tiles(N, S, C, channels_inner, device, *strides):
+    """(grid, (n_sblocks, n_chunks, chunks_per_program), splits, meta): tiles of about TILE
+    elements along the contiguous axis, spread over about _programs(device) programs; int32
+    offsets in a sample unless some array's reach passes 2**31."""
     if channels_inner:
         block_c = min(next_power_of_2(C), 256)
         block_s = max(1, min(next_power_of_2(S), TILE // block_c))
@@ -576,7 +615,12 @@ def _bn_tiles(N, S, C, channels_inner, device):
     n_chunks = N * n_sblocks
     splits = max(1, min(n_chunks, cdiv(_programs(device), cdiv(C, block_c))))
     per = cdiv(n_chunks, splits)
-    return block_s, block_c, n_sblocks, n_chunks, per, cdiv(n_chunks, per)
+    splits = cdiv(n_chunks, per)
+    reach = max(abs(s_s) * (S + block_s) + abs(s_c) * (C + block_c) for _, s_s, s_c in strides)
+    # 16 warps for a 4096-element tile: 8 elements a thread, no spills (about 100 registers)
+    meta = {"BLOCK_S": block_s, "BLOCK_C": block_c, "OFF64": reach >= 2 ** 31,
+            "num_warps": max(4, min(16, block_s * block_c // 256))}
+    return (cdiv(C, block_c), splits), (n_sblocks, n_chunks, per), splits, meta
 
 
 def _check_bn(op, x, *channel_arrays):
@@ -606,14 +650,13 @@ def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, 
     acc = _acc(x.dtype)
     mean = empty((C,), _stat_dtype(x.dtype), x.device)
     rstd = empty((C,), _stat_dtype(x.dtype), x.device)
-    block_s, block_c, n_sblocks, n_chunks, per, splits = _bn_tiles(N, S, C, channels_inner,
-                                                                    x.device)
+    grid, chunks, splits, meta = _bn_tiles(N, S, C, channels_inner, x.device, x_strides,
+                                           y_strides)
     update = bool(training and running_mean is not None)
     if training:
         part = empty((3, splits, C), _stat_dtype(x.dtype), x.device)
-        run(_bn_stats_kernel, (cdiv(C, block_c), splits), part, x, S, C, *x_strides,
-            n_sblocks, n_chunks, per, splits, BLOCK_S=block_s, BLOCK_C=block_c, ACC=acc,
-            num_warps=num_warps_for(block_s * block_c))
+        run(_bn_stats_kernel, grid, part, x, S, C, *x_strides, *chunks, splits, ACC=acc,
+            **meta)
     else:
         part = mean
     has_nbt = update and num_batches_tracked is not None
@@ -624,11 +667,10 @@ def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, 
         0.0 if momentum is None else float(momentum), float(eps),
         TRAINING=bool(training), UPDATE=update, CUMULATIVE=momentum is None and has_nbt,
         HAS_NBT=has_nbt, BLOCK_C=min(next_power_of_2(C), 1024), ACC=acc, num_warps=4)
-    run(_bn_apply_kernel, (cdiv(C, block_c), splits), y, x, mean, rstd,
+    run(_bn_apply_kernel, grid, y, x, mean, rstd,
         weight if weight is not None else x, bias if bias is not None else x, S, C,
-        *x_strides, *y_strides, n_sblocks, n_chunks, per,
-        ACT=_ACTIVATIONS[activation], HAS_W=weight is not None, HAS_B=bias is not None,
-        BLOCK_S=block_s, BLOCK_C=block_c, ACC=acc, num_warps=num_warps_for(block_s * block_c))
+        *x_strides, *y_strides, *chunks, ACT=_ACTIVATIONS[activation],
+        HAS_W=weight is not None, HAS_B=bias is not None, ACC=acc, **meta)
     return y, mean, rstd
 
 
@@ -650,12 +692,10 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
     dx, o_strides = _like_layout(x, channels_inner) if need_dx else (None, x_strides)
     N, S, (x_strides, d_strides, o_strides) = _merged(N, S, x_strides, d_strides, o_strides)
     acc = _acc(x.dtype)
-    block_s, block_c, n_sblocks, n_chunks, per, splits = _bn_tiles(N, S, C, channels_inner,
-                                                                    x.device)
-    grid = (cdiv(C, block_c), splits)
-    warps = num_warps_for(block_s * block_c)
+    grid, chunks, splits, meta = _bn_tiles(N, S, C, channels_inner, x.device, x_strides,
+                                           d_strides, o_strides)
     flags = dict(ACT=_ACTIVATIONS[activation], HAS_W=weight is not None, HAS_B=bias is not None,
-                 BLOCK_S=block_s, BLOCK_C=block_c, ACC=acc, num_warps=warps)
+                 ACC=acc, **meta)
     dw = empty((C,), weight.dtype, x.device) if need_dw else None
     db = empty((C,), bias.dtype, x.device) if need_db else None
     sums = mean
@@ -663,7 +703,7 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
         part = empty((2, splits, C), _stat_dtype(x.dtype), x.device)
         run(_bn_bwd_sums_kernel, grid, part, dy, x, mean, rstd,
             weight if weight is not None else x, bias if bias is not None else x, S, C,
-            *x_strides, *d_strides, n_sblocks, n_chunks, per, splits, **flags)
+            *x_strides, *d_strides, *chunks, splits, **flags)
         sums = empty((2, C), _stat_dtype(x.dtype), x.device)
         block = min(next_power_of_2(C), 1024)
         run(_bn_bwd_finish_kernel, (cdiv(C, block),), sums, dw if need_dw else sums,
@@ -672,6 +712,6 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
     if need_dx:
         run(_bn_bwd_dx_kernel, grid, dx, dy, x, mean, rstd,
             weight if weight is not None else x, bias if bias is not None else x, sums, S, C,
-            *x_strides, *d_strides, *o_strides, n_sblocks, n_chunks, per,
-            1.0 / max(N * S, 1), TRAINING=bool(training), **flags)
+            *x_strides, *d_strides, *o_strides, *chunks, 1.0 / max(N * S, 1),
+            TRAINING=bool(training), **flags)
     return dx, dw, db
