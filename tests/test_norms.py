@@ -285,6 +285,57 @@ def test_sequential_fuses_batch_norm_and_activation(monkeypatch):
     assert nn.normalization.fused_activation(nn.BatchNorm1d(3), nn.GELU("tanh")) is None
 
 
+def test_empty_rows(backend_name):
+    x = td.zeros(0, 5, requires_grad=True)
+    y = F.layer_norm(x, (5,), td.ones(5), td.zeros(5))
+    assert tuple(y.shape) == (0, 5)
+    y.sum().backward()
+    assert tuple(x.grad.shape) == (0, 5)
+
+
+class _Block:
+    """A ResNet basic block, conv-bn-relu-conv-bn + skip, relu; in torch or in tritonad."""
+
+    def __init__(self, lib, channels=4):
+        self.lib = lib
+        self.body = lib.nn.Sequential(
+            lib.nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+            lib.nn.BatchNorm2d(channels), lib.nn.ReLU(),
+            lib.nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+            lib.nn.BatchNorm2d(channels))
+
+    def __call__(self, x):
+        return self.lib.nn.functional.relu(self.body(x) + x)
+
+
+def test_resnet_block_trains_as_torch():
+    """Two SGD steps of a ResNet block with BatchNorm (numpy backend) from torch's weights:
+    losses, weights and running statistics as torch's."""
+    theirs = _Block(torch)
+    ours = _Block(td)
+    with td.use_backend("numpy"):
+        ours.body.load_state_dict({k: td.tensor(v.numpy()) for k, v in
+                                   theirs.body.state_dict().items()})
+        opt = td.optim.SGD(ours.body.parameters(), lr=0.1)
+        for step in range(2):
+            (x, target) = arrays(60 + step, (3, 4, 5, 5), (3, 4, 5, 5))
+            loss = ((ours(td.tensor(x, dtype=td.float32)) - td.tensor(target, dtype=td.float32))
+                    ** 2).mean()
+            loss_pt = ((theirs(torch.tensor(x, dtype=torch.float32)) - torch.tensor(target))
+                       ** 2).mean()
+            opt.zero_grad(), theirs.body.zero_grad()
+            loss.backward(), loss_pt.backward()
+            opt.step()
+            with torch.no_grad():  # (torch.optim's first import costs seconds)
+                for p in theirs.body.parameters():
+                    p -= 0.1 * p.grad
+            assert_close(loss, loss_pt.detach(), 1e-5, 1e-6, name=f"loss {step}")
+        state, expected = ours.body.state_dict(), theirs.body.state_dict()
+        assert list(state) == list(expected)
+        for key in state:
+            assert_close(state[key], expected[key], 1e-4, 1e-5, name=key)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda x: F.layer_norm(x, (5,)), "does not end with"),
     (lambda x: F.layer_norm(x, (4,), td.ones(3)), "weight of shape"),
@@ -294,6 +345,8 @@ def test_sequential_fuses_batch_norm_and_activation(monkeypatch):
     (lambda x: F.batch_norm_act(x, None, None, training=True, activation="tanh"),
      "activation must be"),
     (lambda x: nn.BatchNorm2d(3)(x), "expected a 4-d input"),
+    (lambda x: F.batch_norm(x, td.zeros(3), td.ones(3), training=True, momentum=None),
+     "needs num_batches_tracked"),
 ])
 def test_bad_arguments_raise(call, message):
     x = td.zeros(2, 3, 4)

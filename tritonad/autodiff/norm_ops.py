@@ -260,8 +260,13 @@ def normalize(input, p=2.0, dim=1, eps=1e-12):
 # ---------------------------------------------------------------------------------- batch_norm
 
 
-def _check_batch_norm(input, running_mean, running_var, weight, bias, training, activation):
+def _check_batch_norm(input, running_mean, running_var, weight, bias, training, activation,
+                      momentum=0.1, num_batches_tracked=None):
     op = "batch_norm"
+    if momentum is None and training and running_mean is not None and \
+            num_batches_tracked is None:
+        raise ValueError(f"{op}: momentum=None (the cumulative average) needs "
+                         f"num_batches_tracked; nn.BatchNorm2d(momentum=None) keeps it")
     if input.ndim < 2:
         raise ValueError(f"{op}: expected an input of at least 2 dims [N, C, *], got shape "
                          f"{tuple(input.shape)}")
@@ -298,7 +303,8 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
     """batch_norm (below), then `activation`; num_batches_tracked (an int64 [] or [1] tensor,
     or None) is incremented when the running statistics update, and momentum=None then takes
     the cumulative average 1 / num_batches_tracked, as nn.BatchNorm does."""
-    _check_batch_norm(input, running_mean, running_var, weight, bias, training, activation)
+    _check_batch_norm(input, running_mean, running_var, weight, bias, training, activation,
+                      momentum, num_batches_tracked)
     acc = _compute_dtype(input)
     x = _up(input, acc)
     dims = (0,) + tuple(range(2, input.ndim))
@@ -358,9 +364,9 @@ class BatchNorm(Function):
 @_batch_norm.fused("batch_norm")
 def _(input, running_mean, running_var, weight, bias, training, momentum, eps, activation,
       num_batches_tracked):
-    _check_batch_norm(input, running_mean, running_var, weight, bias, training, activation)
-    if input.numel() == 0 or (momentum is None and training and running_mean is not None
-                              and num_batches_tracked is None):
+    _check_batch_norm(input, running_mean, running_var, weight, bias, training, activation,
+                      momentum, num_batches_tracked)
+    if input.numel() == 0:
         return _batch_norm.composed(input, running_mean, running_var, weight, bias, training,
                                     momentum, eps, activation, num_batches_tracked)
     y = BatchNorm.apply(input, weight, bias, running_mean, running_var, num_batches_tracked,
