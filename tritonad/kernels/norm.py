@@ -225,8 +225,9 @@ def _check_rows(op, x, *params):
 def _sum_parts(parts, dtype):
     n_parts, n_cols = parts.shape
     out = empty((n_cols,), dtype, parts.device)
-    block_c = min(next_power_of_2(n_cols), 256)
-    block_p = max(1, min(next_power_of_2(n_parts), TILE // block_c))
+    # narrow column blocks: enough programs to read the partials at once (a few loads each)
+    block_c = min(next_power_of_2(n_cols), 32)
+    block_p = max(1, min(next_power_of_2(n_parts), 128))
     run(_sum_parts_kernel, (cdiv(n_cols, block_c),), out, parts, n_parts, n_cols,
         BLOCK_P=block_p, BLOCK_C=block_c, ACC=_acc(parts.dtype), num_warps=4)
     return out
@@ -379,55 +380,67 @@ def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
 def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, rm_ptr, rv_ptr, nbt_ptr, C, n_splits,
                       momentum, eps,
                       TRAINING: tl.constexpr, UPDATE: tl.constexpr, CUMULATIVE: tl.constexpr,
-                      HAS_NBT: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
-    # one program (num_batches_tracked is read and written once): every channel's mean and
-    # rstd, and the running statistics' update
-    factor = momentum
-    if HAS_NBT:
-        tracked = tl.load(nbt_ptr) + 1
-        tl.store(nbt_ptr, tracked)
-        if CUMULATIVE:
-            factor = 1.0 / tracked.to(ACC)
-    for c0 in range(0, C, BLOCK_C):
-        cols = c0 + tl.arange(0, BLOCK_C)
-        c_ok = cols < C
-        if TRAINING:
-            mean = tl.zeros([BLOCK_C], ACC)
-            m2 = tl.zeros([BLOCK_C], ACC)
-            count = tl.zeros([BLOCK_C], ACC)
-            for p in range(0, n_splits):
-                row = p * C + cols
-                p_mean = tl.load(part_ptr + row, mask=c_ok, other=0.0)
-                p_m2 = tl.load(part_ptr + n_splits * C + row, mask=c_ok, other=0.0)
-                p_count = tl.load(part_ptr + 2 * n_splits * C + row, mask=c_ok, other=0.0)
-                total = count + p_count
-                share = tl.where(total > 0.0, p_count / tl.maximum(total, 1.0), 0.0)
-                delta = p_mean - mean
-                mean += delta * share
-                m2 += p_m2 + delta * delta * count * share
-                count = total
-            var = m2 / count
-            if UPDATE:
-                rm = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
-                rv = tl.load(rv_ptr + cols, mask=c_ok, other=0.0).to(ACC)
-                rm = rm * (1.0 - factor) + mean * factor
-                rv = rv * (1.0 - factor) + (m2 / (count - 1.0)) * factor
-                tl.store(rm_ptr + cols, rm.to(rm_ptr.dtype.element_ty), mask=c_ok)
-                tl.store(rv_ptr + cols, rv.to(rv_ptr.dtype.element_ty), mask=c_ok)
-        else:
-            mean = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
-            var = tl.load(rv_ptr + cols, mask=c_ok, other=1.0).to(ACC)
-        tl.store(mean_ptr + cols, mean, mask=c_ok)
-        tl.store(rstd_ptr + cols, 1.0 / tl.sqrt(var + eps), mask=c_ok)
+                      BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+    # one program: BLOCK_C channels' mean and rstd, and their running statistics' update.
+    # The splits' (n_i, mean_i, M2_i) combine as n = sum n_i, mean = sum n_i mean_i / n,
+    # M2 = sum M2_i + sum n_i (mean_i - mean)^2 (exact; deviations from the final mean), over
+    # [BLOCK_P, BLOCK_C] tiles of the splits: a few loads, not one per split.
+    # num_batches_tracked is read here (momentum=None: f = 1 / (its value + 1)) and
+    # incremented by the apply kernel, which runs after every program of this one.
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < C
+    if TRAINING:
+        count = tl.zeros([BLOCK_C], ACC)
+        total = tl.zeros([BLOCK_C], ACC)
+        for p0 in range(0, n_splits, BLOCK_P):
+            rows = p0 + tl.arange(0, BLOCK_P)
+            mask = (rows < n_splits)[:, None] & c_ok[None, :]
+            at = rows[:, None] * C + cols[None, :]
+            p_mean = tl.load(part_ptr + at, mask=mask, other=0.0)
+            p_count = tl.load(part_ptr + 2 * n_splits * C + at, mask=mask, other=0.0)
+            count += tl.sum(p_count, 0)
+            total += tl.sum(p_count * p_mean, 0)
+        mean = total / count
+        m2 = tl.zeros([BLOCK_C], ACC)
+        for p0 in range(0, n_splits, BLOCK_P):
+            rows = p0 + tl.arange(0, BLOCK_P)
+            mask = (rows < n_splits)[:, None] & c_ok[None, :]
+            at = rows[:, None] * C + cols[None, :]
+            p_mean = tl.load(part_ptr + at, mask=mask, other=0.0)
+            p_m2 = tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
+            p_count = tl.load(part_ptr + 2 * n_splits * C + at, mask=mask, other=0.0)
+            delta = p_mean - mean[None, :]
+            m2 += tl.sum(p_m2 + p_count * delta * delta, 0)
+        var = m2 / count
+        if UPDATE:
+            factor = momentum
+            if CUMULATIVE:
+                factor = 1.0 / (tl.load(nbt_ptr) + 1).to(ACC)
+            rm = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+            rv = tl.load(rv_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+            rm = rm * (1.0 - factor) + mean * factor
+            rv = rv * (1.0 - factor) + (m2 / (count - 1.0)) * factor
+            tl.store(rm_ptr + cols, rm.to(rm_ptr.dtype.element_ty), mask=c_ok)
+            tl.store(rv_ptr + cols, rv.to(rv_ptr.dtype.element_ty), mask=c_ok)
+    else:
+        mean = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+        var = tl.load(rv_ptr + cols, mask=c_ok, other=1.0).to(ACC)
+    tl.store(mean_ptr + cols, mean, mask=c_ok)
+    tl.store(rstd_ptr + cols, 1.0 / tl.sqrt(var + eps), mask=c_ok)
 
 
 @triton.jit
-def _bn_apply_kernel(y_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, S, C,
+def _bn_apply_kernel(y_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, nbt_ptr, S, C,
                      sx_n, sx_s, sx_c, sy_n, sy_s, sy_c, n_sblocks, n_chunks, chunks_per_program,
                      ACT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
-                     OFF64: tl.constexpr):
-    # one program: BLOCK_C channels over chunks_per_program tiles; y = act((x - mu) a + b)
+                     HAS_NBT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                     ACC: tl.constexpr, OFF64: tl.constexpr):
+    # one program: BLOCK_C channels over chunks_per_program tiles; y = act((x - mu) a + b).
+    # The first program also counts the batch in num_batches_tracked (after the finish
+    # kernel, which read it).
+    if HAS_NBT:
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = cols < C
     mean = tl.load(mean_ptr + cols, mask=c_ok, other=0.0)
@@ -496,21 +509,27 @@ def _bn_bwd_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_pt
 @triton.jit
 def _bn_bwd_finish_kernel(sums_ptr, dw_ptr, db_ptr, part_ptr, C, n_splits,
                           WRITE_DW: tl.constexpr, WRITE_DB: tl.constexpr,
-                          BLOCK_C: tl.constexpr, ACC: tl.constexpr):
-    # one program: BLOCK_C channels; db = sum(g), dw = sum(g xhat) over the splits in order
+                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+    # one program: BLOCK_C channels; db = sum(g), dw = sum(g xhat) over the splits, summed in a
+    # fixed order in [BLOCK_P, BLOCK_C] tiles
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = cols < C
-    sum_g = tl.zeros([BLOCK_C], ACC)
-    sum_gx = tl.zeros([BLOCK_C], ACC)
-    for p in range(0, n_splits):
-        sum_g += tl.load(part_ptr + p * C + cols, mask=c_ok, other=0.0)
-        sum_gx += tl.load(part_ptr + (n_splits + p) * C + cols, mask=c_ok, other=0.0)
-    tl.store(sums_ptr + cols, sum_g, mask=c_ok)
-    tl.store(sums_ptr + C + cols, sum_gx, mask=c_ok)
+    sum_g = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    sum_gx = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    for p0 in range(0, n_splits, BLOCK_P):
+        rows = p0 + tl.arange(0, BLOCK_P)
+        mask = (rows < n_splits)[:, None] & c_ok[None, :]
+        at = rows[:, None] * C + cols[None, :]
+        sum_g += tl.load(part_ptr + at, mask=mask, other=0.0)
+        sum_gx += tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
+    total_g = tl.sum(sum_g, 0)
+    total_gx = tl.sum(sum_gx, 0)
+    tl.store(sums_ptr + cols, total_g, mask=c_ok)
+    tl.store(sums_ptr + C + cols, total_gx, mask=c_ok)
     if WRITE_DW:
-        tl.store(dw_ptr + cols, sum_gx.to(dw_ptr.dtype.element_ty), mask=c_ok)
+        tl.store(dw_ptr + cols, total_gx.to(dw_ptr.dtype.element_ty), mask=c_ok)
     if WRITE_DB:
-        tl.store(db_ptr + cols, sum_g.to(db_ptr.dtype.element_ty), mask=c_ok)
+        tl.store(db_ptr + cols, total_g.to(db_ptr.dtype.element_ty), mask=c_ok)
 
 
 @triton.jit
@@ -623,6 +642,13 @@ def _bn_tiles(N, S, C, channels_inner, device, *strides):
     return (cdiv(C, block_c), splits), (n_sblocks, n_chunks, per), splits, meta
 
 
+def _split_tile(splits, C):
+    """(BLOCK_P, BLOCK_C) of the kernels that combine the [splits, C] partials: all splits in
+    one tile up to 256 (one load each), channels filling about 2048 elements."""
+    block_p = min(next_power_of_2(max(splits, 1)), 256)
+    return block_p, max(1, min(next_power_of_2(C), 2048 // block_p))
+
+
 def _check_bn(op, x, *channel_arrays):
     if x.dim() < 2 or not x.dtype.is_floating_point:
         raise ValueError(f"{op}: expected a floating point [N, C, *] array, got shape "
@@ -660,17 +686,19 @@ def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, 
     else:
         part = mean
     has_nbt = update and num_batches_tracked is not None
-    run(_bn_finish_kernel, (1,), mean, rstd, part,
+    block_p, block_c = _split_tile(splits if training else 1, C)
+    run(_bn_finish_kernel, (cdiv(C, block_c),), mean, rstd, part,
         running_mean if running_mean is not None else mean,
         running_var if running_var is not None else rstd,
         num_batches_tracked if has_nbt else mean, C, splits,
         0.0 if momentum is None else float(momentum), float(eps),
         TRAINING=bool(training), UPDATE=update, CUMULATIVE=momentum is None and has_nbt,
-        HAS_NBT=has_nbt, BLOCK_C=min(next_power_of_2(C), 1024), ACC=acc, num_warps=4)
+        BLOCK_P=block_p, BLOCK_C=block_c, ACC=acc, num_warps=4)
     run(_bn_apply_kernel, grid, y, x, mean, rstd,
-        weight if weight is not None else x, bias if bias is not None else x, S, C,
-        *x_strides, *y_strides, *chunks, ACT=_ACTIVATIONS[activation],
-        HAS_W=weight is not None, HAS_B=bias is not None, ACC=acc, **meta)
+        weight if weight is not None else x, bias if bias is not None else x,
+        num_batches_tracked if has_nbt else mean, S, C, *x_strides, *y_strides, *chunks,
+        ACT=_ACTIVATIONS[activation], HAS_W=weight is not None, HAS_B=bias is not None,
+        HAS_NBT=has_nbt, ACC=acc, **meta)
     return y, mean, rstd
 
 
@@ -705,10 +733,10 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
             weight if weight is not None else x, bias if bias is not None else x, S, C,
             *x_strides, *d_strides, *chunks, splits, **flags)
         sums = empty((2, C), _stat_dtype(x.dtype), x.device)
-        block = min(next_power_of_2(C), 1024)
-        run(_bn_bwd_finish_kernel, (cdiv(C, block),), sums, dw if need_dw else sums,
+        block_p, block_c = _split_tile(splits, C)
+        run(_bn_bwd_finish_kernel, (cdiv(C, block_c),), sums, dw if need_dw else sums,
             db if need_db else sums, part, C, splits, WRITE_DW=need_dw, WRITE_DB=need_db,
-            BLOCK_C=block, ACC=acc, num_warps=4)
+            BLOCK_P=block_p, BLOCK_C=block_c, ACC=acc, num_warps=4)
     if need_dx:
         run(_bn_bwd_dx_kernel, grid, dx, dy, x, mean, rstd,
             weight if weight is not None else x, bias if bias is not None else x, sums, S, C,
