@@ -79,9 +79,10 @@ def _programs(device):
 @triton.jit
 def _col_offsets(cols, stride, COL64: tl.constexpr):
     # int32 unless n_cols * stride reaches 2**31
+    offs = cols * stride
     if COL64:
-        return cols.to(tl.int64) * stride
-    return cols * stride
+        offs = cols.to(tl.int64) * stride
+    return offs
 
 
 @triton.jit
