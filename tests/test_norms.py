@@ -419,3 +419,18 @@ def test_gpu_batch_norm_running_stats_under_cuda_graph():
     assert_close(ours.running_mean, theirs.running_mean, 1e-5, 1e-6)
     assert_close(ours.running_var, theirs.running_var, 1e-5, 1e-6)
     assert int(ours.num_batches_tracked.item()) == 5
+
+
+@pytest.mark.gpu
+def test_gpu_weight_gradients_are_deterministic():
+    """dweight and dbias are fixed-order sums (no float atomics): the same bits every run."""
+    x, w, b, xb, wb, bb = arrays(53, (8192, 384), (384,), (384,), (128, 64, 7, 7), (64,), (64,))
+    grads = []
+    for _ in range(2):
+        ws = [td.tensor(a, dtype=td.float32, requires_grad=True) for a in (w, b, wb, bb)]
+        y = F.layer_norm(td.tensor(x, dtype=td.float32), (384,), ws[0], ws[1])
+        z = F.batch_norm(td.tensor(xb, dtype=td.float32), None, None, ws[2], ws[3], True)
+        (y.square().sum() + z.square().sum()).backward()
+        grads.append([t.grad.numpy() for t in ws])
+    for a, e in zip(*grads):
+        assert np.array_equal(a, e)
