@@ -68,10 +68,12 @@ def transposed(t):
     ((13, 6), (6,), "weight", transposed),         # strided columns (a transposed input)
     ((4, 3, 7), (3, 7), "both", None),            # two normalised dims
     ((2, 9), 9, None, None),                     # no affine, int normalized_shape
+    ((5, 9), (9,), "bias", None),                 # a bias without a weight
 ])
 def test_layer_norm_matches_torch(backend_name, shape, normalized, affine, view):
     n = (normalized,) if isinstance(normalized, int) else normalized
-    x, w, b = arrays(0, shape, n if affine else None, n if affine == "both" else None)
+    x, w, b = arrays(0, shape, n if affine in ("both", "weight") else None,
+                     n if affine in ("both", "bias") else None)
     if view is not None:
         x = np.ascontiguousarray(x.swapaxes(0, 1))
     compare(lambda x, w, b: F.layer_norm(x, normalized, w, b, eps=1e-5),

@@ -179,10 +179,13 @@ def _norm_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
 
 
 @triton.jit
-def _sum_parts_kernel(out_ptr, part_ptr, n_parts, n_cols, BLOCK_P: tl.constexpr,
+def _sum_parts_kernel(out0_ptr, out1_ptr, part_ptr, n_parts, n_cols, BLOCK_P: tl.constexpr,
                       BLOCK_C: tl.constexpr, ACC: tl.constexpr):
-    # out[c] = sum over p of part[p, c], in a fixed order; one program: BLOCK_C columns.
-    # Traffic: reads the [parts, cols] partials once.
+    # out_k[c] = sum over p of part[k, p, c], in a fixed order (k = program_id(1): dweight and
+    # dbias in one launch); one program: BLOCK_C columns of one of them.
+    # Traffic: reads the [k, parts, cols] partials once.
+    which = tl.program_id(1)
+    part_ptr += which.to(tl.int64) * n_parts * n_cols
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < n_cols
     acc = tl.zeros([BLOCK_P, BLOCK_C], ACC)
@@ -191,7 +194,11 @@ def _sum_parts_kernel(out_ptr, part_ptr, n_parts, n_cols, BLOCK_P: tl.constexpr,
         mask = (parts < n_parts)[:, None] & col_ok[None, :]
         acc += tl.load(part_ptr + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask,
                        other=0.0)
-    tl.store(out_ptr + cols, tl.sum(acc, 0).to(out_ptr.dtype.element_ty), mask=col_ok)
+    total = tl.sum(acc, 0)
+    if which == 0:
+        tl.store(out0_ptr + cols, total.to(out0_ptr.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(out1_ptr + cols, total.to(out1_ptr.dtype.element_ty), mask=col_ok)
 
 
 def _row_blocks(n_rows, n_cols, op):
@@ -223,15 +230,15 @@ def _check_rows(op, x, *params):
                              f"of {x.shape[1]}")
 
 
-def _sum_parts(parts, dtype):
-    n_parts, n_cols = parts.shape
-    out = empty((n_cols,), dtype, parts.device)
-    # narrow column blocks: enough programs to read the partials at once (a few loads each)
-    block_c = min(next_power_of_2(n_cols), 32)
-    block_p = max(1, min(next_power_of_2(n_parts), 128))
-    run(_sum_parts_kernel, (cdiv(n_cols, block_c),), out, parts, n_parts, n_cols,
-        BLOCK_P=block_p, BLOCK_C=block_c, ACC=_acc(parts.dtype), num_warps=4)
-    return out
+def _sum_parts(parts, outs):
+    """Each outs[k] = parts[k].sum(0) (parts: [len(outs), programs, cols]), one launch."""
+    n_out, n_parts, n_cols = parts.shape
+    # narrow column blocks, all partials in one or two loads: enough programs to read them at
+    # once rather than a few programs walking them
+    block_c = min(next_power_of_2(n_cols), 16)
+    block_p = max(1, min(next_power_of_2(n_parts), 256))
+    run(_sum_parts_kernel, (cdiv(n_cols, block_c), n_out), outs[0], outs[-1], parts, n_parts,
+        n_cols, BLOCK_P=block_p, BLOCK_C=block_c, ACC=_acc(parts.dtype), num_warps=4)
 
 
 @planned(arrays=3)
@@ -274,8 +281,10 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, 
     programs = max(1, cdiv(n_rows, rows_per))
     acc_dtype = _stat_dtype(x.dtype)
     dx = empty(x.shape, x.dtype, x.device) if need_dx else None
-    dw_part = empty((programs, n_cols), acc_dtype, x.device) if need_dw else None
-    db_part = empty((programs, n_cols), acc_dtype, x.device) if need_db else None
+    parts = empty((int(need_dw) + int(need_db), programs, n_cols), acc_dtype, x.device) \
+        if need_dw or need_db else None
+    dw_part = parts[0] if need_dw else None
+    db_part = parts[int(need_dw)] if need_db else None
     if n_rows and (need_dx or need_dw or need_db):
         run(_norm_bwd_kernel, (programs,), dx if need_dx else x,
             dw_part if need_dw else rstd, db_part if need_db else rstd, dy, x,
@@ -285,8 +294,10 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, 
             COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
             ACC=_acc(x.dtype), COL64=_col64(n_cols, x.stride(1), dy.stride(1)),
             num_warps=warps)
-    dw = _sum_parts(dw_part, weight.dtype) if need_dw else None
-    db = _sum_parts(db_part, bias.dtype) if need_db else None
+    dw = empty((n_cols,), weight.dtype, x.device) if need_dw else None
+    db = empty((n_cols,), bias.dtype, x.device) if need_db else None
+    if parts is not None:
+        _sum_parts(parts, [o for o in (dw, db) if o is not None])
     return dx, dw, db
 
 
