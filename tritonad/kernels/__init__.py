@@ -17,6 +17,8 @@ from ..backend import Backend, register_backend
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
             "conv_pool", "optim", "mlp", "augment", "head")
 FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernels/rnn.py)
+# normalisation (norm.py)
+FAMILIES += ("norm",)
 
 
 class TritonBackend(Backend):

@@ -28,6 +28,12 @@ from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
 __all__ += ["RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU"]
 
 
+# normalisation layers (normalization.py)
+from .normalization import (BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm,  # noqa: E402
+                            RMSNorm)
+__all__ += ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
+
+
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
     raise missing(__name__, name, globals())

@@ -20,6 +20,12 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
            "dropout1d", "dropout2d"]
 
 
+# normalisation (autodiff/norm_ops.py)
+from ..autodiff.norm_ops import (batch_norm, batch_norm_act, group_norm,  # noqa: E402
+                                 layer_norm, normalize, rms_norm)
+__all__ += ["layer_norm", "rms_norm", "group_norm", "normalize", "batch_norm", "batch_norm_act"]
+
+
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
     raise missing(__name__, name, globals())
