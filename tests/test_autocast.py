@@ -20,7 +20,8 @@ def _model(seed=0):
 # float32 ops, and ops that run in their inputs' promoted type. (torch.autocast on the CPU has
 # a list of its own, softmax in bf16 among others, so it is no oracle for this.)
 LOW, FLOAT32, PROMOTED = ("linear", "matmul", "conv2d"), \
-    ("softmax", "log_softmax", "sum", "exp", "cross_entropy", "pow"), ("add", "relu")
+    ("softmax", "log_softmax", "sum", "exp", "cross_entropy", "pow", "layer_norm"), \
+    ("add", "relu")
 
 
 @pytest.mark.parametrize("dtype", [td.bfloat16, td.float16])
@@ -35,7 +36,8 @@ def test_policy(backend_name, dtype):
             ours = {"linear": F.linear(x, w), "matmul": h, "conv2d": F.conv2d(img, k),
                     "softmax": F.softmax(h, 1), "log_softmax": F.log_softmax(h, 1),
                     "sum": h.sum(), "exp": td.exp(h), "pow": h ** 2, "add": h + td.randn(4, 5),
-                    "relu": h.relu(), "cross_entropy": F.cross_entropy(h, td.tensor([0, 1, 2, 3]))}
+                    "relu": h.relu(), "cross_entropy": F.cross_entropy(h, td.tensor([0, 1, 2, 3])),
+                    "layer_norm": F.layer_norm(h, (5,))}
         for name in LOW:
             assert ours[name].dtype == dtype, name
         for name in FLOAT32:

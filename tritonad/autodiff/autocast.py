@@ -31,7 +31,7 @@ FLOAT32_OPS = frozenset({
     "exp", "expm1", "log", "log1p", "log2", "log10", "pow", "reciprocal", "rsqrt", "softplus",
     "sinh", "cosh", "tan", "acos", "asin", "erfinv",
     "sum", "prod", "cumsum", "cumprod", "softmax", "log_softmax", "logsumexp", "norm",
-    "layer_norm", "group_norm", "rms_norm", "batch_norm", "normalize", "cross_entropy",
+    "layer_norm", "group_norm", "rms_norm", "normalize", "cross_entropy",
     "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
     "binary_cross_entropy_with_logits", "cosine_similarity",
 })
