@@ -40,8 +40,12 @@ from .plans import empty, planned, run
 PRIMITIVES = ("index_check", "scatter_reduce_rows")
 
 REDUCES = ("sum", "prod", "mean", "amax", "amin", "last")
-SORT_BLOCK = 64 if INTERPRET else 1024
+SORT_BLOCK = 1024
+RANK_BLOCK = 128
 MERGE_BLOCK = 256 if INTERPRET else 1024
+# how a block of keys is sorted: tl.sort's bitonic network (1), or, under the interpreter, where
+# that costs ~1 s a block, by ranks from a [BLOCK, BLOCK] comparison (2; tests check both)
+BLOCK_SORT = 2 if INTERPRET else 1
 TILE = 4096
 _BIG = 2**63 - 1
 
@@ -70,17 +74,23 @@ def _index_check_kernel(index_ptr, out_ptr, flag_ptr, n, size, WRAP: tl.constexp
 
 
 @triton.jit
-def _sort_blocks_kernel(index_ptr, keys_ptr, flag_ptr, n, n_rows, BLOCK: tl.constexpr):
+def _sort_blocks_kernel(index_ptr, keys_ptr, flag_ptr, n, n_rows, SORT: tl.constexpr,
+                        BLOCK: tl.constexpr):
     # One program: keys = row * n + i of BLOCK indices (a row outside [0, n_rows) reported
-    # and clamped), sorted ascending into the block's place. Lanes past n sort last as the
-    # largest int64 and are not stored.
+    # and clamped), sorted ascending into the block's place: SORT 1 by tl.sort, 2 by ranks
+    # (each key's count of smaller keys in the block; the keys are unique). Lanes past n sort
+    # last as the largest int64 and are not stored.
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = i < n
     row = tl.load(index_ptr + i, mask=mask, other=0).to(tl.int64)
     report(flag_ptr, mask & ((row < 0) | (row >= n_rows)), i, row, n_rows)
     row = tl.minimum(tl.maximum(row, 0), n_rows - 1)
     keys = tl.where(mask, row * n + i, 9223372036854775807)
-    tl.store(keys_ptr + i, tl.sort(keys), mask=mask)
+    if SORT == 1:
+        tl.store(keys_ptr + i, tl.sort(keys), mask=mask)
+    else:
+        rank = tl.sum((keys[None, :] < keys[:, None]).to(tl.int32), axis=1)
+        tl.store(keys_ptr + tl.program_id(0).to(tl.int64) * BLOCK + rank, keys, mask=mask)
 
 
 @triton.jit
@@ -235,9 +245,10 @@ def _sorted_keys(index, n_rows, op):
     """The keys row * n + i of the n indices, sorted ascending (see the module docstring)."""
     n = index.numel()
     keys = empty((n,), dtypes.int64, index.device)
-    run(_sort_blocks_kernel, (cdiv(n, SORT_BLOCK),), index, keys, errors.flag(index.device, op),
-        n, n_rows, BLOCK=SORT_BLOCK, num_warps=4)
-    length = SORT_BLOCK
+    block = SORT_BLOCK if BLOCK_SORT == 1 else RANK_BLOCK
+    run(_sort_blocks_kernel, (cdiv(n, block),), index, keys, errors.flag(index.device, op),
+        n, n_rows, SORT=BLOCK_SORT, BLOCK=block, num_warps=4)
+    length = block
     other = None
     while length < n:
         other = empty((n,), dtypes.int64, index.device) if other is None else other
