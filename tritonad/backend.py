@@ -483,8 +483,8 @@ class Backend(FusedPrimitives):
 
     # embeddings and indexing: the index check and the deterministic row scatter
     def index_check(self, index, size, op, wrap):
-        """index (int64/int32/uint8, any shape) as a new int64 array (or index itself when it is
-        contiguous int64 and wrap is False), every value checked against a dim of `size`:
+        """index (int64/int32/uint8, any shape) as a new contiguous int64 array, every value
+        checked against a dim of `size`:
         [-size, size) with wrap (negative ones wrapped to value + size), else [0, size). A value
         outside raises IndexError naming `op` (a name in kernels/errors.CHECKS)."""
         raise NotImplementedError

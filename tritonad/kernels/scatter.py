@@ -55,10 +55,11 @@ _BIG = 2**63 - 1
 
 @triton.jit
 def _index_check_kernel(index_ptr, out_ptr, flag_ptr, n, size, WRAP: tl.constexpr,
-                        WRITE: tl.constexpr, BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr):
     # One program: BLOCK indices checked against [0, size) ([-size, size) with WRAP, negative
     # ones wrapped); a bad one reported on the error flag, written clamped into range.
-    # Traffic: 8 bytes read (and 8 written with WRITE) per index.
+    # Traffic: 8 bytes read and 8 written per index. (Written clamped, so that the op it
+    # feeds finds nothing more to report: the error names the op that checked.)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = i < n
     v = tl.load(index_ptr + i, mask=mask, other=0).to(tl.int64)
@@ -67,10 +68,9 @@ def _index_check_kernel(index_ptr, out_ptr, flag_ptr, n, size, WRAP: tl.constexp
     else:
         bad = (v < 0) | (v >= size)
     report(flag_ptr, mask & bad, i, v, size)
-    if WRITE:
-        v = tl.where(v < 0, v + size, v)
-        v = tl.minimum(tl.maximum(v, 0), size - 1)
-        tl.store(out_ptr + i, v, mask=mask)
+    v = tl.where(v < 0, v + size, v)
+    v = tl.minimum(tl.maximum(v, 0), size - 1)
+    tl.store(out_ptr + i, v, mask=mask)
 
 
 @triton.jit
@@ -220,15 +220,14 @@ def _index_check(index, size, op, wrap):
         raise TypeError(f"{op}: index must be an integer tensor, got {dtype_of(index).name}")
     n = index.numel()
     src = index if index.is_contiguous() else contiguous(index)
-    write = wrap or src.dtype != dtypes.int64.torch
-    out = empty(tuple(index.shape), dtypes.int64, index.device) if write else src
+    out = empty(tuple(index.shape), dtypes.int64, index.device)
     if n and size == 0:
         raise IndexError(f"{op}: index into a dimension of size 0 (index shape "
                          f"{tuple(index.shape)})")
     if n:
         block = 256 if INTERPRET else 1024
         run(_index_check_kernel, (cdiv(n, block),), src, out,
-            errors.flag(index.device, op), n, size, WRAP=bool(wrap), WRITE=bool(write),
+            errors.flag(index.device, op), n, size, WRAP=bool(wrap),
             BLOCK=block, num_warps=4)
     return out
 
