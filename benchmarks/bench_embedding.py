@@ -12,8 +12,9 @@ Metric: GB/s = bytes moved / t at the minimum traffic, per row of the table:
 - scatter_add: read x, index and src, write out: 2 numel(x) itemsize + numel(index) *
   (8 + itemsize).
 "kernel" rows time the backend primitives on raw torch tensors against torch's own ops
-(torch.ops.aten.embedding_dense_backward, F.embedding, torch.gather, ...), by
-triton.testing.do_bench medians (L2 flushed); "eager" rows time the tritonad Tensor API
+(torch.ops.aten.embedding_dense_backward, F.embedding, torch.index_select); "api" rows time
+td.gather / td.scatter_add against torch's; "autodiff" embedding forward + backward, both with
+autograd; all by triton.testing.do_bench medians (L2 flushed). "eager" rows time the tritonad Tensor API
 against torch's (autograd on both sides), per call, host included (common.per_call_us).
 Ratios are torch time / tritonad time: above 1 means tritonad is faster. The embedding
 backward is also run twice and its bits compared (`deterministic` in the JSON).
