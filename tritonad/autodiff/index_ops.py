@@ -576,6 +576,8 @@ def getitem(x, key):
     if not isinstance(key, tuple):
         if not _is_advanced(key):
             return GetItem.apply(x, basic_index(x, key))
+        if isinstance(key, Tensor) and key.ndim and key.dtype in (dtypes.int64, dtypes.int32):
+            return gather_rows(x, key)  # x[idx], the commonest: rows picked along dim 0
     elif not any(_is_advanced(k) for k in key):
         return GetItem.apply(x, basic_index(x, key))
     items = _expand_key(x, key)
