@@ -71,9 +71,11 @@ def test_scatter_reduce_rows_shapes_and_layouts(triton_backend):
 
 def test_block_sort_by_tl_sort(triton_backend, monkeypatch):
     """The GPU sorts blocks of keys with tl.sort; the interpreter by ranks. Both give the
-    reference's sums (16-key blocks here, so that tl.sort's network stays small)."""
+    reference's sums (16-key blocks here, so that tl.sort's network stays small, merged two
+    runs at a time: two merge passes)."""
     monkeypatch.setattr(sc, "BLOCK_SORT", 1)
     monkeypatch.setattr(sc, "SORT_BLOCK", 16)
+    monkeypatch.setattr(sc, "MERGE_GROUP", 2)
     plans.clear_plans()
     index = torch.from_numpy(ints(9, (40,), seed=7)).to(DEVICE)
     src = torch.from_numpy(arr(40, 2, seed=8)).to(DEVICE).float()

@@ -9,18 +9,21 @@ repeated indices) vary from run to run. Instead the n indices are sorted, and ea
 reduces its own segment of the sorted order, in increasing i: the same bits every run, and no
 atomics at all. The sort key is row * n + i, unique, so the order is total:
 
-    1. _sort_blocks_kernel: keys of BLOCK indices, sorted in registers (tl.sort, bitonic).
-    2. _merge_kernel, log2(n / BLOCK) times: runs of length L merged pairwise into runs of 2L.
-       An element's place in the merged run is its rank in its own run plus the number of keys
-       of the partner run below it (a binary search; keys are unique, so no ties).
-    3. _segment_reduce_kernel: output row r's segment is [lower_bound(r * n), lower_bound((r+1)
-       * n)) of the sorted keys, found by binary search; the row's programs fold the segment's
-       src rows into registers and write out[r] once (also rows no index names: the base row
-       or zero), so the output needs no fill beforehand.
+    1. _sort_blocks_kernel: keys of BLOCK indices, sorted in registers (tl.sort, bitonic; under
+       the interpreter by ranks, which it runs faster).
+    2. _merge_kernel, log_8(n / BLOCK) times (once for n <= 32k): groups of 8 sorted runs
+       merged into one. A key's place in its group's merge is its rank in its own run plus the
+       number of keys of each other run below it (7 binary searches side by side; keys are
+       unique, so no ties).
+    3. _bounds_kernel: where the row changes along the sorted keys, the row's segment
+       [start, end) (rows no index names keep an empty one).
+    4. _segment_reduce_kernel: each output row folds its segment's src rows in registers, in
+       increasing i, and writes out[r] once (rows no index names too: the base row or zero), so
+       the output needs no fill beforehand.
 
-Memory traffic: the sort moves 16 bytes a key per pass (8 read, 8 written), log2(n / BLOCK) + 1
-passes; the reduction reads each src row once (D * itemsize bytes per index), the base once and
-writes out once (R * D * itemsize each). Embedding's backward at 32k indices into 50k x 768
+Memory traffic: the sort moves 16 bytes a key per pass (8 read, 8 written), plus the searches'
+cached reads; the bounds 16 bytes a row; the reduction reads each src row once (D * itemsize
+bytes per index), the base once and writes out once (R * D * itemsize each). Embedding's backward at 32k indices into 50k x 768
 float32: ~100 MB of dy read and ~154 MB of weight gradient written (its zero rows included).
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ import triton.language as tl
 
 from .. import dtypes
 from . import errors
-from .elementwise import contiguous
+from .elementwise import contiguous, fill_
 from .errors import report
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 from .plans import empty, planned, run
@@ -40,9 +43,11 @@ from .plans import empty, planned, run
 PRIMITIVES = ("index_check", "scatter_reduce_rows")
 
 REDUCES = ("sum", "prod", "mean", "amax", "amin", "last")
-SORT_BLOCK = 1024
+SORT_BLOCK = 4096
 RANK_BLOCK = 128
-MERGE_BLOCK = 256 if INTERPRET else 1024
+MERGE_BLOCK = 256
+MERGE_GROUP = 8
+BOUNDS_BLOCK = 1024
 # how a block of keys is sorted: tl.sort's bitonic network (1), or, under the interpreter, where
 # that costs ~1 s a block, by ranks from a [BLOCK, BLOCK] comparison (2; tests check both)
 BLOCK_SORT = 2 if INTERPRET else 1
@@ -94,37 +99,52 @@ def _sort_blocks_kernel(index_ptr, keys_ptr, flag_ptr, n, n_rows, SORT: tl.const
 
 
 @triton.jit
-def _lower_bound(keys_ptr, start, length, target, STEPS):
-    """For each lane: the number of keys[start : start + length] (ascending) below target."""
-    lo = tl.zeros_like(target)
-    hi = tl.zeros_like(target) + length
-    for _ in range(STEPS):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        v = tl.load(keys_ptr + start + mid, mask=active, other=0)
-        below = active & (v < target)
-        lo = tl.where(below, mid + 1, lo)
-        hi = tl.where(active & ~below, mid, hi)
-    return lo
-
-
-@triton.jit
-def _merge_kernel(keys_ptr, out_ptr, n, run, steps, BLOCK: tl.constexpr):
+def _merge_kernel(keys_ptr, out_ptr, n, run, steps, GROUP: tl.constexpr, BLOCK: tl.constexpr):
     # One program: BLOCK keys of the sorted runs of length `run`, each written at its place in
-    # the merge of its run with the partner run (run index xor 1).
+    # the merge of its group of GROUP consecutive runs: its rank in its own run plus, for each
+    # other run of the group, the number of that run's keys below it. The GROUP - 1 binary
+    # searches run side by side ([BLOCK, GROUP] lanes a step), so a pass costs one search's
+    # latency. Traffic: 16 bytes a key plus the searches' reads (cached).
     p = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = p < n
     key = tl.load(keys_ptr + p, mask=mask, other=0)
     own = p // run
-    partner_start = (own ^ 1) * run
-    partner_len = tl.minimum(tl.maximum(n - partner_start, 0), run)
-    below = _lower_bound(keys_ptr, partner_start, partner_len, key, steps)
-    place = (own // 2) * 2 * run + (p - own * run) + below
+    first = (own // GROUP) * GROUP
+    other = first[:, None] + tl.arange(0, GROUP)[None, :]
+    start = other * run
+    length = tl.minimum(tl.maximum(n - start, 0), run)
+    length = tl.where(other == own[:, None], 0, length)
+    lo = tl.zeros([BLOCK, GROUP], tl.int64)
+    hi = lo + length
+    for _ in range(steps):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        v = tl.load(keys_ptr + start + mid, mask=active & mask[:, None], other=0)
+        below = active & (v < key[:, None])
+        lo = tl.where(below, mid + 1, lo)
+        hi = tl.where(active & ~below, mid, hi)
+    place = first * run + (p - own * run) + tl.sum(lo, axis=1)
     tl.store(out_ptr + place, key, mask=mask)
 
 
 @triton.jit
-def _segment_reduce_kernel(src_ptr, keys_ptr, base_ptr, out_ptr, n, n_rows, width, steps,
+def _bounds_kernel(keys_ptr, bounds_ptr, n, BLOCK: tl.constexpr):
+    # One program: BLOCK positions of the sorted keys; where the row changes, the row's
+    # segment [start, end) is written (bounds [R, 2], zeroed first: rows without an index keep
+    # an empty segment). Traffic: 24 bytes a key.
+    p = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = p < n
+    row = tl.load(keys_ptr + p, mask=mask, other=0) // n
+    before = tl.load(keys_ptr + p - 1, mask=mask & (p > 0), other=-1)
+    after = tl.load(keys_ptr + p + 1, mask=mask & (p + 1 < n), other=-1)
+    starts = mask & ((p == 0) | (tl.where(before < 0, -1, before // n) != row))
+    ends = mask & ((p + 1 == n) | (tl.where(after < 0, -1, after // n) != row))
+    tl.store(bounds_ptr + 2 * row, p, mask=starts)
+    tl.store(bounds_ptr + 2 * row + 1, p + 1, mask=ends)
+
+
+@triton.jit
+def _segment_reduce_kernel(src_ptr, keys_ptr, bounds_ptr, base_ptr, out_ptr, n, n_rows, width,
                            zero_row, REDUCE: tl.constexpr, HAS_BASE: tl.constexpr,
                            INCLUDE_SELF: tl.constexpr, IS_FLOAT: tl.constexpr,
                            BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -138,9 +158,8 @@ def _segment_reduce_kernel(src_ptr, keys_ptr, base_ptr, out_ptr, n, n_rows, widt
     mask_r = r < n_rows
     d = tl.program_id(1).to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask_d = d < width
-    start = _lower_bound(keys_ptr, 0, n, r * n, steps)
-    end = _lower_bound(keys_ptr, 0, n, (r + 1) * n, steps)
-    end = tl.where(mask_r, end, start)
+    start = tl.load(bounds_ptr + 2 * r, mask=mask_r, other=0)
+    end = tl.load(bounds_ptr + 2 * r + 1, mask=mask_r, other=0)
     count = end - start
     if IS_FLOAT:
         acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
@@ -246,15 +265,15 @@ def _sorted_keys(index, n_rows, op):
     keys = empty((n,), dtypes.int64, index.device)
     block = SORT_BLOCK if BLOCK_SORT == 1 else RANK_BLOCK
     run(_sort_blocks_kernel, (cdiv(n, block),), index, keys, errors.flag(index.device, op),
-        n, n_rows, SORT=BLOCK_SORT, BLOCK=block, num_warps=4)
+        n, n_rows, SORT=BLOCK_SORT, BLOCK=block, num_warps=8 if block >= 2048 else 4)
     length = block
     other = None
     while length < n:
         other = empty((n,), dtypes.int64, index.device) if other is None else other
         run(_merge_kernel, (cdiv(n, MERGE_BLOCK),), keys, other, n, length, _steps(length),
-            BLOCK=MERGE_BLOCK, num_warps=4)
+            GROUP=MERGE_GROUP, BLOCK=MERGE_BLOCK, num_warps=4)
         keys, other = other, keys
-        length *= 2
+        length *= MERGE_GROUP
     return keys
 
 
@@ -282,15 +301,19 @@ def _scatter_reduce_rows(src, index, base, num_rows, reduce, include_self, zero_
     index = index if index.is_contiguous() else contiguous(index)
     if base is not None and not base.is_contiguous():
         base = contiguous(base)
+    bounds = empty((num_rows, 2), dtypes.int64, src.device)
+    fill_(bounds, 0)
     if n:
         keys = _sorted_keys(index, num_rows, op)
-    else:  # no index: one placeholder key that no row's segment reaches
-        keys = empty((1,), dtypes.int64, src.device)
+        run(_bounds_kernel, (cdiv(n, BOUNDS_BLOCK),), keys, bounds, n, BLOCK=BOUNDS_BLOCK,
+            num_warps=4)
+    else:  # no index: every segment is empty, and no key is read
+        keys = bounds
     block_d = max(2, min(next_power_of_2(width), 256))
     block_r = max(2, min(TILE // block_d, next_power_of_2(num_rows), 64))
     grid = (cdiv(num_rows, block_r), cdiv(width, block_d))
-    run(_segment_reduce_kernel, grid, src, keys, base if base is not None else out, out, n,
-        num_rows, width, _steps(n), zero_row, REDUCE=REDUCES.index(reduce),
+    run(_segment_reduce_kernel, grid, src, keys, bounds, base if base is not None else out, out,
+        n, num_rows, width, zero_row, REDUCE=REDUCES.index(reduce),
         HAS_BASE=base is not None, INCLUDE_SELF=bool(include_self),
         IS_FLOAT=dtype.is_floating_point, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4)
     return out
