@@ -83,6 +83,22 @@ def test_block_sort_by_tl_sort(triton_backend, monkeypatch):
     plans.clear_plans()
 
 
+def test_wide_sums_fold_many_indices_a_step(triton_backend, monkeypatch):
+    """Sums of wide rows (embedding gradients) take _segment_sum_kernel: 16 indices a step,
+    a fixed tree. A row named 40 times, a base, a mean, a zero row: as the reference, and the
+    same bits twice."""
+    monkeypatch.setattr(sc, "SUM_MIN_WIDTH", 1)
+    plans.clear_plans()
+    index = torch.from_numpy(np.r_[np.full(40, 2), ints(6, (30,), seed=40)]).to(DEVICE)
+    src = torch.from_numpy(RNG.standard_normal((70, 5))).to(DEVICE).float()
+    base = torch.from_numpy(RNG.standard_normal((6, 5))).to(DEVICE).float()
+    check_primitive("scatter_reduce_rows", src, index, None, 6, "sum", False, 4)
+    check_primitive("scatter_reduce_rows", src, index, base, 6, "mean", True)
+    first = triton_backend.scatter_reduce_rows(src, index, None, 6, "sum")
+    assert torch.equal(first, triton_backend.scatter_reduce_rows(src, index, None, 6, "sum"))
+    plans.clear_plans()
+
+
 def test_scatter_reduce_rows_is_deterministic(triton_backend):
     """The same bits on every run: each row sums its indices in increasing order."""
     index = torch.from_numpy(ints(4, (150,), seed=9)).to(DEVICE)

@@ -48,6 +48,8 @@ RANK_BLOCK = 128
 MERGE_BLOCK = 256
 MERGE_GROUP = 8
 BOUNDS_BLOCK = 1024
+# sums of rows this wide fold BLOCK_K indices a step (_segment_sum_kernel)
+SUM_MIN_WIDTH, SUM_BLOCK_K = 32, 16
 # how a block of keys is sorted: tl.sort's bitonic network (1), or, under the interpreter, where
 # that costs ~1 s a block, by ranks from a [BLOCK, BLOCK] comparison (2; tests check both)
 BLOCK_SORT = 2 if INTERPRET else 1
@@ -185,6 +187,50 @@ def _segment_reduce_kernel(src_ptr, keys_ptr, bounds_ptr, base_ptr, out_ptr, n, 
         else:
             folded = v
         acc = tl.where(m, tl.where(k == 0, v, folded), acc)
+    _finish(acc, count, r, mask_r, d, mask_d, base_ptr, out_ptr, width, zero_row, REDUCE,
+            HAS_BASE, INCLUDE_SELF, IS_FLOAT)
+
+
+@triton.jit
+def _segment_sum_kernel(src_ptr, keys_ptr, bounds_ptr, base_ptr, out_ptr, n, n_rows, width,
+                        zero_row, REDUCE: tl.constexpr, HAS_BASE: tl.constexpr,
+                        INCLUDE_SELF: tl.constexpr, IS_FLOAT: tl.constexpr,
+                        BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
+    # One program: one output row r by BLOCK_D columns, for sum and mean of wide rows. The
+    # segment is read BLOCK_K src rows at a time, each [BLOCK_K, BLOCK_D] tile summed by
+    # tl.sum (a fixed tree: the same bits every run), the tiles in increasing i: a row that
+    # many indices name (a frequent token) takes 1 / BLOCK_K of the serial steps of the
+    # row-by-row fold. Epilogue as _segment_reduce_kernel's.
+    r = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1).to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = d < width
+    start = tl.load(bounds_ptr + 2 * r)
+    end = tl.load(bounds_ptr + 2 * r + 1)
+    if IS_FLOAT:
+        acc = tl.zeros([BLOCK_D], tl.float32)
+        if src_ptr.dtype.element_ty == tl.float64:
+            acc = tl.zeros([BLOCK_D], tl.float64)
+    else:
+        acc = tl.zeros([BLOCK_D], tl.int64)
+    for k0 in range(start, end, BLOCK_K):
+        pos = k0 + tl.arange(0, BLOCK_K)
+        valid = pos < end
+        key = tl.load(keys_ptr + pos, mask=valid, other=0)
+        i = key - r * n
+        v = tl.load(src_ptr + i[:, None] * width + d[None, :],
+                    mask=valid[:, None] & mask_d[None, :], other=0).to(acc.dtype)
+        acc += tl.sum(v, axis=0)
+    rows = tl.zeros([1], tl.int64) + r
+    _finish(acc[None, :], tl.zeros([1], tl.int64) + (end - start), rows, rows < n_rows, d,
+            mask_d, base_ptr, out_ptr, width, zero_row, REDUCE, HAS_BASE, INCLUDE_SELF, IS_FLOAT)
+
+
+@triton.jit
+def _finish(acc, count, r, mask_r, d, mask_d, base_ptr, out_ptr, width, zero_row,
+            REDUCE: tl.constexpr, HAS_BASE: tl.constexpr, INCLUDE_SELF: tl.constexpr,
+            IS_FLOAT: tl.constexpr):
+    """Fold the base row in (INCLUDE_SELF), divide a mean, keep the base (or zero) in rows no
+    index names, zero row zero_row, and store: acc [R, D] of rows r, count [R] their indices."""
     has = (count > 0)[:, None]
     mask = mask_r[:, None] & mask_d[None, :]
     if HAS_BASE:
@@ -310,10 +356,17 @@ def _scatter_reduce_rows(src, index, base, num_rows, reduce, include_self, zero_
     else:  # no index: every segment is empty, and no key is read
         keys = bounds
     block_d = max(2, min(next_power_of_2(width), 256))
-    block_r = max(2, min(TILE // block_d, next_power_of_2(num_rows), 64))
-    grid = (cdiv(num_rows, block_r), cdiv(width, block_d))
-    run(_segment_reduce_kernel, grid, src, keys, bounds, base if base is not None else out, out,
-        n, num_rows, width, zero_row, REDUCE=REDUCES.index(reduce),
-        HAS_BASE=base is not None, INCLUDE_SELF=bool(include_self),
-        IS_FLOAT=dtype.is_floating_point, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4)
+    flags = dict(REDUCE=REDUCES.index(reduce), HAS_BASE=base is not None,
+                 INCLUDE_SELF=bool(include_self), IS_FLOAT=dtype.is_floating_point)
+    arrays = (src, keys, bounds, base if base is not None else out, out, n, num_rows, width,
+              zero_row)
+    if reduce in ("sum", "mean") and width >= SUM_MIN_WIDTH:
+        grid = (num_rows, cdiv(width, block_d))
+        run(_segment_sum_kernel, grid, *arrays, **flags, BLOCK_K=SUM_BLOCK_K, BLOCK_D=block_d,
+            num_warps=4)
+    else:
+        block_r = max(2, min(TILE // block_d, next_power_of_2(num_rows), 64))
+        grid = (cdiv(num_rows, block_r), cdiv(width, block_d))
+        run(_segment_reduce_kernel, grid, *arrays, **flags, BLOCK_R=block_r, BLOCK_D=block_d,
+            num_warps=4)
     return out
