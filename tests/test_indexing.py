@@ -38,13 +38,18 @@ def triton_backend():
         yield td.get_backend()
 
 
-@pytest.mark.parametrize("reduce,base,include_self,dtype", [
-    ("sum", False, False, td.float32), ("sum", True, True, td.float16),
-    ("prod", True, True, td.float32), ("mean", True, False, td.float32),
-    ("mean", True, True, td.int64), ("amax", True, True, td.float32),
-    ("amin", False, False, td.bfloat16), ("last", True, True, td.int32)])
-def test_scatter_reduce_rows_against_reference(triton_backend, reduce, base, include_self,
-                                               dtype):
+@pytest.mark.parametrize("reduce,base,include_self,dtype,path", [
+    ("sum", False, False, td.float32, "sparse"), ("sum", True, True, td.float16, "dense"),
+    ("prod", True, True, td.float32, "dense"), ("mean", True, False, td.float32, "sparse"),
+    ("mean", True, True, td.int64, "dense"), ("amax", True, True, td.float32, "sparse"),
+    ("amax", False, True, td.float32, "dense"), ("amin", False, False, td.bfloat16, "sparse"),
+    ("last", True, True, td.int32, "sparse"), ("last", True, False, td.float32, "dense")])
+def test_scatter_reduce_rows_against_reference(triton_backend, monkeypatch, reduce, base,
+                                               include_self, dtype, path):
+    """Narrow rows take the sparse path (out starts as base; rows named are written), others
+    the dense one (every row folds its segment); each forced here on tiny rows."""
+    monkeypatch.setattr(sc, "SPARSE_ROW_BYTES", 10**6 if path == "sparse" else 0)
+    plans.clear_plans()
     # 300 indices: three blocks of sorted keys and two merge passes under the interpreter
     n, rows = (300, 37) if reduce == "sum" else (29, 11)
     index = torch.from_numpy(ints(rows, (n,), seed=1)).to(DEVICE)
@@ -53,8 +58,10 @@ def test_scatter_reduce_rows_against_reference(triton_backend, reduce, base, inc
         src[5, 1] = float("nan")  # NaN propagates
     start = torch.from_numpy(arr(rows, 3, seed=3)).to(DEVICE, dtype.torch) if base else None
     got = check_primitive("scatter_reduce_rows", src, index, start, rows, reduce, include_self,
-                          2, rtol=1e-2 if dtype.itemsize == 2 else 1e-5, atol=1e-2)
+                          2 if path == "dense" or not base else -1,
+                          rtol=1e-2 if dtype.itemsize == 2 else 1e-5, atol=1e-2)
     assert got.dtype == dtype.torch and tuple(got.shape) == (rows, 3)
+    plans.clear_plans()
 
 
 def test_scatter_reduce_rows_shapes_and_layouts(triton_backend):
@@ -106,6 +113,13 @@ def test_scatter_reduce_rows_is_deterministic(triton_backend):
     first = triton_backend.scatter_reduce_rows(src, index, None, 4, "sum")
     again = triton_backend.scatter_reduce_rows(src, index, None, 4, "sum")
     assert torch.equal(first, again)
+    plans.clear_plans()
+    sc.SPARSE_ROW_BYTES, saved = 0, sc.SPARSE_ROW_BYTES  # the dense path: the same bits
+    try:
+        assert torch.equal(first, triton_backend.scatter_reduce_rows(src, index, None, 4, "sum"))
+    finally:
+        sc.SPARSE_ROW_BYTES = saved
+        plans.clear_plans()
     # the order is increasing i: float32 sums in that order, exactly
     expected = np.zeros((4, 3), np.float32)
     for i, r in enumerate(index.cpu().numpy()):

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from .. import dtypes
 from . import errors
-from .elementwise import contiguous, fill_
+from .elementwise import contiguous, copy_, fill_
 from .errors import report
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 from .plans import empty, planned, run
@@ -50,6 +50,9 @@ MERGE_GROUP = 8
 BOUNDS_BLOCK = 1024
 # sums of rows this wide fold BLOCK_K indices a step (_segment_sum_kernel)
 SUM_MIN_WIDTH, SUM_BLOCK_K = 32, 16
+# rows narrower than this (bytes) are written only where named (_segment_sparse_kernel): a
+# row's segment bounds (16 bytes) would cost more than the row
+SPARSE_ROW_BYTES = 64
 # how a block of keys is sorted: tl.sort's bitonic network (1), or, under the interpreter, where
 # that costs ~1 s a block, by ranks from a [BLOCK, BLOCK] comparison (2; tests check both)
 BLOCK_SORT = 2 if INTERPRET else 1
@@ -226,6 +229,64 @@ def _segment_sum_kernel(src_ptr, keys_ptr, bounds_ptr, base_ptr, out_ptr, n, n_r
 
 
 @triton.jit
+def _segment_sparse_kernel(src_ptr, keys_ptr, base_ptr, out_ptr, n, width, zero_row, steps,
+                           REDUCE: tl.constexpr, HAS_BASE: tl.constexpr,
+                           INCLUDE_SELF: tl.constexpr, IS_FLOAT: tl.constexpr,
+                           BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr):
+    # One program: BLOCK_P positions of the sorted keys by BLOCK_D columns, for narrow rows
+    # (a scatter along a dim sees every element as a row) where a row's segment bounds would
+    # cost more than the rows. A position where a row's segment starts finds the segment's end
+    # (a binary search for the next row's first key), folds it as _segment_reduce_kernel does
+    # and writes the row; the other positions write nothing, and rows no index names keep what
+    # out holds (base's copy, or zeros). Traffic: the copy of base, then per index its src row
+    # and, per row named, one row written.
+    p = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
+    mask_p = p < n
+    key = tl.load(keys_ptr + p, mask=mask_p, other=0)
+    row = key // n
+    prev = tl.load(keys_ptr + p - 1, mask=mask_p & (p > 0), other=0)
+    lead = mask_p & ((p == 0) | (prev // n != row))
+    target = (row + 1) * n
+    lo = p
+    hi = tl.where(lead, n, p)
+    for _ in range(steps):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        v = tl.load(keys_ptr + mid, mask=active, other=0)
+        below = active & (v < target)
+        lo = tl.where(below, mid + 1, lo)
+        hi = tl.where(active & ~below, mid, hi)
+    count = tl.where(lead, lo - p, 0)
+    d = tl.program_id(1).to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = d < width
+    if IS_FLOAT:
+        acc = tl.zeros([BLOCK_P, BLOCK_D], tl.float32)
+        if src_ptr.dtype.element_ty == tl.float64:
+            acc = tl.zeros([BLOCK_P, BLOCK_D], tl.float64)
+    else:
+        acc = tl.zeros([BLOCK_P, BLOCK_D], tl.int64)
+    longest = tl.max(count)
+    for k in range(0, longest):
+        valid = k < count
+        i = tl.load(keys_ptr + p + k, mask=valid, other=0) - row * n
+        m = valid[:, None] & mask_d[None, :]
+        v = tl.load(src_ptr + i[:, None] * width + d[None, :], mask=m, other=0).to(acc.dtype)
+        if REDUCE == 0 or REDUCE == 2:
+            folded = acc + v
+        elif REDUCE == 1:
+            folded = acc * v
+        elif REDUCE == 3:
+            folded = tl.where((v != v) | (v > acc), v, acc)
+        elif REDUCE == 4:
+            folded = tl.where((v != v) | (v < acc), v, acc)
+        else:
+            folded = v
+        acc = tl.where(m, tl.where(k == 0, v, folded), acc)
+    _finish(acc, count, row, lead, d, mask_d, base_ptr, out_ptr, width, zero_row, REDUCE,
+            HAS_BASE, INCLUDE_SELF, IS_FLOAT)
+
+
+@triton.jit
 def _finish(acc, count, r, mask_r, d, mask_d, base_ptr, out_ptr, width, zero_row,
             REDUCE: tl.constexpr, HAS_BASE: tl.constexpr, INCLUDE_SELF: tl.constexpr,
             IS_FLOAT: tl.constexpr):
@@ -347,6 +408,22 @@ def _scatter_reduce_rows(src, index, base, num_rows, reduce, include_self, zero_
     index = index if index.is_contiguous() else contiguous(index)
     if base is not None and not base.is_contiguous():
         base = contiguous(base)
+    block_d = max(2, min(next_power_of_2(width), 256))
+    flags = dict(REDUCE=REDUCES.index(reduce), HAS_BASE=base is not None,
+                 INCLUDE_SELF=bool(include_self), IS_FLOAT=dtype.is_floating_point)
+    if width * src.element_size() < SPARSE_ROW_BYTES and (base is None or zero_row < 0):
+        # narrow rows: out starts as base (or zeros); only the rows named are written
+        if base is not None:
+            copy_(out, base)
+        else:
+            fill_(out, 0)
+        if n:
+            keys = _sorted_keys(index, num_rows, op)
+            block_p = max(2, min(TILE // block_d, 256))
+            run(_segment_sparse_kernel, (cdiv(n, block_p), cdiv(width, block_d)), src, keys,
+                base if base is not None else out, out, n, width, zero_row, _steps(n), **flags,
+                BLOCK_P=block_p, BLOCK_D=block_d, num_warps=4)
+        return out
     bounds = empty((num_rows, 2), dtypes.int64, src.device)
     fill_(bounds, 0)
     if n:
@@ -355,9 +432,6 @@ def _scatter_reduce_rows(src, index, base, num_rows, reduce, include_self, zero_
             num_warps=4)
     else:  # no index: every segment is empty, and no key is read
         keys = bounds
-    block_d = max(2, min(next_power_of_2(width), 256))
-    flags = dict(REDUCE=REDUCES.index(reduce), HAS_BASE=base is not None,
-                 INCLUDE_SELF=bool(include_self), IS_FLOAT=dtype.is_floating_point)
     arrays = (src, keys, bounds, base if base is not None else out, out, n, num_rows, width,
               zero_row)
     if reduce in ("sum", "mean") and width >= SUM_MIN_WIDTH:
