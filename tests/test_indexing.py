@@ -95,6 +95,7 @@ def test_wide_sums_fold_many_indices_a_step(triton_backend, monkeypatch):
     a fixed tree. A row named 40 times, a base, a mean, a zero row: as the reference, and the
     same bits twice."""
     monkeypatch.setattr(sc, "SUM_MIN_WIDTH", 1)
+    monkeypatch.setattr(sc, "SPARSE_ROW_BYTES", 0)
     plans.clear_plans()
     index = torch.from_numpy(np.r_[np.full(40, 2), ints(6, (30,), seed=40)]).to(DEVICE)
     src = torch.from_numpy(RNG.standard_normal((70, 5))).to(DEVICE).float()
