@@ -3,6 +3,7 @@ embedding backward (deterministic: sorted keys and segment sums) and forward, ga
 scatter_add along a dim, index_select of rows; kernel times and eager per-call times.
 
     python benchmarks/bench_embedding.py --out bench-results [--quick] [--dtype float32]
+        [--sort-block 4096] [--merge-group 8]
 
 Metric: GB/s = bytes moved / t at the minimum traffic, per row of the table:
 - embedding backward: read dy (n x D) and the indices, write the weight gradient (R x D, its
@@ -31,6 +32,7 @@ import common  # noqa: E402
 
 import tritonad as td  # noqa: E402
 import tritonad.nn.functional as F  # noqa: E402
+from tritonad.kernels import scatter as scatter_kernels  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # (rows R, width D, indices n): the issue's figure first (50k x 768, 32k indices with repeats)
@@ -172,12 +174,20 @@ EAGER_COLUMNS = [("op", "op", "{}"), ("shape", "shape", "{}"), ("td_us", "triton
 
 def _extra(parser):
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--sort-block", type=int, default=None,
+                        help="override kernels.scatter.SORT_BLOCK (keys tl.sort sorts a program)")
+    parser.add_argument("--merge-group", type=int, default=None,
+                        help="override kernels.scatter.MERGE_GROUP (runs merged a pass)")
 
 
 def main(argv=None):
     args = common.parse_args(__doc__.splitlines()[0], argv, extra=_extra)
     common.require_gpu("bench_embedding")
     td.set_backend("triton")
+    if args.sort_block:
+        scatter_kernels.SORT_BLOCK = args.sort_block
+    if args.merge_group:
+        scatter_kernels.MERGE_GROUP = args.merge_group
     dtype = DTYPES[args.dtype]
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
@@ -196,7 +206,9 @@ def main(argv=None):
     determinism = [r["deterministic"] for r in rows if "deterministic" in r]
     print(f"\nembedding backward bit-identical across runs: {all(determinism)}")
     path = common.save(args.out, f"embedding_{args.dtype}", rows + eager,
-                       meta={"dtype": args.dtype, "deterministic": all(determinism)})
+                       meta={"dtype": args.dtype, "deterministic": all(determinism),
+                             "sort_block": scatter_kernels.SORT_BLOCK,
+                             "merge_group": scatter_kernels.MERGE_GROUP})
     print(f"wrote {path}")
     return rows + eager
 
