@@ -17,6 +17,10 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
 from .autodiff.ops import std
 from .autodiff.ops import reduce_all as all, reduce_any as any  # noqa: A001  (td.all, td.any)
 from .autodiff.shape_ops import cat, stack
+# embeddings and indexing
+from .autodiff.index_ops import (gather, index_add, index_put, index_select,  # noqa: F401
+                                 masked_fill, masked_select, scatter, scatter_add,
+                                 scatter_reduce, take_along_dim)
 from .autodiff import elementwise as _elementwise
 globals().update({name: f for name, f in _elementwise.FUNCTIONS.items()  # the table's ops
                   if name not in globals() and name not in ("clamp_tensor", "gelu_tanh")},

@@ -481,6 +481,25 @@ class Backend(FusedPrimitives):
         duplicate indices accumulate."""
         raise NotImplementedError
 
+    # embeddings and indexing: the index check and the deterministic row scatter
+    def index_check(self, index, size, op, wrap):
+        """index (int64/int32/uint8, any shape) as a new contiguous int64 array, every value
+        checked against a dim of `size`:
+        [-size, size) with wrap (negative ones wrapped to value + size), else [0, size). A value
+        outside raises IndexError naming `op` (a name in kernels/errors.CHECKS)."""
+        raise NotImplementedError
+
+    def scatter_reduce_rows(self, src, index, base, num_rows, reduce, include_self=True,
+                            zero_row=-1, op="scatter_reduce"):
+        """out[index[i]] = reduce over the src[i] with that index, deterministically (in
+        increasing i, no float atomics). src: [*I, *rest], index: int64/int32 [*I] with values in
+        [0, num_rows) (else IndexError naming `op`), base: None or [num_rows, *rest] of src's
+        dtype -> out [num_rows, *rest]. reduce: "sum", "prod", "mean", "amax", "amin" (NaN
+        propagates) or "last" (the largest i wins). A row no index names is base's row (zero
+        without a base); include_self folds base's row into a named row's reduction (mean
+        counts it once). Row zero_row (if in range) is zero. Integer mean floors."""
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- random numbers
     # Counter-based: element i of a draw uses Philox4x32-10 with key `seed` and counter
     # `offset + i`; both backends compute the same stream, so the same seed gives the same

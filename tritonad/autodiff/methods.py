@@ -8,8 +8,6 @@ the lean arithmetic operators (`x + y` calls ops.add itself: no method frame in 
 """
 from __future__ import annotations
 
-import numbers
-
 import torch
 
 from .. import dtypes
@@ -17,7 +15,7 @@ from ..backend import backend_of, get_backend
 from .grad_mode import grad_mode
 from ..dtypes import DType
 from ..tensor import Tensor, _shape_arg, full, parse_to_args, tensor
-from . import elementwise, losses, ops
+from . import elementwise, index_ops, losses, ops
 from .function import run_backward
 
 
@@ -221,17 +219,7 @@ class TensorMethods:
         return self
 
     def __setitem__(self, key, value):
-        if self._check_inplace("__setitem__", value):
-            raise RuntimeError(f"__setitem__: assignment into a tensor of shape {self.shape} that "
-                               "takes part in autodiff; build the result out of place (td.where, "
-                               "td.cat) or assign under td.no_grad()")
-        view = self._data[ops.basic_index(self, key)]
-        if isinstance(value, Tensor):
-            get_backend().copy_(view, value.to(self.device)._data)
-        else:
-            get_backend().fill_(view, value) if isinstance(value, numbers.Number) else \
-                get_backend().copy_(view, tensor(value, dtype=self.dtype, device=self.device)._data)
-        self._bump_version()
+        index_ops.setitem(self, key, value)
 
     def __getitem__(self, key):
         return ops.getitem(self, key)
@@ -318,10 +306,6 @@ class TensorMethods:
         or the tensor converted to `dtype`."""
         return f"tritonad.{self.dtype.name}" if dtype is None else self.to(dtype)
 
-    def masked_fill(self, mask, value):
-        """self where mask is False, `value` where it is True (mask broadcasts), as torch's."""
-        return ops.where(mask, value, self)
-
     def split(self, split_size_or_sections, dim=0):
         """Views of consecutive pieces along `dim`: of split_size each (the last may be
         shorter), or of the given sizes, as torch's split."""
@@ -359,6 +343,40 @@ class TensorMethods:
         x = self.reshape(tuple(a for d in dims for a in (1, d)))  # [1, d0, 1, d1, ...]
         x = x.expand(*(a for n, d in zip(sizes, dims) for a in (n, d)))  # [n0, d0, n1, d1, ...]
         return x.reshape(tuple(n * d for n, d in zip(sizes, dims)))
+
+    # ---- embeddings and indexing (autodiff/index_ops.py)
+    def gather(self, dim, index): return ops.gather(self, dim, index)
+    def take_along_dim(self, indices, dim=None): return ops.take_along_dim(self, indices, dim)
+    def index_select(self, dim, index): return ops.index_select(self, dim, index)
+    def masked_select(self, mask): return ops.masked_select(self, mask)
+    def masked_fill(self, mask, value): return ops.masked_fill(self, mask, value)
+    def masked_fill_(self, mask, value):
+        return index_ops._in_place(self, "masked_fill_",
+                                   lambda old: ops.masked_fill(old, mask, value), value)
+    def scatter(self, dim, index, src=None, value=None, *, reduce=None):
+        return ops.scatter(self, dim, index, src, value, reduce=reduce)
+    def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
+        return index_ops._in_place(self, "scatter_", lambda old: ops.scatter(
+            old, dim, index, src, value, reduce=reduce), src)
+    def scatter_add(self, dim, index, src): return ops.scatter_add(self, dim, index, src)
+    def scatter_add_(self, dim, index, src):
+        return index_ops._in_place(self, "scatter_add_",
+                                   lambda old: ops.scatter_add(old, dim, index, src), src)
+    def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+        return ops.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+    def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
+        return index_ops._in_place(self, "scatter_reduce_", lambda old: ops.scatter_reduce(
+            old, dim, index, src, reduce, include_self=include_self), src)
+    def index_add(self, dim, index, source, *, alpha=1):
+        return ops.index_add(self, dim, index, source, alpha=alpha)
+    def index_add_(self, dim, index, source, *, alpha=1):
+        return index_ops._in_place(self, "index_add_", lambda old: ops.index_add(
+            old, dim, index, source, alpha=alpha), source)
+    def index_put(self, indices, values, accumulate=False):
+        return ops.index_put(self, indices, values, accumulate)
+    def index_put_(self, indices, values, accumulate=False):
+        return index_ops._in_place(self, "index_put_", lambda old: ops.index_put(
+            old, indices, values, accumulate), values)
 
     @property
     def T(self):

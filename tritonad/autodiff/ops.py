@@ -439,6 +439,7 @@ def argmin(x, dim=None, keepdim=False):
 arithmetic = add, sub, mul, div
 
 from .shape_ops import *  # noqa: E402,F401,F403
+from .index_ops import *  # noqa: E402,F401,F403  (embeddings and indexing)
 from .nn_ops import *  # noqa: E402,F401,F403
 from .conv_ops import *  # noqa: E402,F401,F403
 

@@ -19,6 +19,7 @@ FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "co
 FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernels/rnn.py)
 # normalisation (norm.py)
 FAMILIES += ("norm",)
+FAMILIES += ("scatter",)  # embeddings and indexing (scatter.py)
 
 
 class TritonBackend(Backend):

@@ -13,6 +13,7 @@ from .dropout_shape import Dropout1d, Dropout2d, Unflatten
 from .fused import FusedMLP
 from .module import Module
 from .parameter import Parameter
+from .sparse import Embedding  # embeddings and indexing
 
 __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "MaxPool2d",
            "AvgPool2d", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Sequential",
@@ -22,6 +23,7 @@ __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "Ma
            "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
            "CosineSimilarity", "PairwiseDistance", "ParameterList", "ParameterDict", "Dropout1d",
            "Dropout2d", "Unflatten"]
+__all__ += ["Embedding"]  # embeddings and indexing
 
 # recurrent layers (nn/rnn.py)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402

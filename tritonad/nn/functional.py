@@ -9,6 +9,7 @@ from ..autodiff.losses import (binary_cross_entropy, binary_cross_entropy_with_l
                                cosine_similarity, cross_entropy, huber_loss, kl_div, l1_loss,
                                nll_loss, pairwise_distance, smooth_l1_loss)
 from .dropout_shape import dropout1d, dropout2d
+from ..autodiff.index_ops import embedding, one_hot  # embeddings and indexing
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky_relu", "elu",
            "hardtanh", "relu6", "hardswish", "linear", "conv2d", "max_pool2d", "avg_pool2d",
@@ -18,6 +19,7 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss",
            "smooth_l1_loss", "huber_loss", "kl_div", "cosine_similarity", "pairwise_distance",
            "dropout1d", "dropout2d"]
+__all__ += ["embedding", "one_hot"]  # embeddings and indexing
 
 
 # normalisation (autodiff/norm_ops.py)

@@ -43,10 +43,12 @@ from .optim import OptimOps
 from .pool import PoolOps
 from .random import RandomOps
 from .reduce import ReduceOps
+# embeddings and indexing: the index check and the row scatter with a reduction
+from .scatter import ScatterOps
 
 
 class NumpyBackend(ElementwiseOps, ReduceOps, NnOps, ConvOps, PoolOps, IndexOps, RandomOps,
-                   OptimOps, AugmentOps, Backend):
+                   OptimOps, AugmentOps, ScatterOps, Backend):
     """Every core primitive in numpy, on CPU tensors; the fused ones by Backend's defaults."""
 
     name = "numpy"
