@@ -16,6 +16,7 @@ from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
             "conv_pool", "optim", "mlp", "augment", "head")
+FAMILIES += ("attention",)  # attention: flash attention forward and backward
 
 
 class TritonBackend(Backend):

@@ -10,6 +10,10 @@ __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky
            "softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "nll_loss",
            "mse_loss", "dropout", "unfold", "fold"]
 
+# attention: scaled dot-product attention (a composite, flash attention where the backend has it)
+from ..autodiff.attention_ops import scaled_dot_product_attention  # noqa: E402
+__all__ += ["scaled_dot_product_attention"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
