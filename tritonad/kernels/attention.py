@@ -253,7 +253,8 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
             dk += tl.dot(dst.to(qt.dtype), tl.trans(qt))
     dk *= sm_scale
     # dK, dV: contiguous [B, HK, S, E] and [B, HK, S, Ev]
-    tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :], dk.to(dk_ptr.dtype.element_ty),
+    tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :],
+             dk.to(dk_ptr.dtype.element_ty),
              mask=key_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
     tl.store(dv_ptr + (bhk * S + keys) * stride_dvs + offs_dv[None, :],
              dv.to(dv_ptr.dtype.element_ty),
@@ -322,7 +323,8 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
         vt_ptrs += BLOCK_N * stride_vs
     dq *= sm_scale
     # dQ: contiguous [B, H, L, E]
-    tl.store(dq_ptr + (bh * L + rows) * stride_dql + offs_d[None, :], dq.to(dq_ptr.dtype.element_ty),
+    tl.store(dq_ptr + (bh * L + rows) * stride_dql + offs_d[None, :],
+             dq.to(dq_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 

@@ -14,6 +14,10 @@ __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "Ma
            "ModuleList", "ModuleDict", "FusedMLP",
            "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional"]
 
+# attention: multi-head attention and the transformer encoder
+from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer  # noqa: E402
+__all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
