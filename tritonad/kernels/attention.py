@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import matmul_precision
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 from .plans import empty, planned, run
 from .random import _philox, _uniform01
@@ -93,7 +94,8 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                      seed_hi: tl.int64, offset: tl.int64,
                      HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                      DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr):
+                     CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+                     DOT: tl.constexpr):
     # One program: BLOCK_M query rows of one (batch, head), every key block they see.
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -126,8 +128,9 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
     for start_n in range(0, hi, BLOCK_N):
         kj = start_n + offs_n
         kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
-        s = _scores(tl.dot(q, kt), offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml,
-                    stride_ms, qk_scale, CAUSAL, MASK_KIND)
+        qk = tl.dot(q, kt, input_precision=DOT)
+        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                    qk_scale, CAUSAL, MASK_KIND)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing seen yet
         alpha = tl.exp2(m_i - m_safe)
@@ -138,7 +141,7 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                                  offset, dropout_p)
             p = tl.where(keep, p * inv_keep, 0.0)
         v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V), other=0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT)
         m_i = m_new
         kt_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
@@ -195,7 +198,8 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                       seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
                       HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                       DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr):
+                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+                      DOT: tl.constexpr):
     # One program: dK, dV of BLOCK_N keys of one (batch, key head), summed over the GROUP query
     # heads that share it and every query block that sees them. Tiles are transposed
     # ([keys, queries]) so that no product needs a transpose of P.
@@ -238,19 +242,21 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
             # rows past L: lse = +inf makes their P 0
             lse = tl.load(lse_ptr + bh * L + qi, mask=q_ok, other=float("inf"))
             delta = tl.load(delta_ptr + bh * L + qi, mask=q_ok, other=0)
-            st = _scores(tl.dot(k, qt), qi[None, :], offs_n[:, None], L, S, mask_base,
-                         stride_ml, stride_ms, qk_scale, CAUSAL, MASK_KIND)
+            qkt = tl.dot(k, qt, input_precision=DOT)
+            st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml,
+                         stride_ms, qk_scale, CAUSAL, MASK_KIND)
             pt = tl.exp2(st - lse[None, :])                       # P^T [keys, queries]
-            dpt = tl.dot(v, tl.trans(do)).to(tl.float32)          # (dO V^T)^T
+            dpt = tl.dot(v, tl.trans(do), input_precision=DOT).to(tl.float32)          # (dO V^T)^T
             if DROPOUT:
                 keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
                                      offset, dropout_p)
-                dv += tl.dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do)
+                dv += tl.dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do,
+                              input_precision=DOT)
                 dpt = tl.where(keep, dpt * inv_keep, 0.0)
             else:
-                dv += tl.dot(pt.to(do.dtype), do)
+                dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT)
             dst = pt * (dpt - delta[None, :])
-            dk += tl.dot(dst.to(qt.dtype), tl.trans(qt))
+            dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT)
     dk *= sm_scale
     # dK, dV: contiguous [B, HK, S, E] and [B, HK, S, Ev]
     tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :],
@@ -274,7 +280,8 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                     DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr):
+                    CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+                    DOT: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -309,16 +316,17 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
         kj = start_n + offs_n
         kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
         vt = tl.load(vt_ptrs, mask=(offs_dv[:, None] < HEAD_DIM_V) & (kj[None, :] < S), other=0)
-        s = _scores(tl.dot(q, kt), offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml,
-                    stride_ms, qk_scale, CAUSAL, MASK_KIND)
+        qk = tl.dot(q, kt, input_precision=DOT)
+        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                    qk_scale, CAUSAL, MASK_KIND)
         p = tl.exp2(s - lse[:, None])
-        dp = tl.dot(do, vt).to(tl.float32)
+        dp = tl.dot(do, vt, input_precision=DOT).to(tl.float32)
         if DROPOUT:
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
                                  offset, dropout_p)
             dp = tl.where(keep, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt))
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT)
         kt_ptrs += BLOCK_N * stride_ks
         vt_ptrs += BLOCK_N * stride_vs
     dq *= sm_scale
@@ -342,6 +350,15 @@ def _blocks(head_dim, dtype):
                 (64, 32, 4 if not wide else 8, 2))
     return ((128, 64, 8 if wide else 4, 3), (32, 128, 8 if wide else 4, 2 if wide else 3),
             (128, 32, 8 if wide else 4, 2 if wide else 3))
+
+
+def _dot_precision(dtype):
+    """tl.dot's input precision: for float32 operands, float32 accuracy (3xTF32) under the
+    default matmul precision "highest", TF32 under "high" (td.set_matmul_precision); half
+    operands multiply exactly on tensor cores either way."""
+    if dtype == torch.float32 and matmul_precision() == "highest":
+        return "tf32x3"
+    return "tf32"
 
 
 def _pad(n):
@@ -392,7 +409,7 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
         *m_strides, float(scale) * LOG2E, float(dropout_p), seed & 0xFFFFFFFF, seed >> 32,
         int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), BLOCK_M=bm,
         BLOCK_N=bn, CAUSAL=bool(causal), MASK_KIND=kind, DROPOUT=dropout_p > 0,
-        num_warps=warps, num_stages=stages)
+        DOT=_dot_precision(q.dtype), num_warps=warps, num_stages=stages)
     return o, lse
 
 
@@ -415,7 +432,7 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
                seed >> 32, int(offset))
     meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), CAUSAL=bool(causal),
-                MASK_KIND=kind, DROPOUT=dropout_p > 0)
+                MASK_KIND=kind, DROPOUT=dropout_p > 0, DOT=_dot_precision(q.dtype))
     delta = empty((B, H, L), torch.float32, q.device)
     block = 16 if INTERPRET else 64
     run(_attn_delta_kernel, (cdiv(L, block), B * H), delta, o, do, L, H, *o.stride(),
@@ -434,12 +451,12 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
 # Without dropout a call's launches follow from its shapes, strides, dtypes and flags, so they
 # are planned (replayed per signature); with dropout the seed and counter offset change every
 # call, so those calls launch directly.
-@planned(arrays=4)
+@planned(settings=matmul_precision, arrays=4)
 def _forward_planned(q, k, v, mask, scale, causal):
     return _forward(q, k, v, mask, scale, causal, 0.0, 0, 0)
 
 
-@planned(arrays=7)
+@planned(settings=matmul_precision, arrays=7)
 def _backward_planned(do, q, k, v, o, lse, mask, scale, causal):
     return _backward(do, q, k, v, o, lse, mask, scale, causal, 0.0, 0, 0)
 
