@@ -17,6 +17,7 @@ from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist", "augment", "host", "ddp")
+BENCHMARKS += ("attention",)  # attention: bench_attention.py
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
