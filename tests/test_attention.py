@@ -119,6 +119,31 @@ def test_sdpa_strided_and_batched_inputs(backend_name):
     assert_close(grads3[1], want3_grads[1], 1e-4, 1e-5, name="3-d dk")
 
 
+def test_flash_attention_uneven_blocks(monkeypatch):
+    # the GPU's tile shapes: forward and dQ with more queries than keys a tile, dK/dV with
+    # more keys than queries (the causal diagonal crosses several query blocks of a key block);
+    # S = 32 leaves no partial key block
+    from tritonad.kernels import attention as kernels
+    from tritonad.kernels.plans import clear_plans
+
+    monkeypatch.setattr(kernels, "INTERPRET_BLOCKS", ((32, 16, 1, 1), (16, 32, 1, 1),
+                                                      (32, 16, 1, 1)))
+    clear_plans()
+    try:
+        with td.use_backend("triton"):
+            for S, causal in ((32, False), (45, True)):
+                q, k, v = rand(1, 1, 37, 16, seed=1), rand(1, 1, S, 16, seed=2), \
+                    rand(1, 1, S, 16, seed=3)
+                dout = rand(1, 1, 37, 16, seed=4)
+                out, grads = run_ours(q, k, v, {"is_causal": causal}, dout)
+                want, want_grads = torch_attention(q, k, v, dout, is_causal=causal)
+                assert_close(out, want, 1e-5, 1e-5, name=f"causal={causal} out")
+                for name, g, w in zip("qkv", grads, want_grads):
+                    assert_close(g, w, 1e-4, 1e-5, name=f"causal={causal} d{name}")
+    finally:
+        clear_plans()
+
+
 def test_sdpa_fully_masked_rows_give_zero(backend_name):
     # torch's CPU attention gives 0 (output and gradients) where a query sees no key
     q, k, v = rand(1, 1, 18, 16, seed=1), rand(1, 1, 20, 16, seed=2), rand(1, 1, 20, 16, seed=3)

@@ -38,6 +38,9 @@ PRIMITIVES = ("flash_attention", "flash_attention_backward")
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256          # head dims above it run the composite (autodiff/attention_ops.py)
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
+# the interpreter's (BLOCK_M, BLOCK_N, warps, stages) of the forward, dK/dV and dQ kernels: the
+# smallest tiles tl.dot takes (tests set others; plans do not see this: clear them after)
+INTERPRET_BLOCKS = ((16, 16, 1, 1), (16, 16, 1, 1), (16, 16, 1, 1))
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -45,22 +48,24 @@ MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 
 @triton.jit
 def _scores(qk, qi, kj, L, S, mask_base, stride_ml, stride_ms, qk_scale,
-            CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr):
-    """A tile of base-2 scores from the raw dot products qk, -inf where key j is out of range,
-    above the causal diagonal, or masked out. qi, kj: the query and key indices, broadcast to
-    the tile's orientation ([M, 1] and [1, N], or transposed)."""
+            BOUND: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr):
+    """A tile of base-2 scores from the raw dot products qk, -inf where masked out, where key
+    j is past S (BOUND) or above the causal diagonal (CAUSAL). qi, kj: the query and key
+    indices, broadcast to the tile's orientation ([M, 1] and [1, N], or transposed). The
+    loops leave BOUND and CAUSAL off on the blocks that need neither."""
     s = qk * qk_scale
-    keep = kj < S
     if MASK_KIND != 0:
-        inside = keep & (qi < L)
+        inside = (kj < S) & (qi < L)
         at = mask_base + qi.to(tl.int64) * stride_ml + kj.to(tl.int64) * stride_ms
         if MASK_KIND == 1:
-            keep = keep & (tl.load(at, mask=inside, other=0) != 0)
+            s = tl.where(tl.load(at, mask=inside, other=0) != 0, s, float("-inf"))
         else:
             s += tl.load(at, mask=inside, other=0).to(tl.float32) * 1.4426950408889634
+    if BOUND:
+        s = tl.where(kj < S, s, float("-inf"))
     if CAUSAL:
-        keep = keep & (kj <= qi)
-    return tl.where(keep, s, float("-inf"))
+        s = tl.where(kj <= qi, s, float("-inf"))
+    return s
 
 
 @triton.jit
@@ -81,6 +86,44 @@ def _dropout_keep(row0, qi, kj, S, seed_lo, seed_hi, offset, p):
 #   O_i = acc / l,  lse_i = m + log2(l)
 # Memory traffic: Q and O once, K and V once per query block (L / BLOCK_M times), the
 # log-sum-exp 4 bytes a row; nothing of L x S (a mask, when given, is read once).
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
+                start, end, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale,
+                dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
+                HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
+                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+                DOT: tl.constexpr):
+    """The online softmax over key blocks [start, end) (K^T and V pointers at start; returned
+    advanced to end)."""
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    for start_n in range(start, end, BLOCK_N):
+        kj = start_n + offs_n
+        if BOUND:
+            kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
+            v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V),
+                        other=0)
+        else:
+            kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
+            v = tl.load(v_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
+        qk = tl.dot(q, kt, input_precision=DOT)
+        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                    qk_scale, BOUND, CAUSAL, MASK_KIND)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing seen yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DROPOUT:
+            keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
+                                 offset, dropout_p)
+            p = tl.where(keep, p * inv_keep, 0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT)
+        m_i = m_new
+        kt_ptrs += BLOCK_N * stride_ks
+        v_ptrs += BLOCK_N * stride_vs
+    return acc, l_i, m_i, kt_ptrs, v_ptrs
+
 
 @triton.jit(do_not_specialize=["qk_scale", "dropout_p", "seed_lo", "seed_hi", "offset"])
 def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
@@ -117,34 +160,26 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
     v_ptrs = v_ptr + b * stride_vb + hk * stride_vh + offs_n[:, None].to(tl.int64) * stride_vs + \
         offs_dv[None, :] * stride_vd
     mask_base = mask_ptr + b * stride_mb + h * stride_mh
-    inv_keep = 1.0 / (1.0 - dropout_p)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+    # key blocks wholly inside [0, S) and below the diagonal need no bound or causal test:
+    # [0, full) without, [full, hi) with
     hi = S
+    full = S
     if CAUSAL:
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        kj = start_n + offs_n
-        kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
-        qk = tl.dot(q, kt, input_precision=DOT)
-        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
-                    qk_scale, CAUSAL, MASK_KIND)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing seen yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if DROPOUT:
-            keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
-                                 offset, dropout_p)
-            p = tl.where(keep, p * inv_keep, 0.0)
-        v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V), other=0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT)
-        m_i = m_new
-        kt_ptrs += BLOCK_N * stride_ks
-        v_ptrs += BLOCK_N * stride_vs
+        full = tl.minimum(S, pid_m * BLOCK_M)
+    full = full // BLOCK_N * BLOCK_N
+    acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
+        acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0, full,
+        L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
+        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND, DROPOUT, DOT)
+    acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
+        acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, full, hi,
+        L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
+        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND, DROPOUT, DOT)
 
     seen = l_i > 0.0   # NOTE: a row with every key masked out gives 0, as torch's CPU SDPA
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
@@ -185,6 +220,45 @@ def _attn_delta_kernel(delta_ptr, o_ptr, do_ptr, L, H,
     tl.store(delta_ptr + bh * L + offs_m, tl.sum(o * do, 1), mask=offs_m < L)
 
 
+@triton.jit
+def _dkdv_blocks(dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
+                 offs_d, offs_dv, start, end, L, S, bh, stride_ql, stride_gl, stride_ml,
+                 stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
+                 CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+                 DOT: tl.constexpr):
+    """dK and dV of one key block summed over the query blocks [start, end) of head bh.
+    Keys past S need no test: their rows of dK and dV are never stored. Rows past L load
+    lse = +inf, so that their P is 0."""
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    for start_m in range(start, end, BLOCK_M):
+        qi = start_m + offs_m0
+        q_ok = qi < L
+        rows = qi.to(tl.int64)
+        qt = tl.load(qt_base + rows[None, :] * stride_ql,
+                     mask=(offs_d[:, None] < HEAD_DIM) & q_ok[None, :], other=0)
+        do = tl.load(do_base + rows[:, None] * stride_gl,
+                     mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
+        lse = tl.load(lse_ptr + bh * L + qi, mask=q_ok, other=float("inf"))
+        delta = tl.load(delta_ptr + bh * L + qi, mask=q_ok, other=0)
+        qkt = tl.dot(k, qt, input_precision=DOT)
+        st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml, stride_ms,
+                     qk_scale, False, CAUSAL, MASK_KIND)
+        pt = tl.exp2(st - lse[None, :])                                  # P^T [keys, queries]
+        dpt = tl.dot(v, tl.trans(do), input_precision=DOT).to(tl.float32)  # (dO V^T)^T
+        if DROPOUT:
+            keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
+                                 offset, dropout_p)
+            dv += tl.dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do,
+                         input_precision=DOT)
+            dpt = tl.where(keep, dpt * inv_keep, 0.0)
+        else:
+            dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT)
+        dst = pt * (dpt - delta[None, :])
+        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT)
+    return dk, dv
+
+
 @triton.jit(do_not_specialize=["qk_scale", "sm_scale", "dropout_p", "seed_lo", "seed_hi",
                                "offset"])
 def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mask_ptr,
@@ -221,42 +295,29 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                 mask=key_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
-    inv_keep = 1.0 / (1.0 - dropout_p)
-    lo = 0
-    if CAUSAL:  # queries before this key block's first key see none of it
-        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
     for g in range(0, GROUP):
         h = hk * GROUP + g
         bh = b * H + h
         qt_base = q_ptr + b * stride_qb + h * stride_qh + offs_d[:, None] * stride_qd
         do_base = do_ptr + b * stride_gb + h * stride_gh + offs_dv[None, :] * stride_gd
         mask_base = mask_ptr + b * stride_mb + h * stride_mh
-        for start_m in range(lo, L, BLOCK_M):
-            qi = start_m + offs_m0
-            q_ok = qi < L
-            rows = qi.to(tl.int64)
-            qt = tl.load(qt_base + rows[None, :] * stride_ql,
-                         mask=(offs_d[:, None] < HEAD_DIM) & q_ok[None, :], other=0)
-            do = tl.load(do_base + rows[:, None] * stride_gl,
-                         mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
-            # rows past L: lse = +inf makes their P 0
-            lse = tl.load(lse_ptr + bh * L + qi, mask=q_ok, other=float("inf"))
-            delta = tl.load(delta_ptr + bh * L + qi, mask=q_ok, other=0)
-            qkt = tl.dot(k, qt, input_precision=DOT)
-            st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml,
-                         stride_ms, qk_scale, CAUSAL, MASK_KIND)
-            pt = tl.exp2(st - lse[None, :])                       # P^T [keys, queries]
-            dpt = tl.dot(v, tl.trans(do), input_precision=DOT).to(tl.float32)          # (dO V^T)^T
-            if DROPOUT:
-                keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
-                                     offset, dropout_p)
-                dv += tl.dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do,
-                              input_precision=DOT)
-                dpt = tl.where(keep, dpt * inv_keep, 0.0)
-            else:
-                dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT)
-            dst = pt * (dpt - delta[None, :])
-            dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT)
+        if CAUSAL:
+            # queries before this key block's first key see none of it; the query blocks
+            # before its last key meet the diagonal, the later ones see every key
+            lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+            diag = tl.minimum(L, tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M)
+            dk, dv = _dkdv_blocks(
+                dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
+                offs_d, offs_dv, lo, diag, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
+                qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
+                True, MASK_KIND, DROPOUT, DOT)
+        else:
+            diag = 0
+        dk, dv = _dkdv_blocks(
+            dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
+            offs_d, offs_dv, diag, L, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
+            qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
+            False, MASK_KIND, DROPOUT, DOT)
     dk *= sm_scale
     # dK, dV: contiguous [B, HK, S, E] and [B, HK, S, Ev]
     tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :],
@@ -265,6 +326,43 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
     tl.store(dv_ptr + (bhk * S + keys) * stride_dvs + offs_dv[None, :],
              dv.to(dv_ptr.dtype.element_ty),
              mask=key_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V))
+
+
+@triton.jit
+def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d,
+               offs_dv, start, end, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms,
+               qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
+               HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
+               CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+               DOT: tl.constexpr):
+    """dQ of one query block summed over the key blocks [start, end) (K^T and V^T pointers
+    at start; returned advanced to end). NOTE: keys past S must be masked here (BOUND): their
+    zero rows give scores 0, and 2^(0 - lse) may overflow, whose infinity times a zero key
+    would be NaN."""
+    inv_keep = 1.0 / (1.0 - dropout_p)
+    for start_n in range(start, end, BLOCK_N):
+        kj = start_n + offs_n
+        if BOUND:
+            kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
+            vt = tl.load(vt_ptrs, mask=(offs_dv[:, None] < HEAD_DIM_V) & (kj[None, :] < S),
+                         other=0)
+        else:
+            kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
+            vt = tl.load(vt_ptrs, mask=offs_dv[:, None] < HEAD_DIM_V, other=0)
+        qk = tl.dot(q, kt, input_precision=DOT)
+        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                    qk_scale, BOUND, CAUSAL, MASK_KIND)
+        p = tl.exp2(s - lse[:, None])
+        dp = tl.dot(do, vt, input_precision=DOT).to(tl.float32)
+        if DROPOUT:
+            keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
+                                 offset, dropout_p)
+            dp = tl.where(keep, dp * inv_keep, 0.0)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT)
+        kt_ptrs += BLOCK_N * stride_ks
+        vt_ptrs += BLOCK_N * stride_vs
+    return dq, kt_ptrs, vt_ptrs
 
 
 @triton.jit(do_not_specialize=["qk_scale", "sm_scale", "dropout_p", "seed_lo", "seed_hi",
@@ -307,28 +405,24 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
     vt_ptrs = v_ptr + b * stride_vb + hk * stride_vh + offs_dv[:, None] * stride_vd + \
         offs_n[None, :].to(tl.int64) * stride_vs
     mask_base = mask_ptr + b * stride_mb + h * stride_mh
-    inv_keep = 1.0 / (1.0 - dropout_p)
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    # as the forward: [0, full) needs no bound or causal test, [full, hi) does
     hi = S
+    full = S
     if CAUSAL:
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        kj = start_n + offs_n
-        kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
-        vt = tl.load(vt_ptrs, mask=(offs_dv[:, None] < HEAD_DIM_V) & (kj[None, :] < S), other=0)
-        qk = tl.dot(q, kt, input_precision=DOT)
-        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
-                    qk_scale, CAUSAL, MASK_KIND)
-        p = tl.exp2(s - lse[:, None])
-        dp = tl.dot(do, vt, input_precision=DOT).to(tl.float32)
-        if DROPOUT:
-            keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
-                                 offset, dropout_p)
-            dp = tl.where(keep, dp * inv_keep, 0.0)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT)
-        kt_ptrs += BLOCK_N * stride_ks
-        vt_ptrs += BLOCK_N * stride_vs
+        full = tl.minimum(S, pid_m * BLOCK_M)
+    full = full // BLOCK_N * BLOCK_N
+    dq, kt_ptrs, vt_ptrs = _dq_blocks(
+        dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0,
+        full, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
+        seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND,
+        DROPOUT, DOT)
+    dq, kt_ptrs, vt_ptrs = _dq_blocks(
+        dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
+        full, hi, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
+        seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND,
+        DROPOUT, DOT)
     dq *= sm_scale
     # dQ: contiguous [B, H, L, E]
     tl.store(dq_ptr + (bh * L + rows) * stride_dql + offs_d[None, :],
@@ -341,9 +435,9 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
 
 def _blocks(head_dim, dtype):
     """(forward (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_M, BLOCK_N, ...), dQ (...)).
-    Under the interpreter the smallest tiles tl.dot takes. float32 tiles are half as large."""
+    Under the interpreter INTERPRET_BLOCKS. float32 tiles are half as large."""
     if INTERPRET:
-        return (16, 16, 1, 1), (16, 16, 1, 1), (16, 16, 1, 1)
+        return INTERPRET_BLOCKS
     wide = head_dim > 64
     if dtype == torch.float32:
         return ((64, 32, 4, 2), (32, 64, 4 if not wide else 8, 2),
