@@ -17,6 +17,10 @@ included, synchronised once per 20 calls) and the peak memory of fwd+bwd above t
 4 B H T^2 D (halved when causal), backward 2.5x that (five products, the forward's QK^T
 recomputed), fwd+bwd 3.5x. Ratio = torch time / tritonad time: above 1, tritonad is faster.
 By default every row is --dtype (bfloat16) and one more row runs float16 at T = 1024.
+
+--sweep times the kernels' tile choices instead (kernels/attention.py GPU_BLOCKS): forward
+candidates, then dK/dV and dQ candidates (each with the other at its default), at T = 1024
+and 4096, head dims 64 and 128, causal and not, and prints each candidate's milliseconds.
 """
 from __future__ import annotations
 
@@ -138,11 +142,74 @@ COLUMNS = [
 ]
 
 
+SWEEP_LENGTHS = (1024, 4096)
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates of each kernel
+SWEEP = {
+    "fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4),
+            (128, 32, 4, 4), (64, 64, 4, 3), (128, 128, 8, 2)],
+    "dkdv": [(32, 128, 4, 3), (32, 128, 8, 2), (64, 128, 8, 2), (32, 64, 4, 3),
+             (64, 64, 4, 3), (16, 128, 4, 3)],
+    "dq": [(128, 32, 4, 3), (128, 32, 8, 2), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3)],
+}
+
+
+def sweep(dtype, tokens, heads):
+    """Milliseconds of every candidate tile of each kernel (the launchers on raw arrays)."""
+    from tritonad.kernels import attention as kernels
+    from tritonad.kernels.plans import clear_plans
+
+    rows = []
+    for T in SWEEP_LENGTHS:
+        for D in HEAD_DIMS:
+            for causal in (False, True):
+                B = max(1, tokens // T)
+                gen = torch.Generator(device=DEVICE).manual_seed(0)
+                q, k, v, do = (torch.randn(B, heads, T, D, device=DEVICE, generator=gen)
+                               .to(dtype) for _ in range(4))
+                scale = D ** -0.5
+                kernels.GPU_BLOCKS = None
+                default = kernels._blocks(D, dtype)
+                o, lse = kernels.flash_attention(q, k, v, None, scale, causal)
+                for kernel, candidates in SWEEP.items():
+                    for cand in candidates:
+                        blocks = list(default)
+                        blocks[("fwd", "dkdv", "dq").index(kernel)] = cand
+                        kernels.GPU_BLOCKS = tuple(blocks)
+                        clear_plans()
+                        if kernel == "fwd":
+                            fn = lambda: kernels.flash_attention(q, k, v, None, scale, causal)
+                        else:
+                            fn = lambda: kernels.flash_attention_backward(do, q, k, v, o, lse,
+                                                                         None, scale, causal)
+                        try:
+                            ms = common.bench(fn)
+                        except Exception as error:  # out of shared memory or registers
+                            ms, note = None, str(error).splitlines()[0][:60]
+                        else:
+                            note = ""
+                        rows.append({"T": T, "D": D, "causal": causal, "kernel": kernel,
+                                     "blocks": "x".join(map(str, cand)),
+                                     "default": cand == default[("fwd", "dkdv", "dq")
+                                                                .index(kernel)],
+                                     "ms": ms, "note": note})
+                        print(rows[-1], flush=True)
+                kernels.GPU_BLOCKS = None
+                clear_plans()
+    return rows
+
+
+SWEEP_COLUMNS = [("T", "T", "{}"), ("D", "D", "{}"), ("causal", "causal", "{}"),
+                 ("kernel", "kernel", "{}"), ("blocks", "BM x BN x warps x stages", "{}"),
+                 ("default", "default", "{}"), ("ms", "ms", "{:.3f}"), ("note", "note", "{}")]
+
+
 def _extra(parser):
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     parser.add_argument("--tokens", type=int, default=16384,
                         help="batch x length of every row (B = tokens / T)")
     parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--sweep", action="store_true",
+                        help="time the kernels' tile candidates instead (see the docstring)")
 
 
 def main(argv=None):
@@ -150,6 +217,13 @@ def main(argv=None):
     common.require_gpu("bench_attention")
     td.set_backend("triton")
     dtype = DTYPES[args.dtype]
+    if args.sweep:
+        rows = sweep(dtype, args.tokens, args.heads)
+        common.print_table(f"attention tile sweep, {args.dtype} (bwd rows: delta + dK/dV + dQ)",
+                           rows, SWEEP_COLUMNS)
+        path = common.save(args.out, f"attention_sweep_{args.dtype}", rows)
+        print(f"\nwrote {path}")
+        return rows
     plan = [(T, D, causal, dtype) for T in (QUICK_LENGTHS if args.quick else LENGTHS)
             for D in HEAD_DIMS for causal in (False, True)]
     if args.dtype == "bfloat16":

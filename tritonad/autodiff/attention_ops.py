@@ -138,7 +138,7 @@ class FlashAttention(Function):
 
 
 FUSED_DTYPES = ("float32", "float16", "bfloat16")
-FUSED_MAX_HEAD_DIM = 256
+FUSED_MAX_HEAD_DIM = 128   # (kernels/attention.py's MAX_HEAD_DIM)
 
 
 def _fused_mask(attn_mask, batch, H, L, S):
@@ -161,7 +161,7 @@ def _fused_mask(attn_mask, batch, H, L, S):
 def _(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
       enable_gqa=False):
     # flash attention where it applies: q, k, v of one batch shape (heads apart, with GQA),
-    # float32 / float16 / bfloat16, head dims up to 256, dropout below 1, nothing empty, and a
+    # float32 / float16 / bfloat16, head dims up to 128, dropout below 1, nothing empty, and a
     # mask that takes no gradient (a differentiated mask is an L x S input anyway: the
     # composite gives its gradient)
     scale, group = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)

@@ -36,11 +36,14 @@ from .random import _philox, _uniform01
 PRIMITIVES = ("flash_attention", "flash_attention_backward")
 
 LOG2E = 1.4426950408889634
-MAX_HEAD_DIM = 256          # head dims above it run the composite (autodiff/attention_ops.py)
+MAX_HEAD_DIM = 128          # head dims above it run the composite (autodiff/attention_ops.py)
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 # the interpreter's (BLOCK_M, BLOCK_N, warps, stages) of the forward, dK/dV and dQ kernels: the
 # smallest tiles tl.dot takes (tests set others; plans do not see this: clear them after)
 INTERPRET_BLOCKS = ((16, 16, 1, 1), (16, 16, 1, 1), (16, 16, 1, 1))
+# None, or the three block choices for every call on the GPU (bench attention --sweep tries
+# candidates through it; plans do not see it either)
+GPU_BLOCKS = None
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -435,9 +438,13 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
 
 def _blocks(head_dim, dtype):
     """(forward (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_M, BLOCK_N, ...), dQ (...)).
-    Under the interpreter INTERPRET_BLOCKS. float32 tiles are half as large."""
+    Under the interpreter INTERPRET_BLOCKS. On the GPU the tiles of Triton's fused-attention
+    tutorial (forward 128 x 64, dK/dV 32 queries x 128 keys, dQ 128 x 32), float32 tiles half
+    as large; `bench attention --sweep` times the alternatives on a GPU."""
     if INTERPRET:
         return INTERPRET_BLOCKS
+    if GPU_BLOCKS is not None:
+        return GPU_BLOCKS
     wide = head_dim > 64
     if dtype == torch.float32:
         return ((64, 32, 4, 2), (32, 64, 4 if not wide else 8, 2),
