@@ -58,7 +58,7 @@ def torch_attention(q, k, v, dout, **kwargs):
 # (B, Hq, Hk, L, S, E, Ev, options): odd lengths, partial and several 16-wide blocks
 CASES = {
     "plain": ((1, 2, 2, 19, 23, 32, 32), {}),
-    "causal": ((1, 2, 2, 19, 23, 32, 16), {"is_causal": True}),
+    "causal": ((1, 2, 2, 19, 23, 32, 16), {"is_causal": True}),   # (strided test's case)
     "causal_long_queries": ((1, 1, 1, 37, 20, 32, 32), {"is_causal": True}),
     "bool_mask": ((2, 1, 1, 19, 23, 32, 32), {"mask": "bool"}),
     "additive_mask": ((1, 2, 2, 19, 23, 64, 64), {"mask": "additive"}),
@@ -90,7 +90,7 @@ def run_ours(q, k, v, kwargs, dout, transpose=None):
     return out, grads
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(set(CASES) - {"causal"}))
 def test_sdpa_matches_torch(backend_name, case):
     q, k, v, kwargs, dout = make_case(case)
     out, grads = run_ours(q, k, v, kwargs, dout)
@@ -142,6 +142,25 @@ def test_flash_attention_uneven_blocks(monkeypatch):
                     assert_close(g, w, 1e-4, 1e-5, name=f"causal={causal} d{name}")
     finally:
         clear_plans()
+
+
+@pytest.mark.parametrize("dtype,tol", [("bfloat16", (2e-2, 5e-2))])   # (float16: on the GPU)
+def test_flash_attention_half_precision(dtype, tol):
+    # half inputs: float32 softmax statistics, P rounded to the input type for P @ V, O and
+    # the gradients in the input type (against torch in float32, errors relative to the max)
+    with td.use_backend("triton"):
+        raw = [rand(1, 2, 19, 16, seed=i).to(getattr(torch, dtype)) for i in range(4)]
+        a, b, c = (td.from_torch(t).requires_grad_() for t in raw[:3])
+        out = F.scaled_dot_product_attention(a, b, c, is_causal=True)
+        assert out.dtype.name == dtype and out.grad_fn.name == "FlashAttentionBackward"
+        grads = td.grad([out], [a, b, c], [td.from_torch(raw[3])])
+        q, k, v = (t.float().requires_grad_() for t in raw[:3])
+        want = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
+        want.backward(raw[3].float())
+        assert_close_norm(out, want, tol[0], name="out")
+        for name, got, w in zip("qkv", grads, (q.grad, k.grad, v.grad)):
+            assert got.dtype.name == dtype
+            assert_close_norm(got, w, tol[1], name=f"d{name}")
 
 
 def test_sdpa_fully_masked_rows_give_zero(backend_name):
@@ -397,7 +416,8 @@ GPU_TOL = {"bfloat16": (2e-2, 5e-2), "float16": (5e-3, 2e-2), "float32": (5e-3, 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,D,causal", [("bfloat16", 64, False), ("bfloat16", 64, True),
                                             ("bfloat16", 128, True), ("bfloat16", 128, False),
-                                            ("float16", 128, False), ("float32", 64, True)])
+                                            ("bfloat16", 96, True), ("float16", 128, False),
+                                            ("float32", 64, True), ("float32", 128, False)])
 def test_flash_attention_gpu(dtype, D, causal):
     # against torch's CUDA attention in float32 (float32 inputs run our dots as TF32)
     with td.use_backend("triton"):
@@ -420,19 +440,23 @@ def test_flash_attention_gpu(dtype, D, causal):
 
 @pytest.mark.gpu
 def test_flash_attention_gpu_gqa_mask_dropout():
+    # grouped heads, a key length off the tiles, a broadcast bool mask, dropout with causal:
+    # against the composite in float32 on the same random stream
     with td.use_backend("triton"):
-        q = td.randn(2, 8, 1024, 64, dtype=td.bfloat16, device="cuda", requires_grad=True)
-        k = td.randn(2, 2, 1000, 64, dtype=td.bfloat16, device="cuda", requires_grad=True)
-        v = td.randn(2, 2, 1000, 64, dtype=td.bfloat16, device="cuda", requires_grad=True)
+        q = td.randn(2, 8, 1024, 64, device="cuda").to(td.bfloat16).requires_grad_()
+        k = td.randn(2, 2, 1000, 64, device="cuda").to(td.bfloat16).requires_grad_()
+        v = td.randn(2, 2, 1000, 64, device="cuda").to(td.bfloat16).requires_grad_()
         mask = td.rand(1024, 1000, device="cuda") > 0.1
-        dout = td.randn(2, 8, 1024, 64, dtype=td.bfloat16, device="cuda")
+        dout = td.randn(2, 8, 1024, 64, device="cuda").to(td.bfloat16)
+        wide = [t.detach().to(td.float32).requires_grad_() for t in (q, k, v)]
         for kwargs in ({"attn_mask": mask}, {"dropout_p": 0.2, "is_causal": True}):
             td.manual_seed(3)
             out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs)
+            assert out.grad_fn.name == "FlashAttentionBackward"
             grads = td.grad([out], [q, k, v], [dout])
             td.manual_seed(3)
-            want = sdpa.composed(q, k, v, enable_gqa=True, **kwargs)
-            want_grads = td.grad([want], [q, k, v], [dout])
+            want = sdpa.composed(*wide, enable_gqa=True, **kwargs)
+            want_grads = td.grad([want], wide, [dout.to(td.float32)])
             assert_close_norm(out, want, 2e-2, name="out")
             for name, g, w in zip("qkv", grads, want_grads):
                 assert_close_norm(g, w, 5e-2, name=f"d{name}")
@@ -440,19 +464,20 @@ def test_flash_attention_gpu_gqa_mask_dropout():
 
 @pytest.mark.gpu
 def test_flash_attention_gpu_memory():
-    # no L x S buffer: a forward and backward at T = 4096 allocates far less than one
-    # [B, H, T, T] float32 matrix
+    # no L x S buffer: a causal forward and backward at T = 8192 allocates a few q-sized
+    # arrays (O, dQ, dK, dV), where one [B, H, T, T] bfloat16 matrix would be 128 of them
     with td.use_backend("triton"):
-        B, H, T, D = 1, 8, 4096, 64
-        q, k, v = (td.randn(B, H, T, D, dtype=td.bfloat16, device="cuda", requires_grad=True)
+        B, H, T, D = 1, 16, 8192, 64
+        q, k, v = (td.randn(B, H, T, D, device="cuda").to(td.bfloat16).requires_grad_()
                    for _ in range(3))
-        dout = td.randn(B, H, T, D, dtype=td.bfloat16, device="cuda")
+        dout = td.randn(B, H, T, D, device="cuda").to(td.bfloat16)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         td.grad([out], [q, k, v], [dout])
+        del out
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         td.grad([out], [q, k, v], [dout])
         torch.cuda.synchronize()
-        assert torch.cuda.max_memory_allocated() - base < B * H * T * T * 4 // 16
+        assert torch.cuda.max_memory_allocated() - base < 8 * B * H * T * D * 2

@@ -50,6 +50,15 @@ GPU_BLOCKS = None
 
 
 @triton.jit
+def _dot(a, b, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b accumulated in float32. NOTE: the interpreter's half-type dot is wrong, so there
+    (UPCAST) the operands are widened first, which keeps the products exact."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b, input_precision=DOT)
+
+
+@triton.jit
 def _scores(qk, qi, kj, L, S, mask_base, stride_ml, stride_ms, qk_scale,
             BOUND: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr):
     """A tile of base-2 scores from the raw dot products qk, -inf where masked out, where key
@@ -96,7 +105,7 @@ def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, of
                 dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
                 HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
                 CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                DOT: tl.constexpr):
+                DOT: tl.constexpr, UPCAST: tl.constexpr):
     """The online softmax over key blocks [start, end) (K^T and V pointers at start; returned
     advanced to end)."""
     inv_keep = 1.0 / (1.0 - dropout_p)
@@ -109,7 +118,7 @@ def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, of
         else:
             kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
             v = tl.load(v_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
-        qk = tl.dot(q, kt, input_precision=DOT)
+        qk = _dot(q, kt, DOT, UPCAST)
         s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
                     qk_scale, BOUND, CAUSAL, MASK_KIND)
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -121,7 +130,7 @@ def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, of
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
                                  offset, dropout_p)
             p = tl.where(keep, p * inv_keep, 0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT, UPCAST)
         m_i = m_new
         kt_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
@@ -141,7 +150,7 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                      HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                      DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                     DOT: tl.constexpr):
+                     DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: BLOCK_M query rows of one (batch, head), every key block they see.
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -178,11 +187,13 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
     acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
         acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0, full,
         L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
-        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND, DROPOUT, DOT)
+        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND, DROPOUT, DOT,
+        UPCAST)
     acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
         acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, full, hi,
         L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
-        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND, DROPOUT, DOT)
+        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND, DROPOUT, DOT,
+        UPCAST)
 
     seen = l_i > 0.0   # NOTE: a row with every key masked out gives 0, as torch's CPU SDPA
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
@@ -229,7 +240,7 @@ def _dkdv_blocks(dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, 
                  stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                 DOT: tl.constexpr):
+                 DOT: tl.constexpr, UPCAST: tl.constexpr):
     """dK and dV of one key block summed over the query blocks [start, end) of head bh.
     Keys past S need no test: their rows of dK and dV are never stored. Rows past L load
     lse = +inf, so that their P is 0."""
@@ -244,21 +255,20 @@ def _dkdv_blocks(dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, 
                      mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
         lse = tl.load(lse_ptr + bh * L + qi, mask=q_ok, other=float("inf"))
         delta = tl.load(delta_ptr + bh * L + qi, mask=q_ok, other=0)
-        qkt = tl.dot(k, qt, input_precision=DOT)
+        qkt = _dot(k, qt, DOT, UPCAST)
         st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml, stride_ms,
                      qk_scale, False, CAUSAL, MASK_KIND)
         pt = tl.exp2(st - lse[None, :])                                  # P^T [keys, queries]
-        dpt = tl.dot(v, tl.trans(do), input_precision=DOT).to(tl.float32)  # (dO V^T)^T
+        dpt = _dot(v, tl.trans(do), DOT, UPCAST).to(tl.float32)  # (dO V^T)^T
         if DROPOUT:
             keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
                                  offset, dropout_p)
-            dv += tl.dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do,
-                         input_precision=DOT)
+            dv += _dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do, DOT, UPCAST)
             dpt = tl.where(keep, dpt * inv_keep, 0.0)
         else:
-            dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT)
+            dv += _dot(pt.to(do.dtype), do, DOT, UPCAST)
         dst = pt * (dpt - delta[None, :])
-        dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT)
+        dk += _dot(dst.to(qt.dtype), tl.trans(qt), DOT, UPCAST)
     return dk, dv
 
 
@@ -276,7 +286,7 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                       HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                       DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                      DOT: tl.constexpr):
+                      DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: dK, dV of BLOCK_N keys of one (batch, key head), summed over the GROUP query
     # heads that share it and every query block that sees them. Tiles are transposed
     # ([keys, queries]) so that no product needs a transpose of P.
@@ -313,14 +323,14 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                 dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
                 offs_d, offs_dv, lo, diag, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
                 qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
-                True, MASK_KIND, DROPOUT, DOT)
+                True, MASK_KIND, DROPOUT, DOT, UPCAST)
         else:
             diag = 0
         dk, dv = _dkdv_blocks(
             dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
             offs_d, offs_dv, diag, L, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
             qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
-            False, MASK_KIND, DROPOUT, DOT)
+            False, MASK_KIND, DROPOUT, DOT, UPCAST)
     dk *= sm_scale
     # dK, dV: contiguous [B, HK, S, E] and [B, HK, S, Ev]
     tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :],
@@ -337,7 +347,7 @@ def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_
                qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
                HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-               DOT: tl.constexpr):
+               DOT: tl.constexpr, UPCAST: tl.constexpr):
     """dQ of one query block summed over the key blocks [start, end) (K^T and V^T pointers
     at start; returned advanced to end). NOTE: keys past S must be masked here (BOUND): their
     zero rows give scores 0, and 2^(0 - lse) may overflow, whose infinity times a zero key
@@ -352,17 +362,17 @@ def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_
         else:
             kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
             vt = tl.load(vt_ptrs, mask=offs_dv[:, None] < HEAD_DIM_V, other=0)
-        qk = tl.dot(q, kt, input_precision=DOT)
+        qk = _dot(q, kt, DOT, UPCAST)
         s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
                     qk_scale, BOUND, CAUSAL, MASK_KIND)
         p = tl.exp2(s - lse[:, None])
-        dp = tl.dot(do, vt, input_precision=DOT).to(tl.float32)
+        dp = _dot(do, vt, DOT, UPCAST).to(tl.float32)
         if DROPOUT:
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
                                  offset, dropout_p)
             dp = tl.where(keep, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT)
+        dq += _dot(ds.to(kt.dtype), tl.trans(kt), DOT, UPCAST)
         kt_ptrs += BLOCK_N * stride_ks
         vt_ptrs += BLOCK_N * stride_vs
     return dq, kt_ptrs, vt_ptrs
@@ -382,7 +392,7 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                     DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                    DOT: tl.constexpr):
+                    DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -420,12 +430,12 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
         dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0,
         full, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
         seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND,
-        DROPOUT, DOT)
+        DROPOUT, DOT, UPCAST)
     dq, kt_ptrs, vt_ptrs = _dq_blocks(
         dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
         full, hi, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
         seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND,
-        DROPOUT, DOT)
+        DROPOUT, DOT, UPCAST)
     dq *= sm_scale
     # dQ: contiguous [B, H, L, E]
     tl.store(dq_ptr + (bh * L + rows) * stride_dql + offs_d[None, :],
@@ -510,7 +520,8 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
         *m_strides, float(scale) * LOG2E, float(dropout_p), seed & 0xFFFFFFFF, seed >> 32,
         int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), BLOCK_M=bm,
         BLOCK_N=bn, CAUSAL=bool(causal), MASK_KIND=kind, DROPOUT=dropout_p > 0,
-        DOT=_dot_precision(q.dtype), num_warps=warps, num_stages=stages)
+        DOT=_dot_precision(q.dtype), UPCAST=INTERPRET and q.dtype != torch.float32,
+        num_warps=warps, num_stages=stages)
     return o, lse
 
 
@@ -533,7 +544,8 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
                seed >> 32, int(offset))
     meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), CAUSAL=bool(causal),
-                MASK_KIND=kind, DROPOUT=dropout_p > 0, DOT=_dot_precision(q.dtype))
+                MASK_KIND=kind, DROPOUT=dropout_p > 0, DOT=_dot_precision(q.dtype),
+                UPCAST=INTERPRET and q.dtype != torch.float32)
     delta = empty((B, H, L), torch.float32, q.device)
     block = 16 if INTERPRET else 64
     run(_attn_delta_kernel, (cdiv(L, block), B * H), delta, o, do, L, H, *o.stride(),
