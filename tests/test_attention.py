@@ -395,6 +395,30 @@ def test_transformer_encoder_matches_torch(layer_norm, norm_first, activation):
             assert_close(dict(enc.named_parameters())[name].grad, p.grad, 1e-3, 1e-4, name=name)
 
 
+def test_transformer_encoder_trains(layer_norm):
+    # a causal encoder layer with dropout learns a per-token regression (numpy backend)
+    from tritonad import optim
+    from tritonad.nn.transformer import generate_square_subsequent_mask
+
+    with td.use_backend("numpy"):
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        model = nn.Sequential(nn.TransformerEncoder(layer, 1), nn.Linear(16, 1))
+        encoder, head = model[0], model[1]
+        opt = optim.AdamW(model.parameters(), lr=1e-2)
+        x = td.randn(8, 6, 16)
+        y = x[:, :, :4].sum(-1, keepdim=True)
+        mask = generate_square_subsequent_mask(6)
+        losses = []
+        for _ in range(12):
+            opt.zero_grad()
+            loss = F.mse_loss(head(encoder(x, mask=mask, is_causal=True)), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[-1] < 0.5 * losses[0], losses
+
+
 # ------------------------------------------------------------------------------- GPU
 
 

@@ -59,6 +59,14 @@ def _dot(a, b, DOT: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _dot_acc(a, b, acc, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b, the sum in the product's own accumulator."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    return tl.dot(a, b, acc, input_precision=DOT)
+
+
+@triton.jit
 def _scores(qk, qi, kj, L, S, mask_base, stride_ml, stride_ms, qk_scale,
             BOUND: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr):
     """A tile of base-2 scores from the raw dot products qk, -inf where masked out, where key
@@ -130,7 +138,7 @@ def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, of
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
                                  offset, dropout_p)
             p = tl.where(keep, p * inv_keep, 0.0)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT, UPCAST)
+        acc = _dot_acc(p.to(v.dtype), v, acc * alpha[:, None], DOT, UPCAST)
         m_i = m_new
         kt_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
@@ -263,12 +271,13 @@ def _dkdv_blocks(dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, 
         if DROPOUT:
             keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
                                  offset, dropout_p)
-            dv += _dot(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do, DOT, UPCAST)
+            dv = _dot_acc(tl.where(keep, pt * inv_keep, 0.0).to(do.dtype), do, dv, DOT,
+                          UPCAST)
             dpt = tl.where(keep, dpt * inv_keep, 0.0)
         else:
-            dv += _dot(pt.to(do.dtype), do, DOT, UPCAST)
+            dv = _dot_acc(pt.to(do.dtype), do, dv, DOT, UPCAST)
         dst = pt * (dpt - delta[None, :])
-        dk += _dot(dst.to(qt.dtype), tl.trans(qt), DOT, UPCAST)
+        dk = _dot_acc(dst.to(qt.dtype), tl.trans(qt), dk, DOT, UPCAST)
     return dk, dv
 
 
@@ -372,7 +381,7 @@ def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_
                                  offset, dropout_p)
             dp = tl.where(keep, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])
-        dq += _dot(ds.to(kt.dtype), tl.trans(kt), DOT, UPCAST)
+        dq = _dot_acc(ds.to(kt.dtype), tl.trans(kt), dq, DOT, UPCAST)
         kt_ptrs += BLOCK_N * stride_ks
         vt_ptrs += BLOCK_N * stride_vs
     return dq, kt_ptrs, vt_ptrs
