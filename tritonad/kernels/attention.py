@@ -161,6 +161,8 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                      DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: BLOCK_M query rows of one (batch, head), every key block they see.
     pid_m = tl.program_id(0)
+    if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
+        pid_m = tl.num_programs(0) - 1 - pid_m
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     h = bh % H
@@ -404,6 +406,8 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
     pid_m = tl.program_id(0)
+    if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
+        pid_m = tl.num_programs(0) - 1 - pid_m
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     h = bh % H
