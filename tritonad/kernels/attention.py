@@ -463,7 +463,9 @@ def _blocks(head_dim, dtype):
     """(forward (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_M, BLOCK_N, ...), dQ (...)).
     Under the interpreter INTERPRET_BLOCKS. On the GPU the tiles of Triton's fused-attention
     tutorial (forward 128 x 64, dK/dV 32 queries x 128 keys, dQ 128 x 32), float32 tiles half
-    as large; `bench attention --sweep` times the alternatives on a GPU."""
+    as large, and the warps and queries a dK/dV step that keep its accumulators in registers
+    at sm_90 (no spills in ptxas's resource usage, Triton 3.9, 2026-12-02); not yet timed:
+    `bench attention --sweep` times the alternatives on a GPU."""
     if INTERPRET:
         return INTERPRET_BLOCKS
     if GPU_BLOCKS is not None:
@@ -472,7 +474,7 @@ def _blocks(head_dim, dtype):
     if dtype == torch.float32:
         return ((64, 32, 4, 2), (32, 64, 4 if not wide else 8, 2),
                 (64, 32, 4 if not wide else 8, 2))
-    return ((128, 64, 8 if wide else 4, 3), (32, 128, 8 if wide else 4, 2 if wide else 3),
+    return ((128, 64, 8 if wide else 4, 3), (16 if wide else 32, 128, 8, 2),
             (128, 32, 8 if wide else 4, 2 if wide else 3))
 
 
