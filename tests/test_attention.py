@@ -27,6 +27,7 @@ from tritonad.autodiff.gradcheck import gradcheck
 from tritonad.autodiff.attention_ops import scaled_dot_product_attention as sdpa
 
 HAS_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_GPU else "cpu"   # the triton backend's device
 TF = torch.nn.functional
 
 
@@ -149,14 +150,14 @@ def test_flash_attention_half_precision(dtype, tol):
     # half inputs: float32 softmax statistics, P rounded to the input type for P @ V, O and
     # the gradients in the input type (against torch in float32, errors relative to the max)
     with td.use_backend("triton"):
-        raw = [rand(1, 2, 19, 16, seed=i).to(getattr(torch, dtype)) for i in range(4)]
+        raw = [rand(1, 2, 19, 16, seed=i).to(DEVICE, getattr(torch, dtype)) for i in range(4)]
         a, b, c = (td.from_torch(t).requires_grad_() for t in raw[:3])
         out = F.scaled_dot_product_attention(a, b, c, is_causal=True)
         assert out.dtype.name == dtype and out.grad_fn.name == "FlashAttentionBackward"
         grads = td.grad([out], [a, b, c], [td.from_torch(raw[3])])
-        q, k, v = (t.float().requires_grad_() for t in raw[:3])
+        q, k, v = (t.cpu().float().requires_grad_() for t in raw[:3])
         want = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
-        want.backward(raw[3].float())
+        want.backward(raw[3].cpu().float())
         assert_close_norm(out, want, tol[0], name="out")
         for name, got, w in zip("qkv", grads, (q.grad, k.grad, v.grad)):
             assert got.dtype.name == dtype
