@@ -38,6 +38,8 @@ PRIMITIVES = ("flash_attention", "flash_attention_backward")
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 128          # head dims above it run the composite (autodiff/attention_ops.py)
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
+MASK_WIDE = 4   # added to MASK_KIND where a head's mask offsets need int64 (_scores reads 4)
+MASK_INT32_LIMIT = 2 ** 31   # (tests lower it to take the int64 path on small masks)
 # the interpreter's (BLOCK_M, BLOCK_N, warps, stages) of the forward, dK/dV and dQ kernels: the
 # smallest tiles tl.dot takes (tests set others; plans do not see this: clear them after)
 INTERPRET_BLOCKS = ((16, 16, 1, 1), (16, 16, 1, 1), (16, 16, 1, 1))
@@ -76,8 +78,11 @@ def _scores(qk, qi, kj, L, S, mask_base, stride_ml, stride_ms, qk_scale,
     s = qk * qk_scale
     if MASK_KIND != 0:
         inside = (kj < S) & (qi < L)
-        at = mask_base + qi.to(tl.int64) * stride_ml + kj.to(tl.int64) * stride_ms
-        if MASK_KIND == 1:
+        if MASK_KIND >= 4:  # MASK_WIDE: offsets within a head's L x S past 2**31
+            at = mask_base + qi.to(tl.int64) * stride_ml + kj.to(tl.int64) * stride_ms
+        else:
+            at = mask_base + qi * stride_ml + kj * stride_ms
+        if MASK_KIND % 4 == 1:  # MASK_BOOL
             s = tl.where(tl.load(at, mask=inside, other=0) != 0, s, float("-inf"))
         else:
             s += tl.load(at, mask=inside, other=0).to(tl.float32) * 1.4426950408889634
@@ -516,7 +521,11 @@ def _mask_args(mask, q):
     """(mask array or q as a stand-in, its 4 strides, MASK_KIND)."""
     if mask is None:
         return q, (0, 0, 0, 0), MASK_NONE
-    return mask, tuple(mask.stride()), MASK_BOOL if mask.dtype == torch.bool else MASK_ADD
+    kind = MASK_BOOL if mask.dtype == torch.bool else MASK_ADD
+    L, S = mask.shape[2], mask.shape[3]
+    if (L - 1) * abs(mask.stride(2)) + (S - 1) * abs(mask.stride(3)) >= MASK_INT32_LIMIT:
+        kind += MASK_WIDE
+    return mask, tuple(mask.stride()), kind
 
 
 def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
