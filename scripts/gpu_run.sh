@@ -41,6 +41,8 @@ for step in "$@"; do
         warm-*)       run "$step" 120 python3 -m tritonad train --model "${step#warm-}" --quiet ;;
         torch-*)      run "$step" 120 python3 benchmarks/torch_recipe.py --model "${step#torch-}" ;;
         host)         run host 300 python3 benchmarks/bench_host.py --out "$OUT/bench" --profile ;;
+        host-again)   run host-again 300 python3 benchmarks/bench_host.py --out "$OUT/bench/again" ;;
+        host-before-again) PYTHONPATH=$PWD/.baseline run host-before-again 300 python3 benchmarks/bench_host.py --out "$OUT/bench/before-again" ;;
         host-before)  PYTHONPATH=$PWD/.baseline run host-before 300 python3 benchmarks/bench_host.py --out "$OUT/bench/before" --profile ;;
         gpu-tests-checked) TRITONAD_CHECK_LAUNCHES=1 run gpu-tests-checked 500 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 300 --durations=30 -x ;;
         profile-step) run profile-step 300 python3 benchmarks/profile_step.py ;;

@@ -33,11 +33,19 @@ from .tensor import (Tensor, arange, empty, empty_like, from_numpy, from_torch, 
 from . import reference  # noqa: F401,E402  (registers the numpy backend)
 from . import kernels  # noqa: F401,E402  (registers the triton backend)
 from . import nn  # noqa: F401,E402
-from . import data, optim  # noqa: F401,E402
+from . import corpus, data, optim  # noqa: F401,E402
+from . import amp  # noqa: F401,E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401,E402
 from . import distributed  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 
 from . import accelerator, cuda  # noqa: F401,E402  (td.cuda.is_available() and friends)
+# ---- the small pieces: eye, linspace, randint, isclose, unbind, legacy constructors, linalg
+from .conveniences import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor,  # noqa: E402
+                           FloatTensor, HalfTensor, IntTensor, LongTensor, allclose, chunk, eye,
+                           isclose, linspace, logspace, randint, split, unbind)
+from .generator import Generator  # noqa: E402
+from . import linalg  # noqa: F401,E402
 from . import utils  # noqa: F401,E402  (td.utils.data, as torch.utils.data)
 
 device = _torch_device  # td.device("cuda"): torch's device type, which tritonad tensors carry

@@ -18,6 +18,7 @@ import math
 
 from .. import generator
 from ..tensor import Tensor, arange
+from .autocast import low, state as _autocast
 from .composite import composite
 from .conv_ops import dropout
 from .dims import broadcast_shapes
@@ -68,6 +69,16 @@ def _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
     return float(scale), group
 
 
+def _autocast_args(query, key, value, attn_mask):
+    """Under autocast, attention is a LOW op (as PyTorch's): its float32 tensors, an additive
+    mask too, in the autocast dtype."""
+    if attn_mask is not None and attn_mask.dtype.is_floating_point:
+        query, key, value, attn_mask = low(query, key, value, attn_mask)
+    else:
+        query, key, value = low(query, key, value)
+    return query, key, value, attn_mask
+
+
 def _repeat_heads(x, group):
     """[..., Hk, S, E] -> [..., Hk * group, S, E], each head repeated group times in place."""
     if group == 1:
@@ -84,6 +95,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     >>> out = F.scaled_dot_product_attention(q, k, v, is_causal=True)   # [B, H, L, Ev]
     """
+    if _autocast.dtype:
+        query, key, value, attn_mask = _autocast_args(query, key, value, attn_mask)
     scale, group = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     key, value = _repeat_heads(key, group), _repeat_heads(value, group)
     scores = matmul(query, key.transpose(-2, -1)) * scale
@@ -164,6 +177,8 @@ def _(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=N
     # float32 / float16 / bfloat16, head dims up to 128, dropout below 1, nothing empty, and a
     # mask that takes no gradient (a differentiated mask is an L x S input anyway: the
     # composite gives its gradient)
+    if _autocast.dtype:
+        query, key, value, attn_mask = _autocast_args(query, key, value, attn_mask)
     scale, group = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     q, k, v = query, key, value
     L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]

@@ -13,10 +13,11 @@ import numbers
 import torch
 
 from .. import dtypes
-from ..backend import _state, backend_of, get_backend
+from ..backend import backend_of, get_backend
+from .grad_mode import grad_mode
 from ..dtypes import DType
 from ..tensor import Tensor, _shape_arg, full, parse_to_args, tensor
-from . import elementwise, ops
+from . import elementwise, losses, ops
 from .function import run_backward
 
 
@@ -169,7 +170,7 @@ class TensorMethods:
     def _check_inplace(self, op, operand=None):
         """Whether an in-place op must be recorded (grad mode on, and this tensor or the operand
         takes part in autodiff). As torch, refused on a leaf that requires grad."""
-        if not _state.enabled:
+        if not grad_mode.enabled:
             return False
         if self._requires_grad and self.grad_fn is None:
             raise RuntimeError(f"{op}: in-place update of a leaf tensor that requires grad (shape "
@@ -321,16 +322,6 @@ class TensorMethods:
         """self where mask is False, `value` where it is True (mask broadcasts), as torch's."""
         return ops.where(mask, value, self)
 
-    def norm(self, p=2, dim=None, keepdim=False):
-        """The vector p-norm over `dim` (all elements by default): p = 2 ("fro"), 1 or inf."""
-        if p in (2, "fro"):
-            return self.square().sum(dim, keepdim=keepdim).sqrt()
-        if p == 1:
-            return self.abs().sum(dim, keepdim=keepdim)
-        if p == float("inf"):
-            return self.abs().amax(dim, keepdim=keepdim)
-        raise NotImplementedError(f"norm: p={p!r} is not supported (2, 'fro', 1 or inf)")
-
     def split(self, split_size_or_sections, dim=0):
         """Views of consecutive pieces along `dim`: of split_size each (the last may be
         shorter), or of the given sizes, as torch's split."""
@@ -382,10 +373,50 @@ _NOT_METHODS = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref_
                 "__firstlineno__", "__static_attributes__"}
 
 
+# ---- the small pieces: norm (any p), unbind, unflatten
+
+
+class SmallPieces:
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+        """The vector p-norm over dim (every element by default), as torch's Tensor.norm:
+        p a number (2, 1, inf, -inf, 0, any real) or "fro" (the 2-norm of the elements)."""
+        if p == "nuc":
+            raise NotImplementedError("norm: p='nuc' needs singular values, which tritonad does "
+                                      "not compute")
+        return losses.vector_norm(self, 2 if p == "fro" else p, dim, keepdim, dtype=dtype)
+
+    def unbind(self, dim=0):
+        """The slices along dim, as a tuple of views."""
+        if self.ndim == 0:
+            raise IndexError("unbind: cannot unbind a 0-d tensor")
+        if not -self.ndim <= dim < self.ndim:
+            raise IndexError(f"unbind: dimension {dim} is out of range for shape {self.shape}")
+        lead = (slice(None),) * (dim % self.ndim)
+        return tuple(self[lead + (i,)] for i in range(self.shape[dim]))
+
+    def unflatten(self, dim, sizes):
+        """Dimension dim split into sizes (one may be -1)."""
+        n = self.ndim
+        if n == 0 or not -n <= dim < n:
+            raise IndexError(f"unflatten: dimension {dim} is out of range for shape {self.shape}")
+        dim %= n
+        sizes = tuple(int(s) for s in sizes)
+        known = 1
+        for s in sizes:
+            known *= 1 if s == -1 else s
+        size = self.shape[dim]
+        if not sizes or sizes.count(-1) > 1 or \
+                (known != size if -1 not in sizes else known == 0 or size % known):
+            raise ValueError(f"unflatten: sizes {sizes} do not multiply to dimension {dim}'s "
+                             f"size {size} (shape {self.shape})")
+        return self.reshape(tuple(self.shape[:dim]) + sizes + tuple(self.shape[dim + 1:]))
+
+
 def install():
-    for name, value in vars(TensorMethods).items():
-        if name not in _NOT_METHODS:
-            setattr(Tensor, name, value)
+    for cls in (TensorMethods, SmallPieces):
+        for name, value in vars(cls).items():
+            if name not in _NOT_METHODS:
+                setattr(Tensor, name, value)
     elementwise.install_methods()
     # the arithmetic operators are ops' lean functions themselves (no method frame)
     Tensor.__add__, Tensor.__sub__, Tensor.__mul__, Tensor.__truediv__ = ops.arithmetic

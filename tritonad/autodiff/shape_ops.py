@@ -11,7 +11,8 @@ import numbers
 import numpy as np
 
 from .. import dtypes
-from ..backend import _state, get_backend
+from ..backend import get_backend
+from .grad_mode import grad_mode
 from ..tensor import Tensor, full, tensor
 from .function import Function
 
@@ -76,7 +77,7 @@ def _unrecorded_view(x, raw):
 
 
 def _records(x):
-    return x._requires_grad and _state.enabled
+    return x._requires_grad and grad_mode.enabled
 
 
 def view(x, shape):

@@ -16,6 +16,7 @@ from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
             "conv_pool", "optim", "mlp", "augment", "head")
+FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernels/rnn.py)
 FAMILIES += ("attention",)  # attention: flash attention forward and backward
 
 

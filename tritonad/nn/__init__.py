@@ -5,6 +5,11 @@ from .activation import MODULES as _ACTIVATIONS
 from .layers import (AvgPool2d, Conv2d, Dropout, Flatten, Identity, Linear, LogSoftmax,
                      MaxPool2d, ModuleDict, ModuleList, Sequential, Softmax)
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
+# ---- losses, similarity and distance; ParameterList/Dict; channel dropout; Unflatten
+from .loss import (BCELoss, BCEWithLogitsLoss, CosineSimilarity, HuberLoss, KLDivLoss, L1Loss,
+                   PairwiseDistance, SmoothL1Loss)
+from .container import ParameterDict, ParameterList
+from .dropout_shape import Dropout1d, Dropout2d, Unflatten
 from .fused import FusedMLP
 from .module import Module
 from .parameter import Parameter
@@ -12,7 +17,15 @@ from .parameter import Parameter
 __all__ = sorted(_ACTIVATIONS) + ["Module", "Parameter", "Linear", "Conv2d", "MaxPool2d",
            "AvgPool2d", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Sequential",
            "ModuleList", "ModuleDict", "FusedMLP",
-           "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional"]
+           "CrossEntropyLoss", "NLLLoss", "MSELoss", "init", "functional",
+           # ---- losses, similarity and distance; containers; channel dropout; Unflatten
+           "BCELoss", "BCEWithLogitsLoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
+           "CosineSimilarity", "PairwiseDistance", "ParameterList", "ParameterDict", "Dropout1d",
+           "Dropout2d", "Unflatten"]
+
+# recurrent layers (nn/rnn.py)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
+__all__ += ["RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU"]
 
 # attention: multi-head attention and the transformer encoder
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer  # noqa: E402

@@ -2,13 +2,22 @@
 from ..autodiff.elementwise import (elu, gelu, hardswish, hardtanh, leaky_relu, mish, relu,
                                     relu6, sigmoid, silu, softplus, tanh)
 from ..autodiff.conv_ops import avg_pool2d, conv2d, dropout, fold, max_pool2d, unfold
-from ..autodiff.nn_ops import (cross_entropy, linear, linear_cross_entropy, log_softmax, mse_loss,
-                               nll_loss, softmax)
+from ..autodiff.nn_ops import (linear, linear_cross_entropy, log_softmax, mse_loss,
+                               softmax)
+# ---- losses, similarity and distance (autodiff/losses.py), channel dropout
+from ..autodiff.losses import (binary_cross_entropy, binary_cross_entropy_with_logits,
+                               cosine_similarity, cross_entropy, huber_loss, kl_div, l1_loss,
+                               nll_loss, pairwise_distance, smooth_l1_loss)
+from .dropout_shape import dropout1d, dropout2d
 
 __all__ = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "mish", "leaky_relu", "elu",
            "hardtanh", "relu6", "hardswish", "linear", "conv2d", "max_pool2d", "avg_pool2d",
            "softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "nll_loss",
-           "mse_loss", "dropout", "unfold", "fold"]
+           "mse_loss", "dropout", "unfold", "fold",
+           # ---- losses, similarity and distance, channel dropout
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss",
+           "smooth_l1_loss", "huber_loss", "kl_div", "cosine_similarity", "pairwise_distance",
+           "dropout1d", "dropout2d"]
 
 # attention: scaled dot-product attention (a composite, flash attention where the backend has it)
 from ..autodiff.attention_ops import scaled_dot_product_attention  # noqa: E402
