@@ -269,6 +269,22 @@ def test_sdpa_fused_matches_composite(L, S, causal, seed):
         assert np.all(o >= v.numpy().min(-2, keepdims=True) - 1e-5)
 
 
+def test_sdpa_under_autocast(backend_name):
+    # a LOW op, as PyTorch's: float32 operands (an additive mask too) run in the autocast
+    # dtype; the gradient comes back to the float32 leaf
+    device_type = "cuda" if backend_name == "triton" and HAS_GPU else "cpu"
+    q, k, v, kwargs, dout = make_case("scale_and_small_dims")
+    a = ours(q, True)
+    with td.autocast(device_type=device_type, dtype=td.bfloat16):
+        out = F.scaled_dot_product_attention(a, ours(k), ours(v), attn_mask=ours(rand(5, 3)),
+                                             **kwargs)
+    assert out.dtype == td.bfloat16
+    if backend_name == "triton":
+        assert out.grad_fn.name == "FlashAttentionBackward"
+    out.float().sum().backward()
+    assert a.grad.dtype == td.float32 and a.grad.shape == a.shape
+
+
 def test_sdpa_errors(backend_name):
     q, k, v = td.randn(1, 2, 3, 4), td.randn(1, 2, 5, 4), td.randn(1, 2, 5, 6)
     with pytest.raises(ValueError, match="scaled_dot_product_attention.*shapes"):
