@@ -21,6 +21,7 @@ BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "co
 BENCHMARKS += ("rnn",)  # recurrent layers against cuDNN (benchmarks/bench_rnn.py)
 BENCHMARKS += ("norms",)  # normalisation (benchmarks/bench_norms.py)
 BENCHMARKS += ("embedding",)  # embeddings and indexing (benchmarks/bench_embedding.py)
+BENCHMARKS += ("attention",)  # attention: bench_attention.py
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 

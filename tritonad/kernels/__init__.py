@@ -20,6 +20,7 @@ FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernel
 # normalisation (norm.py)
 FAMILIES += ("norm",)
 FAMILIES += ("scatter",)  # embeddings and indexing (scatter.py)
+FAMILIES += ("attention",)  # attention: flash attention forward and backward
 
 
 class TritonBackend(Backend):

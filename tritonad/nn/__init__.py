@@ -29,6 +29,10 @@ __all__ += ["Embedding"]  # embeddings and indexing
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
 __all__ += ["RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU"]
 
+# attention: multi-head attention and the transformer encoder
+from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer  # noqa: E402
+__all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+
 
 # normalisation layers (normalization.py)
 from .normalization import (BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm,  # noqa: E402

@@ -27,6 +27,10 @@ from ..autodiff.norm_ops import (batch_norm, batch_norm_act, group_norm,  # noqa
                                  layer_norm, normalize, rms_norm)
 __all__ += ["layer_norm", "rms_norm", "group_norm", "normalize", "batch_norm", "batch_norm_act"]
 
+# attention: scaled dot-product attention (a composite, flash attention where the backend has it)
+from ..autodiff.attention_ops import scaled_dot_product_attention  # noqa: E402
+__all__ += ["scaled_dot_product_attention"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing
