@@ -442,31 +442,26 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.99
     return param
 
 
-def _flag(op, flag, device):
-    """(pointer, whether given) for an optional 1-element float32 device flag (skip)."""
-    if flag is None:
+def _device_scalar(op, name, value, device):
+    """(value, True) for a 1-element float32 array on `device`, (None, False) for None: an
+    optional step counter a launch increments (count) or a flag it reads (skip)."""
+    if value is None:
         return None, False
-    if not isinstance(flag, torch.Tensor) or flag.numel() != 1 or \
-            flag.dtype != torch.float32 or flag.device != device:
-        got = f"{tuple(flag.shape)} {flag.dtype} on {flag.device}" \
-            if isinstance(flag, torch.Tensor) else type(flag).__name__
-        raise ValueError(f"{op}: skip must be None or a 1-element float32 array on {device}, "
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or \
+            value.dtype != torch.float32 or value.device != device:
+        got = f"{tuple(value.shape)} {value.dtype} on {value.device}" \
+            if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{op}: {name} must be None or a 1-element float32 array on {device}, "
                          f"got {got}")
-    return flag, True
+    return value, True
+
+
+def _flag(op, flag, device):
+    return _device_scalar(op, "skip", flag, device)
 
 
 def _counter(op, count, device):
-    """(pointer, COUNT) for the optional step counter a launch increments: None, or a 1-element
-    float32 array on the update's device."""
-    if count is None:
-        return None, False
-    if not isinstance(count, torch.Tensor) or count.numel() != 1 or \
-            count.dtype != torch.float32 or count.device != device:
-        got = f"{tuple(count.shape)} {count.dtype} on {count.device}" \
-            if isinstance(count, torch.Tensor) else type(count).__name__
-        raise ValueError(f"{op}: count must be None or a 1-element float32 array on {device}, "
-                         f"got {got}")
-    return count, True
+    return _device_scalar(op, "count", count, device)
 
 
 def _check_unit_interval(op, name, value):
