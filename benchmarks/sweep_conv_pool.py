@@ -1,11 +1,11 @@
 """Sweep the fused first layer (tritonad/kernels/conv_pool.py): conv2d + relu + max_pool2d
 forward, and the weight and bias gradients from the pool's gradient, plan by plan, against the
-two-primitive path (conv_pool.FUSE = False) and PyTorch (cuDNN convolution, relu, max pool),
-each timed in a CUDA graph of its own (kernel time, no host work).
+two-primitive path (conv.Settings.pool_fuse = False) and PyTorch (cuDNN convolution, relu, max
+pool), each timed in a CUDA graph of its own (kernel time, no host work).
 
     python benchmarks/sweep_conv_pool.py [--precisions tf32,fp32] [--layers mnist,cifar]
 
-Used to order conv_pool.MENU and choose conv_pool.WGRAD_PLAN; not part of `tritonad bench`.
+Used to order conv.Settings.pool_menu and choose its pool_wgrad_plan; not part of `tritonad bench`.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     require_gpu("sweep_conv_pool")
     import tritonad as td
-    from tritonad.kernels import conv_pool
+    from tritonad.kernels import conv as conv_settings, conv_pool
 
     print(environment())
     for layer in args.layers.split(","):
@@ -64,32 +64,28 @@ def main(argv=None):
             dw, db = torch.empty_like(w), torch.empty_like(b)
             head = f"{layer} {precision}"
             print(f"== {head}")
-            menu = list(conv_pool.MENU)
             for plan in MENU:
-                conv_pool.MENU = [plan]
-                conv_pool.tuner.memory.clear()
-                ms = bench_graph(lambda: conv_pool.conv2d_relu_max_pool2d(x, w, b, *conv, *POOL))
+                with conv_settings.using(pool_menu=(plan,)):
+                    conv_pool.tuner.memory.clear()
+                    ms = bench_graph(
+                        lambda: conv_pool.conv2d_relu_max_pool2d(x, w, b, *conv, *POOL))
                 print(f"  fwd fused  plan {plan}: {ms * 1e3:7.1f} us")
-            conv_pool.MENU = menu
             conv_pool.tuner.memory.clear()
 
             def backward():
                 conv_pool.conv2d_relu_max_pool2d_backward(dp, idx, p, x, w, *conv, *POOL, False,
                                                           True, True, dw, db)
             for plan in WGRAD_PLANS:
-                conv_pool.WGRAD_PLAN = plan
                 times = []
                 for per_sm in PER_SM:
-                    conv_pool.WGRAD_PER_SM = per_sm
-                    times.append(f"{bench_graph(backward) * 1e3:7.1f}")
+                    with conv_settings.using(pool_wgrad_plan=plan, pool_wgrad_per_sm=per_sm):
+                        times.append(f"{bench_graph(backward) * 1e3:7.1f}")
                 print(f"  dw fused   plan {plan}: {' '.join(times)} us at {PER_SM} a SM")
-            conv_pool.WGRAD_PER_SM = 8
-            conv_pool.WGRAD_PLAN = WGRAD_PLANS[0]
-            resources(conv_pool)
-            conv_pool.FUSE = False
-            fwd = bench_graph(lambda: conv_pool.conv2d_relu_max_pool2d(x, w, b, *conv, *POOL))
-            bwd = bench_graph(backward)
-            conv_pool.FUSE = True
+            with conv_settings.using(pool_wgrad_per_sm=8, pool_wgrad_plan=WGRAD_PLANS[0]):
+                resources(conv_pool)
+            with conv_settings.using(pool_fuse=False):
+                fwd = bench_graph(lambda: conv_pool.conv2d_relu_max_pool2d(x, w, b, *conv, *POOL))
+                bwd = bench_graph(backward)
             print(f"  two primitives: fwd {fwd * 1e3:7.1f} us, dw {bwd * 1e3:7.1f} us")
 
             def torch_fwd():

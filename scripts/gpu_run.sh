@@ -24,6 +24,7 @@ for step in "$@"; do
     case $step in
         gpu-tests)    run gpu-tests "${GPU_TESTS_LIMIT:-560}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 200 --durations=40 ;;
         gpu-tests-k=*) run "gpu-tests-${step#gpu-tests-k=}" 560 python3 -m pytest -m gpu -q -p no:cacheprovider -k "${step#gpu-tests-k=}" ;;
+        gpu-new)      run gpu-new "${GPU_NEW_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 200 -m "not gpu" tests/test_norms.py tests/test_attention.py tests/test_indexing.py tests/test_rnn.py tests/test_scan.py tests/test_tensor_ops.py tests/test_losses.py tests/test_small_pieces.py tests/test_amp.py tests/test_autocast.py tests/test_gpt.py tests/test_resnet.py tests/test_plans.py ;;
         cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
         bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
         fresh)        rm -rf /root/.triton /root/.cache/tritonad ;;
@@ -41,6 +42,8 @@ for step in "$@"; do
         warm-*)       run "$step" 120 python3 -m tritonad train --model "${step#warm-}" --quiet ;;
         torch-*)      run "$step" 120 python3 benchmarks/torch_recipe.py --model "${step#torch-}" ;;
         host)         run host 300 python3 benchmarks/bench_host.py --out "$OUT/bench" --profile ;;
+        host-again)   run host-again 300 python3 benchmarks/bench_host.py --out "$OUT/bench/again" ;;
+        host-before-again) PYTHONPATH=$PWD/.baseline run host-before-again 300 python3 benchmarks/bench_host.py --out "$OUT/bench/before-again" ;;
         host-before)  PYTHONPATH=$PWD/.baseline run host-before 300 python3 benchmarks/bench_host.py --out "$OUT/bench/before" --profile ;;
         gpu-tests-checked) TRITONAD_CHECK_LAUNCHES=1 run gpu-tests-checked 500 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 300 --durations=30 -x ;;
         profile-step) run profile-step 300 python3 benchmarks/profile_step.py ;;

@@ -6,6 +6,8 @@ Integer-valued inputs make every sum exact at every precision (TF32 holds these 
 values, indices (ties included: relu's zeros tie often) and gradients are compared to the bit;
 random floats are compared within the precision's tolerance.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -23,6 +25,12 @@ from tritonad.reference import NumpyBackend
 def _triton_backend():
     with td.use_backend("triton"):
         yield
+
+
+def _use(monkeypatch, **changes):
+    """conv.Settings with `changes` for the test (restored after it)."""
+    from tritonad.kernels.conv import settings
+    monkeypatch.setattr(settings, "_current", dataclasses.replace(settings._current, **changes))
 
 
 def _ints(shape, seed, low=-2, high=3, dtype=td.float32):
@@ -126,7 +134,7 @@ def test_weight_grad_from_the_pool_to_the_bit(geometry, split, monkeypatch, laun
     """A first layer's weight and bias gradients straight from the pool's gradient, in one or
     three chunks: the reference's (pool backward with the gate, then conv2d_backward), bit for
     bit, each asked for alone or both."""
-    monkeypatch.setattr(conv_pool, "SPLIT", split)
+    _use(monkeypatch, pool_split=split)
     xs, ws = geometry[:2]
     x, w, b = _ints(xs, 1), _ints(ws, 2), _ints((ws[0],), 3)
     args = _args(geometry)
@@ -159,7 +167,7 @@ def test_weight_grad_reads_strided_operands_and_writes_into_given_buffers(monkey
     want = NumpyBackend().conv2d_relu_max_pool2d_backward(
         dp.double(), idx, p.double(), x.double(), w.double(), *args, False)
     for split in (1, 2, 5):
-        monkeypatch.setattr(conv_pool, "SPLIT", split)
+        _use(monkeypatch, pool_split=split)
         flat = torch.full((w.numel() + 3 + 7,), float("nan"))
         dw_out, db_out = flat[:w.numel()].view(w.shape), flat[w.numel() + 3:]
         got = conv_pool.conv2d_relu_max_pool2d_backward(dp, idx, p, x, w, *args, False, True,
@@ -207,7 +215,7 @@ def test_weight_grad_half_precision(dtype):
 def test_other_cases_take_the_two_primitives(case, monkeypatch, launches):
     """Where the fused kernels do not apply, the results are the composition's, and no fused
     kernel runs: an input gradient asked for, channel-inner inputs, windows that overlap,
-    groups, and conv_pool.FUSE = False."""
+    groups, and conv.Settings.pool_fuse = False."""
     c, pool_geometry, groups, input_grad = 2, ((2, 2), (2, 2)), 1, False
     if case == "input grad":
         input_grad = True
@@ -218,7 +226,7 @@ def test_other_cases_take_the_two_primitives(case, monkeypatch, launches):
     elif case == "groups":
         c, groups = 4, 2
     else:
-        monkeypatch.setattr(conv_pool, "FUSE", False)
+        _use(monkeypatch, pool_fuse=False)
     x, w, b = _ints((2, c, 7, 6), 1), _ints((4, c // groups, 3, 3), 2), _ints((4,), 3)
     args = ((1, 1), (1, 1), (1, 1), groups) + pool_geometry + ((0, 0), (1, 1), False)
     p, idx = conv_pool.conv2d_relu_max_pool2d(x, w, b, *args)
@@ -282,20 +290,16 @@ def test_fused_layer_matches_the_reference(data):
     w, b = _ints((co, c, k, k), 12).numpy(), _ints((co,), 13).numpy()
     results = []
     for backend, fuse in (("triton", True), ("triton", False), ("numpy", True)):
-        with td.use_backend(backend):
-            conv_pool.FUSE = fuse
-            try:
-                layer = nn.Sequential(nn.Conv2d(c, co, k, stride=stride, padding=pad),
-                                      nn.ReLU(), nn.MaxPool2d(pk, ps, ceil_mode=ceil))
-                with td.no_grad():
-                    layer[0].weight.copy_(td.tensor(w))
-                    layer[0].bias.copy_(td.tensor(b))
-                out = layer(td.tensor(x))
-                assert out.grad_fn.name == "Conv2dReluMaxPool2dBackward"
-                cot = td.tensor(_ints(tuple(out.shape), 14).numpy())
-                (out * cot).sum().backward()
-            finally:
-                conv_pool.FUSE = True
+        with td.use_backend(backend), conv.using(pool_fuse=fuse):
+            layer = nn.Sequential(nn.Conv2d(c, co, k, stride=stride, padding=pad),
+                                  nn.ReLU(), nn.MaxPool2d(pk, ps, ceil_mode=ceil))
+            with td.no_grad():
+                layer[0].weight.copy_(td.tensor(w))
+                layer[0].bias.copy_(td.tensor(b))
+            out = layer(td.tensor(x))
+            assert out.grad_fn.name == "Conv2dReluMaxPool2dBackward"
+            cot = td.tensor(_ints(tuple(out.shape), 14).numpy())
+            (out * cot).sum().backward()
             results.append([out.numpy(), layer[0].weight.grad.numpy(),
                             layer[0].bias.grad.numpy()])
     for fused, two, ref in zip(*results):

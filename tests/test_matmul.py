@@ -353,7 +353,7 @@ def test_tf32_setting_and_k_major_staging(monkeypatch):
     transposed operands K-major first; a stride-0 batch dim stays broadcast."""
     try:
         td.set_matmul_precision("high")
-        assert mm._kind(torch.float32) == "tf32"
+        assert mm._kind(torch.float32, td.matmul_precision()) == "tf32"
         a, b = operand((40, 30), td.float32, "transposed"), operand((30, 20), td.float32)
         check(run(a, b), a, b, kind="tf32")
         monkeypatch.setattr(mm, "FORCE_PLAN", dict(stage_a=True, stage_b=True))
@@ -364,7 +364,7 @@ def test_tf32_setting_and_k_major_staging(monkeypatch):
         check(run(w, x), w, x, kind="tf32")
     finally:
         td.set_matmul_precision("highest")
-    assert mm._kind(torch.float32) == "ieee"
+    assert mm._kind(torch.float32, td.matmul_precision()) == "ieee"
 
 
 # ---------------------------------------------------------------------------- bad input
@@ -502,7 +502,7 @@ def test_every_candidate_plan(dtype, precision, monkeypatch):
     shape = (300, 1000, 260) if torch.cuda.is_available() else (70, 100, 50)
     try:
         td.set_matmul_precision(precision)
-        kind = mm._kind(dtype.torch)
+        kind = mm._kind(dtype.torch, precision)
         plans = mm.candidate_plans(1, 8192, 8192, 512, kind, True, False, 132)
         plans += mm.candidate_plans(1, 100, 512, 3136, kind, True, False, 132)
         m, k, n = shape
@@ -613,7 +613,7 @@ def test_tma_kernel(dtype, persistent, monkeypatch):
                 continue
             a, b = operand((m, k), dtype, la, seed=i), operand((k, n), dtype, lb, seed=i + 9)
             bias = random_array((n,), dtype, seed=3)
-            assert _tma_layout(a, b, kind=mm._kind(dtype.torch)) is not None
+            assert _tma_layout(a, b, kind=mm._kind(dtype.torch, td.matmul_precision())) is not None
             check(run(a, b, bias, "relu"), a, b, bias, "relu")
             check(run(a, b), a, b)
 

@@ -169,3 +169,19 @@ def test_an_optional_leading_array_keys_apart_from_none():
         td.set_conv_precision(previous)
     if plans.PLANS_ENABLED:
         assert len(conv.conv2d.lean) == 2
+
+
+@pytest.mark.parametrize("first", ["aliased", "apart"])
+def test_a_plan_recorded_with_one_array_twice_never_replays_two(first):
+    """matmul(a, a) and matmul(a, b) key apart, in either order, on the lean and the general
+    path: a plan points each launch at the first array that holds its pointer."""
+    from tritonad.kernels import matmul as mm
+
+    a, b = _array(6, 6, seed=1), _array(6, 6, seed=2)
+    calls = [(a, a), (a, b)] if first == "aliased" else [(a, b), (a, a)]
+    for x, y in calls + calls:
+        for out in (mm.matmul(x, y), mm.matmul(x, y, bias=None)):  # (lean, then general)
+            np.testing.assert_allclose(_np(out), _np(x) @ _np(y), rtol=1e-5, atol=1e-5)
+    h = td.randn(3, 4, device=DEVICE)
+    np.testing.assert_allclose((h @ h.t()).numpy(), h.numpy() @ h.numpy().T, rtol=1e-5,
+                               atol=1e-5)

@@ -20,6 +20,10 @@ from .autodiff.shape_ops import cat, stack
 from .autodiff.scan_ops import (argsort, cummax, cummin, cumprod, cumsum,  # noqa: F401
                                 logcumsumexp, sort, topk)  # scans, sorting and tensor ops
 from .autodiff.tensor_ops import bmm, einsum, mm, tril, triu  # noqa: F401
+# embeddings and indexing
+from .autodiff.index_ops import (gather, index_add, index_put, index_select,  # noqa: F401
+                                 masked_fill, masked_select, scatter, scatter_add,
+                                 scatter_reduce, take_along_dim)
 from .autodiff import elementwise as _elementwise
 globals().update({name: f for name, f in _elementwise.FUNCTIONS.items()  # the table's ops
                   if name not in globals() and name not in ("clamp_tensor", "gelu_tanh")},
@@ -36,11 +40,19 @@ from .tensor import (Tensor, arange, empty, empty_like, from_numpy, from_torch, 
 from . import reference  # noqa: F401,E402  (registers the numpy backend)
 from . import kernels  # noqa: F401,E402  (registers the triton backend)
 from . import nn  # noqa: F401,E402
-from . import data, optim  # noqa: F401,E402
+from . import corpus, data, optim  # noqa: F401,E402
+from . import amp  # noqa: F401,E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401,E402
 from . import distributed  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 
 from . import accelerator, cuda  # noqa: F401,E402  (td.cuda.is_available() and friends)
+# ---- the small pieces: eye, linspace, randint, isclose, unbind, legacy constructors, linalg
+from .conveniences import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor,  # noqa: E402
+                           FloatTensor, HalfTensor, IntTensor, LongTensor, allclose, chunk, eye,
+                           isclose, linspace, logspace, randint, split, unbind)
+from .generator import Generator  # noqa: E402
+from . import linalg  # noqa: F401,E402
 from . import utils  # noqa: F401,E402  (td.utils.data, as torch.utils.data)
 
 device = _torch_device  # td.device("cuda"): torch's device type, which tritonad tensors carry

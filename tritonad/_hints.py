@@ -86,8 +86,6 @@ HINTS = {
                       "keepdim=True) + eps).sqrt() computes it",
         "embedding": "use weight[indices] (integer indexing; its gradient goes back to weight)",
         "conv1d": "not available; F.conv2d on x.unsqueeze(2) with weight.unsqueeze(2) computes it",
-        "scaled_dot_product_attention": "not available; F.softmax(q @ k.transpose(-2, -1) / "
-                                        "d ** 0.5, -1) @ v computes it",
         **dict.fromkeys(("dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
                          "feature_alpha_dropout"),
                         "not available; F.dropout drops single elements"),

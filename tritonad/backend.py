@@ -509,6 +509,23 @@ class Backend(FusedPrimitives):
 
     def scatter_add_along(self, src, index, dim, size):
         """The adjoint of gather_along: zeros with `size` along dim, src added at index."""
+    # embeddings and indexing: the index check and the deterministic row scatter
+    def index_check(self, index, size, op, wrap):
+        """index (int64/int32/uint8, any shape) as a new contiguous int64 array, every value
+        checked against a dim of `size`:
+        [-size, size) with wrap (negative ones wrapped to value + size), else [0, size). A value
+        outside raises IndexError naming `op` (a name in kernels/errors.CHECKS)."""
+        raise NotImplementedError
+
+    def scatter_reduce_rows(self, src, index, base, num_rows, reduce, include_self=True,
+                            zero_row=-1, op="scatter_reduce"):
+        """out[index[i]] = reduce over the src[i] with that index, deterministically (in
+        increasing i, no float atomics). src: [*I, *rest], index: int64/int32 [*I] with values in
+        [0, num_rows) (else IndexError naming `op`), base: None or [num_rows, *rest] of src's
+        dtype -> out [num_rows, *rest]. reduce: "sum", "prod", "mean", "amax", "amin" (NaN
+        propagates) or "last" (the largest i wins). A row no index names is base's row (zero
+        without a base); include_self folds base's row into a named row's reduction (mean
+        counts it once). Row zero_row (if in range) is zero. Integer mean floors."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- random numbers
@@ -558,18 +575,34 @@ class Backend(FusedPrimitives):
     # Python numbers or 1-element float32 device arrays (so that a captured step reads the
     # current value at replay).
     def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
-                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
+                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False,
+                  skip=None):
         """g = grad (+ weight_decay * param); with momentum: buf = momentum * buf +
         (1 - dampening) * g (buf = g on the first step); g = g + momentum * buf if nesterov
         else buf; param -= lr * g (+= if maximize). momentum may also be a 1-element device
-        array (OneCycleLR cycles it)."""
+        array (OneCycleLR cycles it). skip: None, or a 1-element float32 device array: nonzero
+        leaves every array as it is (a GradScaler's found-inf, never read by the host)."""
         raise NotImplementedError
 
     def adam_step_(self, param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999,
-                   eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
+                   eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False, maximize=False,
+                   skip=None):
         """Adam (decoupled_weight_decay=False: L2 added to g) or AdamW (param *= 1 - lr * wd):
         m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-        param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)."""
+        param -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps). skip as in
+        sgd_step_."""
+        raise NotImplementedError
+
+    def amp_unscale_(self, arrays, scale, found_inf):
+        """Each array (contiguous, floating) *= 1 / scale in place; found_inf (1-element
+        float32) is set to 1 if any element was inf or NaN before, else left as it is."""
+        raise NotImplementedError
+
+    def amp_update_scale_(self, scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                          growth_interval):
+        """GradScaler's update (1-element float32 arrays): after an inf/NaN scale *=
+        backoff_factor and growth_tracker = 0; else growth_tracker += 1, and at growth_interval
+        scale *= growth_factor (if finite) and growth_tracker = 0. found_inf is cleared."""
         raise NotImplementedError
 
     # The three below start from g = (-grad if maximize else grad) + weight_decay * param, as
@@ -699,12 +732,11 @@ _instances: dict[str, Backend] = {}
 
 
 class _ThreadState(threading.local):
-    """Per-thread settings read on every op: whether autodiff records (autodiff.grad_mode), the
-    selected backend, the backends of cpu and cuda tensors, and the backend of the op in
-    flight (the selected one outside ops)."""
+    """Per-thread settings read on every op: the selected backend, the backends of cpu and cuda
+    tensors, and the backend of the op in flight (the selected one outside ops). (Whether
+    autodiff records is autodiff's: autodiff/grad_mode.py.)"""
 
     def __init__(self):
-        self.enabled = True
         self.name = self.current = self.cpu = self.cuda = None
 
 

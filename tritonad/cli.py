@@ -17,7 +17,12 @@ from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist", "augment", "host", "ddp",
-              "scan")  # scans and sorting
+              "losses")  # ---- losses, similarity and distance
+BENCHMARKS += ("rnn",)  # recurrent layers against cuDNN (benchmarks/bench_rnn.py)
+BENCHMARKS += ("norms",)  # normalisation (benchmarks/bench_norms.py)
+BENCHMARKS += ("embedding",)  # embeddings and indexing (benchmarks/bench_embedding.py)
+BENCHMARKS += ("attention",)  # attention: bench_attention.py
+BENCHMARKS += ("scan",)  # scans and sorting (benchmarks/bench_scan.py)
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
@@ -43,9 +48,13 @@ def _parser():
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help=argparse.SUPPRESS)
 
-    t = sub.add_parser("train", parents=[debug], help="train a model (logreg, mlp, cnn)")
-    t.add_argument("--model", choices=["logreg", "mlp", "cnn"],
-                   help="default: mlp (with --resume: the checkpoint's)")
+    t = sub.add_parser("train", parents=[debug], help="train a model (logreg, mlp, cnn, gpt)")
+    t.add_argument("--model", choices=["logreg", "mlp", "cnn", "gpt"],
+                   help="default: mlp (with --resume: the checkpoint's); gpt: a character-level "
+                        "GPT on the Shakespeare corpus")
+    t.add_argument("--steps", type=int, help="gpt: optimizer steps (default: 2000)")
+    t.add_argument("--precision", choices=["fp32", "bf16"],
+                   help="gpt: bf16 autocast (default) or fp32; the MNIST recipes run fp32")
     t.add_argument("--epochs", type=int, help="the run's total number of epochs (default: the "
                    "recipe's, 10; with --resume: the checkpoint's run's, or more to extend it)")
     t.add_argument("--batch-size", type=int, help="default: the recipe's (under torchrun: "
@@ -85,6 +94,17 @@ def _parser():
     r.add_argument("images", nargs="+", metavar="IMAGE")
     r.add_argument("--device")
     r.add_argument("--backend", choices=["triton", "numpy"])
+
+    g = sub.add_parser("generate", parents=[debug], help="sample text from a gpt checkpoint")
+    g.add_argument("--checkpoint", required=True)
+    g.add_argument("--prompt", default="\n", help="text to continue (default: a new line)")
+    g.add_argument("--tokens", type=int, default=500, help="characters to sample (default 500)")
+    g.add_argument("--temperature", type=float, default=0.8, help="default: 0.8")
+    g.add_argument("--top-k", type=int, default=50, help="sample among the k likeliest "
+                   "(default 50; 0: all)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device")
+    g.add_argument("--backend", choices=["triton", "numpy"])
 
     b = sub.add_parser("bench", parents=[debug],
                        help="benchmarks against PyTorch (needs a GPU, except mnist --cpu)",
@@ -333,6 +353,11 @@ def _join_group(device, notes):
 
 
 def cmd_train(args):
+    if args.model == "gpt":
+        return _train_gpt(args)
+    if args.steps is not None or args.precision not in (None, "fp32"):
+        raise CommandError("--steps and --precision bf16 are options of --model gpt; the MNIST "
+                           "recipes train fp32 for --epochs")
     import tritonad as td
     from tritonad import distributed, models, optim, serialization, train
 
@@ -521,6 +546,71 @@ def _dataset_kind(state):
     return data.FashionMNIST if state.get("dataset") == "fashion-mnist" else data.MNIST
 
 
+def _train_gpt(args):
+    """train --model gpt: the recipe of tritonad/gpt.py on the Shakespeare corpus."""
+    import tritonad as td
+    from tritonad import corpus, gpt
+
+    startup = {"import": _process_seconds()}
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
+    for option in ("epochs", "lr", "optimizer", "schedule", "resume", "plot", "limit"):
+        if getattr(args, option, None) not in (None, False):
+            raise CommandError(f"{_option(option)} is not an option of --model gpt (its recipe "
+                               "is fixed: see `python -m tritonad train --help`)")
+    if args.steps is not None and args.steps < 1:
+        raise CommandError(f"--steps must be a positive integer, got {args.steps}")
+    _check_numbers(args)
+    if args.save:
+        _check_output_file(args.save, "--save")
+    _, device, notes = _setup(args)
+    clock = time.perf_counter()
+    text = corpus.Shakespeare(args.data_dir)
+    startup["data"] = time.perf_counter() - clock
+    for note in notes:
+        say(note)
+    say(f"corpus: {text.path} ({len(text)} characters, {text.vocab_size} distinct)")
+    model, history = gpt.train(
+        text, device, steps=args.steps, batch=args.batch_size,
+        precision=args.precision or "bf16", seed=args.seed or 0,
+        log=lambda e: say(f"step {e['step']:5d} | train loss {e['train_loss']:.4f} | val loss "
+                          f"{e['val_loss']:.4f} | {e['tokens_per_s']:,.0f} tokens/s | "
+                          f"lr {e['lr']:.2e}"))
+    if args.save:
+        td.save({"format": "tritonad-gpt", "model": model.state_dict(), "config": model.config,
+                 "vocab": "".join(text.vocab), "history": history}, args.save)
+        say(f"saved {args.save}")
+    print(json.dumps({"model": "gpt", "device": device, "startup": startup,
+                      "history": history}))
+
+
+def cmd_generate(args):
+    """generate: stream characters sampled from a gpt checkpoint (key/value cache)."""
+    import tritonad as td
+    from tritonad import corpus, gpt, serialization
+
+    if args.tokens < 0 or not math.isfinite(args.temperature) or args.temperature <= 0:
+        raise CommandError("--tokens must be >= 0 and --temperature a positive number")
+    _, device, _ = _setup(args)
+    _check_input_file(args.checkpoint, "--checkpoint")
+    state = serialization.load(args.checkpoint, map_location=device)
+    if not isinstance(state, dict) or state.get("format") != "tritonad-gpt":
+        raise CommandError(f"--checkpoint {args.checkpoint} is not a gpt checkpoint (written by "
+                           "`train --model gpt --save`)")
+    vocab = corpus.CharCorpus(state["vocab"], "the checkpoint's vocabulary")
+    model = gpt.GPT(**state["config"]).to(device)
+    model.load_state_dict(state["model"])
+    try:
+        prompt = vocab.encode(args.prompt)
+    except ValueError as err:
+        raise CommandError(f"--prompt: {err}") from None
+    td.manual_seed(args.seed)
+    sys.stdout.write(args.prompt)
+    model.generate(td.tensor([prompt], device=device), args.tokens, args.temperature,
+                   args.top_k or None,
+                   emit=lambda i: (sys.stdout.write(vocab.vocab[i]), sys.stdout.flush()))
+    sys.stdout.write("\n")
+
+
 def cmd_eval(args):
     import tritonad as td
     from tritonad import train
@@ -653,7 +743,7 @@ def main(argv=None):
     debug = args.debug or os.environ.get("TRITONAD_DEBUG", "") not in ("", "0")
     os.environ.setdefault("TQDM_DISABLE", "0")
     command = {"train": cmd_train, "eval": cmd_eval, "predict": cmd_predict,
-               "bench": cmd_bench}[args.command]
+               "generate": cmd_generate, "bench": cmd_bench}[args.command]
     try:
         command(args)
     except KeyboardInterrupt:

@@ -210,6 +210,15 @@ class FashionMNIST(MNIST):
     classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                "Sneaker", "Bag", "Ankle boot"]
     MEAN, STD = 0.2860, 0.3530
+    DEBIAN = Path("/usr/share/datasets")  # Debian's dataset-fashion-mnist: its fashion-mnist/
+
+    @classmethod
+    def roots(cls, root=None) -> list:
+        """As MNIST's, with Debian's /usr/share/datasets/fashion-mnist before the cache."""
+        found = super().roots(root)
+        if root is None and not os.environ.get("TRITONAD_DATA"):
+            found.insert(-1, cls.DEBIAN)
+        return found
 
 
 class Dataset:

@@ -1,5 +1,6 @@
-"""The MNIST models and their training recipes (the README documents them; the benchmarks run
-the same recipes in PyTorch for comparison)."""
+"""The image models (the MNIST recipes, and an airbench-style ResNet) and their training
+recipes (the README documents them; the benchmarks run the same recipes in PyTorch for
+comparison)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,6 +26,45 @@ def cnn() -> nn.Module:
         nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+class _ConvGroup(nn.Module):
+    """conv3x3 -> maxpool2 -> BatchNorm -> GELU, then a residual conv3x3 -> BatchNorm -> GELU
+    added to it (one group of the airbench-style ResNet)."""
+
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
+        self.pool = nn.MaxPool2d(2)
+        self.norm = nn.BatchNorm2d(c_out)
+        self.act = nn.GELU()
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.norm2 = nn.BatchNorm2d(c_out)
+
+    def forward(self, x):
+        x = self.act(self.norm(self.pool(self.conv(x))))
+        return x + self.act(self.norm2(self.conv2(x)))
+
+
+class ResNet(nn.Module):
+    """An airbench-style ResNet for 28x28 grey images: stem conv3x3 1->64, BatchNorm, GELU;
+    groups of 128, 256 and 256 channels (28 -> 14 -> 7 -> 3 pixels); global max pool; a linear
+    256 -> classes without bias, logits scaled by 1/8."""
+
+    def __init__(self, classes=10, widths=(64, 128, 256, 256)):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, widths[0], 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.GELU())
+        self.groups = nn.Sequential(*[_ConvGroup(a, b) for a, b in zip(widths, widths[1:])])
+        self.head = nn.Linear(widths[-1], classes, bias=False)
+
+    def forward(self, x):
+        x = self.groups(self.stem(x))
+        return self.head(x.amax((2, 3))) * (1.0 / 8.0)
+
+
+def resnet() -> nn.Module:
+    return ResNet()
 
 
 @dataclass(frozen=True)

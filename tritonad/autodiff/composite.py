@@ -9,7 +9,7 @@ parts; a faster implementation may be registered beside, never instead.
 
     @log_softmax.fused("log_softmax")
     def _(x, dim):
-        return LogSoftmax.apply1(x, dim)        # one kernel each way, its own backward
+        return LogSoftmax.apply(x, dim)        # one kernel each way, its own backward
 
 A call runs the fused implementation when the backend of its tensors implements the named
 primitive (the triton backend's kernels), and the composite otherwise (the numpy backend runs
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..backend import Backend, backend_of
 from ..tensor import Tensor
+from . import autocast
 
 
 def implements(backend, primitive):
@@ -37,6 +38,7 @@ class Composite:
         self.__name__ = self.__qualname__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.fast = None          # (primitive, implementation) or None
+        self.float32 = fn.__name__ in autocast.FLOAT32_OPS  # under autocast: float32 inputs
         self._decided = {}        # backend type -> use the fast implementation
 
     def fused(self, primitive):
@@ -49,6 +51,8 @@ class Composite:
         return register
 
     def __call__(self, *args, **kwargs):
+        if self.float32 and autocast.state.dtype:
+            args = [autocast.float32(a) if isinstance(a, Tensor) else a for a in args]
         fast = self.fast
         if fast is not None:
             x = next((a for a in args if isinstance(a, Tensor)), None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .. import generator
 from ..backend import conv_output_hw
 from ..tensor import Tensor
+from .autocast import low, state as _autocast
 from .elementwise import where
 from .function import Function
 from .grad_mode import is_grad_enabled
@@ -111,6 +112,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     if x.ndim == 3:
         return conv2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups,
                       activation).squeeze(0)
+    if _autocast.dtype:
+        x, weight, bias = low(x, weight, bias)
     if isinstance(padding, str):
         x, padding = string_padding("conv2d", x, weight.shape[2:], stride, padding, dilation)
     stride, padding, dilation, _ = _conv_args(x, weight, bias, stride, padding, dilation, groups,
@@ -214,6 +217,8 @@ def conv2d_relu_max_pool2d(x, weight, bias=None, stride=1, padding=0, dilation=1
         return conv2d_relu_max_pool2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation,
                                       groups, kernel_size, pool_stride, pool_padding,
                                       pool_dilation, ceil_mode).squeeze(0)
+    if _autocast.dtype:
+        x, weight, bias = low(x, weight, bias)
     if isinstance(padding, str):
         x, padding = string_padding("conv2d", x, weight.shape[2:], stride, padding, dilation)
     stride, padding, dilation, out_hw = _conv_args(x, weight, bias, stride, padding, dilation,

@@ -22,6 +22,8 @@ import torch
 
 from .. import elementwise as table
 from ..backend import Backend, _state, backend_of
+from . import autocast
+from .grad_mode import grad_mode
 from ..tensor import Tensor, tensor
 from .function import Function
 
@@ -58,7 +60,7 @@ class ElementwiseFunction(Function):
         values = dict(zip(ctx.saved_names, ctx.saved))
         values.update(ctx.numbers)
         values["dy"] = dy
-        graph = _state.enabled  # create_graph: the backward is recorded, in Tensor ops
+        graph = grad_mode.enabled  # create_graph: the backward is recorded, in Tensor ops
         grads = []
         for name, need in zip(op.operands, ctx.needs_input_grad):
             if not need:
@@ -140,13 +142,16 @@ def _public(op, function):
     signature = inspect.signature(op.fn)
     n_operands = len(op.operands)
 
-    if op.arity == 1:  # exp(x): the lean one-tensor path of Function.apply1
-        apply1 = function.apply1
+    in_float32 = op.name in autocast.FLOAT32_OPS  # (exp, log, ...: float32 under autocast)
+    if op.arity == 1:  # exp(x): straight to Function.apply
+        apply, casts = function.apply, autocast.state
 
         def public(x):
             if not isinstance(x, Tensor):
                 raise TypeError(f"{op.name}: expected a tensor, got {type(x).__name__}")
-            return apply1(x)
+            if in_float32 and casts.dtype:
+                x = autocast.float32(x)
+            return apply(x)
     else:
         def public(*args, **kwargs):
             try:
@@ -168,6 +173,8 @@ def _public(op, function):
                     raise TypeError(f"{op.name}: {name} must be a number, got "
                                     f"{type(value).__name__}")
             _broadcast_check(op, operands)
+            if in_float32 and autocast.state.dtype:
+                operands = [autocast.float32(x) for x in operands]
             return function.apply(*operands, *(float(v) for v in values[n_operands:]))
 
     public.__name__ = public.__qualname__ = op.name

@@ -16,6 +16,7 @@ from collections import deque
 
 from .. import dtypes
 from ..backend import _NO_CONTEXT, _state, backend_of, get_backend, side_region
+from .grad_mode import grad_mode
 from ..tensor import Tensor, zeros
 from .grad_mode import set_grad_enabled
 
@@ -161,6 +162,36 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
+        """Run the op on its arguments (Tensors and plain values); record it for backward when
+        a Tensor argument requires a gradient and grad mode is on."""
+        # The lean path: an op with a primitive and nothing to record (inference, optimizer
+        # updates, backward passes) calls the backend primitive on the raw arrays, one loop
+        # over the arguments and no Context (see notes/PERF.md, "Eager path", for its cost).
+        state = _state
+        if cls.primitive is not None and not kwargs:
+            raws, first, grad = [], None, grad_mode.enabled
+            for a in args:
+                if isinstance(a, Tensor):
+                    if grad and a._requires_grad:
+                        break
+                    raw = a._data
+                    if first is None:
+                        first = raw
+                    elif raw.get_device() != first.get_device():
+                        _raise_devices(cls, args)
+                    raws.append(raw)
+                else:
+                    raws.append(a)
+            else:
+                if first is not None:
+                    be = state.cuda if first.is_cuda else state.cpu
+                    if be is None:
+                        be = backend_of(first)
+                    return Tensor._wrap(getattr(be, cls.primitive)(*raws), False, None, 0, None)
+        return cls._apply(args, kwargs)
+
+    @classmethod
+    def _apply(cls, args, kwargs):
         # one pass over the arguments: the device, whether any needs a gradient, the raw arrays
         device = first = None
         needs_any = False
@@ -180,14 +211,8 @@ class Function:
                 raw_args.append(a)
                 needs.append(False)
         state = _state
-        enabled = state.enabled
+        enabled = grad_mode.enabled
         record = needs_any and enabled
-        if not record and cls.primitive is not None and first is not None and not kwargs:
-            be = state.cuda if first.is_cuda else state.cpu
-            if be is None:
-                be = backend_of(first)
-            result = getattr(be, cls.primitive)(*raw_args)
-            return Tensor._wrap(result, False, None, 0, None)
         if record:
             ctx = Context(cls, args, tuple(needs))
         else:
@@ -196,11 +221,11 @@ class Function:
         if first is not None and cls.runs_on_backend:
             be = state.cuda if first.is_cuda else state.cpu
             state.current = be if be is not None else backend_of(first)
-        state.enabled = False
+        grad_mode.enabled = False
         try:
             result = cls.forward(ctx, *raw_args, **kwargs)
         finally:
-            state.enabled = enabled
+            grad_mode.enabled = enabled
             state.current = previous
         # a view shares its base's version counter, so that an in-place change through any
         # view of the memory is seen by every Context that saved a tensor of it
@@ -245,36 +270,6 @@ class Function:
         if ctx._saved_raw:
             ctx._resolve_saved(args, raw_args, outputs)
         return outputs[0] if single else tuple(outputs)
-
-
-    # The commonest eager calls, one or two Tensors and nothing to record, without apply's
-    # general pass over the arguments (about 1 us of Python on a GPU host); anything else, and
-    # every case these do not take (a gradient to record, two devices, no primitive), is apply's.
-    @classmethod
-    def apply1(cls, x, *rest):
-        """apply(x, *rest) for one Tensor followed by arguments that are not Tensors (dims,
-        flags, dtypes: the caller's promise)."""
-        state = _state
-        if cls.primitive is not None and isinstance(x, Tensor) and \
-                not (x._requires_grad and state.enabled):
-            raw = x._data
-            be = state.cuda if raw.is_cuda else state.cpu
-            if be is not None:
-                return Tensor._wrap(getattr(be, cls.primitive)(raw, *rest), False, None, 0, None)
-        return cls.apply(x, *rest)
-
-    @classmethod
-    def apply2(cls, a, b):
-        """apply(a, b) for two Tensors."""
-        state = _state
-        if cls.primitive is not None and \
-                not ((a._requires_grad or b._requires_grad) and state.enabled):
-            ra, rb = a._data, b._data
-            if ra.get_device() == rb.get_device():  # (else apply names both devices)
-                be = state.cuda if ra.is_cuda else state.cpu
-                if be is not None:
-                    return Tensor._wrap(getattr(be, cls.primitive)(ra, rb), False, None, 0, None)
-        return cls.apply(a, b)
 
 
 def _raise_devices(cls, args):
@@ -472,13 +467,12 @@ def _call_backward(ctx, grads_in, create_graph):
     else:
         grads_out = _output_grads(output_meta, grads_in)
     once = ctx.function.once_differentiable
-    state = _state
-    enabled = state.enabled
-    state.enabled = create_graph and not once
+    enabled = grad_mode.enabled
+    grad_mode.enabled = create_graph and not once
     try:
         grads = ctx.function.backward(ctx, *grads_out)
     finally:
-        state.enabled = enabled
+        grad_mode.enabled = enabled
     n = len(ctx.edges)
     if not isinstance(grads, tuple):
         grads = (grads,)

@@ -2,16 +2,25 @@
 from __future__ import annotations
 
 import functools
+import threading
 
-from ..backend import _state  # per-thread: .enabled says whether ops record history
+
+class _GradMode(threading.local):
+    """Per thread: whether ops record history (read on every op: Function.apply)."""
+
+    def __init__(self):
+        self.enabled = True
+
+
+grad_mode = _GradMode()
 
 
 def is_grad_enabled() -> bool:
-    return _state.enabled
+    return grad_mode.enabled
 
 
 def _set_enabled(mode: bool) -> None:
-    _state.enabled = mode
+    grad_mode.enabled = mode
 
 
 class set_grad_enabled:
@@ -38,15 +47,27 @@ class set_grad_enabled:
         return wrapper
 
 
-class no_grad(set_grad_enabled):
-    """Ops inside record no history: `with td.no_grad(): ...` or `@td.no_grad()`."""
+class _BareDecorator(set_grad_enabled):
+    """A mode usable as `with mode():`, `@mode()` and, as torch's, the bare `@mode`."""
 
-    def __init__(self):
-        super().__init__(False)
+    def __new__(cls, orig_func=None):
+        if orig_func is None:
+            return super().__new__(cls)
+        if not callable(orig_func):
+            raise TypeError(f"{cls.__name__}() takes no arguments, or decorates a function; got "
+                            f"{type(orig_func).__name__}")
+        return cls()(orig_func)
+
+    def __init__(self, orig_func=None):
+        super().__init__(self._mode)
 
 
-class enable_grad(set_grad_enabled):
-    """Re-enable recording inside a no_grad block."""
+class no_grad(_BareDecorator):
+    """Ops inside record no history: `with td.no_grad(): ...`, `@td.no_grad()` or
+    `@td.no_grad`."""
+    _mode = False
 
-    def __init__(self):
-        super().__init__(True)
+
+class enable_grad(_BareDecorator):
+    """Re-enable recording inside a no_grad block (`with`, `@td.enable_grad()` or bare)."""
+    _mode = True

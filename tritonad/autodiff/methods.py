@@ -8,15 +8,14 @@ the lean arithmetic operators (`x + y` calls ops.add itself: no method frame in 
 """
 from __future__ import annotations
 
-import numbers
-
 import torch
 
 from .. import dtypes
-from ..backend import _state, backend_of, get_backend
+from ..backend import backend_of, get_backend
+from .grad_mode import grad_mode
 from ..dtypes import DType
 from ..tensor import Tensor, _shape_arg, full, parse_to_args, tensor
-from . import elementwise, ops
+from . import elementwise, index_ops, losses, ops
 from .function import run_backward
 
 
@@ -169,7 +168,7 @@ class TensorMethods:
     def _check_inplace(self, op, operand=None):
         """Whether an in-place op must be recorded (grad mode on, and this tensor or the operand
         takes part in autodiff). As torch, refused on a leaf that requires grad."""
-        if not _state.enabled:
+        if not grad_mode.enabled:
             return False
         if self._requires_grad and self.grad_fn is None:
             raise RuntimeError(f"{op}: in-place update of a leaf tensor that requires grad (shape "
@@ -220,17 +219,7 @@ class TensorMethods:
         return self
 
     def __setitem__(self, key, value):
-        if self._check_inplace("__setitem__", value):
-            raise RuntimeError(f"__setitem__: assignment into a tensor of shape {self.shape} that "
-                               "takes part in autodiff; build the result out of place (td.where, "
-                               "td.cat) or assign under td.no_grad()")
-        view = self._data[ops.basic_index(self, key)]
-        if isinstance(value, Tensor):
-            get_backend().copy_(view, value.to(self.device)._data)
-        else:
-            get_backend().fill_(view, value) if isinstance(value, numbers.Number) else \
-                get_backend().copy_(view, tensor(value, dtype=self.dtype, device=self.device)._data)
-        self._bump_version()
+        index_ops.setitem(self, key, value)
 
     def __getitem__(self, key):
         return ops.getitem(self, key)
@@ -317,20 +306,6 @@ class TensorMethods:
         or the tensor converted to `dtype`."""
         return f"tritonad.{self.dtype.name}" if dtype is None else self.to(dtype)
 
-    def masked_fill(self, mask, value):
-        """self where mask is False, `value` where it is True (mask broadcasts), as torch's."""
-        return ops.where(mask, value, self)
-
-    def norm(self, p=2, dim=None, keepdim=False):
-        """The vector p-norm over `dim` (all elements by default): p = 2 ("fro"), 1 or inf."""
-        if p in (2, "fro"):
-            return self.square().sum(dim, keepdim=keepdim).sqrt()
-        if p == 1:
-            return self.abs().sum(dim, keepdim=keepdim)
-        if p == float("inf"):
-            return self.abs().amax(dim, keepdim=keepdim)
-        raise NotImplementedError(f"norm: p={p!r} is not supported (2, 'fro', 1 or inf)")
-
     def split(self, split_size_or_sections, dim=0):
         """Views of consecutive pieces along `dim`: of split_size each (the last may be
         shorter), or of the given sizes, as torch's split."""
@@ -369,6 +344,40 @@ class TensorMethods:
         x = x.expand(*(a for n, d in zip(sizes, dims) for a in (n, d)))  # [n0, d0, n1, d1, ...]
         return x.reshape(tuple(n * d for n, d in zip(sizes, dims)))
 
+    # ---- embeddings and indexing (autodiff/index_ops.py)
+    def gather(self, dim, index): return ops.gather(self, dim, index)
+    def take_along_dim(self, indices, dim=None): return ops.take_along_dim(self, indices, dim)
+    def index_select(self, dim, index): return ops.index_select(self, dim, index)
+    def masked_select(self, mask): return ops.masked_select(self, mask)
+    def masked_fill(self, mask, value): return ops.masked_fill(self, mask, value)
+    def masked_fill_(self, mask, value):
+        return index_ops._in_place(self, "masked_fill_",
+                                   lambda old: ops.masked_fill(old, mask, value), value)
+    def scatter(self, dim, index, src=None, value=None, *, reduce=None):
+        return ops.scatter(self, dim, index, src, value, reduce=reduce)
+    def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
+        return index_ops._in_place(self, "scatter_", lambda old: ops.scatter(
+            old, dim, index, src, value, reduce=reduce), src)
+    def scatter_add(self, dim, index, src): return ops.scatter_add(self, dim, index, src)
+    def scatter_add_(self, dim, index, src):
+        return index_ops._in_place(self, "scatter_add_",
+                                   lambda old: ops.scatter_add(old, dim, index, src), src)
+    def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+        return ops.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+    def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
+        return index_ops._in_place(self, "scatter_reduce_", lambda old: ops.scatter_reduce(
+            old, dim, index, src, reduce, include_self=include_self), src)
+    def index_add(self, dim, index, source, *, alpha=1):
+        return ops.index_add(self, dim, index, source, alpha=alpha)
+    def index_add_(self, dim, index, source, *, alpha=1):
+        return index_ops._in_place(self, "index_add_", lambda old: ops.index_add(
+            old, dim, index, source, alpha=alpha), source)
+    def index_put(self, indices, values, accumulate=False):
+        return ops.index_put(self, indices, values, accumulate)
+    def index_put_(self, indices, values, accumulate=False):
+        return index_ops._in_place(self, "index_put_", lambda old: ops.index_put(
+            old, indices, values, accumulate), values)
+
     @property
     def T(self):
         return ops.permute(self, tuple(range(self._data.dim() - 1, -1, -1)))
@@ -390,12 +399,50 @@ for _module, _names in ((_scan_ops, ("cumsum", "cumprod", "logcumsumexp", "cumma
                         (_tensor_ops, ("tril", "triu", "mm", "bmm"))):
     for _name in _names:
         setattr(TensorMethods, _name, getattr(_module, _name))
+# ---- the small pieces: norm (any p), unbind, unflatten
+
+
+class SmallPieces:
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+        """The vector p-norm over dim (every element by default), as torch's Tensor.norm:
+        p a number (2, 1, inf, -inf, 0, any real) or "fro" (the 2-norm of the elements)."""
+        if p == "nuc":
+            raise NotImplementedError("norm: p='nuc' needs singular values, which tritonad does "
+                                      "not compute")
+        return losses.vector_norm(self, 2 if p == "fro" else p, dim, keepdim, dtype=dtype)
+
+    def unbind(self, dim=0):
+        """The slices along dim, as a tuple of views."""
+        if self.ndim == 0:
+            raise IndexError("unbind: cannot unbind a 0-d tensor")
+        if not -self.ndim <= dim < self.ndim:
+            raise IndexError(f"unbind: dimension {dim} is out of range for shape {self.shape}")
+        lead = (slice(None),) * (dim % self.ndim)
+        return tuple(self[lead + (i,)] for i in range(self.shape[dim]))
+
+    def unflatten(self, dim, sizes):
+        """Dimension dim split into sizes (one may be -1)."""
+        n = self.ndim
+        if n == 0 or not -n <= dim < n:
+            raise IndexError(f"unflatten: dimension {dim} is out of range for shape {self.shape}")
+        dim %= n
+        sizes = tuple(int(s) for s in sizes)
+        known = 1
+        for s in sizes:
+            known *= 1 if s == -1 else s
+        size = self.shape[dim]
+        if not sizes or sizes.count(-1) > 1 or \
+                (known != size if -1 not in sizes else known == 0 or size % known):
+            raise ValueError(f"unflatten: sizes {sizes} do not multiply to dimension {dim}'s "
+                             f"size {size} (shape {self.shape})")
+        return self.reshape(tuple(self.shape[:dim]) + sizes + tuple(self.shape[dim + 1:]))
 
 
 def install():
-    for name, value in vars(TensorMethods).items():
-        if name not in _NOT_METHODS:
-            setattr(Tensor, name, value)
+    for cls in (TensorMethods, SmallPieces):
+        for name, value in vars(cls).items():
+            if name not in _NOT_METHODS:
+                setattr(Tensor, name, value)
     elementwise.install_methods()
     # the arithmetic operators are ops' lean functions themselves (no method frame)
     Tensor.__add__, Tensor.__sub__, Tensor.__mul__, Tensor.__truediv__ = ops.arithmetic

@@ -12,6 +12,7 @@ import torch
 from .. import dtypes
 from ..backend import _NO_CONTEXT, backend_of, get_backend
 from ..tensor import Tensor, arange
+from .autocast import float32_op, low, state as _autocast
 from .composite import composite
 from .elementwise import isfinite, where
 from .function import Function
@@ -81,6 +82,8 @@ def matmul(a, b):
     """Matrix product with torch's rules for 1-d operands and batch broadcasting."""
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError("matmul: both operands must be tensors")
+    if _autocast.dtype:
+        a, b = low(a, b)
     ra, rb = a._data, b._data
     if ra.dim() == 2 and rb.dim() == 2 and ra.shape[1] == rb.shape[0] and \
             ra.dtype == rb.dtype and ra.dtype.is_floating_point:  # the common case, checked
@@ -179,6 +182,8 @@ def linear(x, weight, bias=None, activation=None):
                          f"{weight.shape}")
     if activation not in (None, "relu"):
         raise ValueError(f"linear: unknown activation {activation!r}")
+    if _autocast.dtype:
+        x, weight, bias = low(x, weight, bias)
     _same_float("linear", x, weight, bias)
     lead = x.shape[:-1]
     rows = 1
@@ -261,7 +266,7 @@ def _(x, dim, dtype=None):
     x = _softmax_input("softmax", x, dtype)
     if x.ndim == 0:
         return reshape(Softmax.apply(reshape(x, (1,)), 0), ())
-    return Softmax.apply1(x, _dim("softmax", x, dim))
+    return Softmax.apply(x, _dim("softmax", x, dim))
 
 
 @composite
@@ -283,7 +288,7 @@ def _(x, dim, dtype=None):
     x = _softmax_input("log_softmax", x, dtype)
     if x.ndim == 0:
         return reshape(LogSoftmax.apply(reshape(x, (1,)), 0), ())
-    return LogSoftmax.apply1(x, _dim("log_softmax", x, dim))
+    return LogSoftmax.apply(x, _dim("log_softmax", x, dim))
 
 
 @composite
@@ -538,3 +543,7 @@ def mse_loss(input, target, reduction="mean"):
         raise ValueError(f"mse_loss: input {input.shape} and target {target.shape} differ in shape")
     sq = (input - target) ** 2
     return sq if reduction == "none" else (sq.sum() if reduction == "sum" else sq.mean())
+
+
+# losses run in float32 under autocast (autocast.FLOAT32_OPS)
+cross_entropy, nll_loss, mse_loss = (float32_op(f) for f in (cross_entropy, nll_loss, mse_loss))

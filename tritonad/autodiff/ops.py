@@ -13,6 +13,8 @@ import numbers
 
 from .. import dtypes
 from ..backend import _state, get_backend
+from .autocast import float32, state as _autocast
+from .grad_mode import grad_mode
 from ..tensor import MaxResult, Tensor, arange, full, tensor, zeros  # noqa: F401  (re-exported)
 from .. import elementwise as table
 from .elementwise import *  # noqa: F401,F403  (every entry of the elementwise table)
@@ -42,7 +44,7 @@ def _binary(fn, a, b):
         sa, sb = a._data.shape, b._data.shape
         if sa != sb and (sa, sb) not in _BROADCASTS:  # (a pair met before needs no check)
             broadcast_shapes(fn.__name__.lower(), sa, sb)
-        return fn.apply2(a, b)
+        return fn.apply(a, b)
     if not a_tensor and not b_tensor:
         raise TypeError(f"{fn.__name__.lower()}: expected at least one tensor")
     if a_tensor and not isinstance(b, numbers.Number):
@@ -61,7 +63,7 @@ def _kept_shape(shape, dims):
 
 def _expand_back(dy, shape, dims):
     """A reduction's output gradient viewed at keepdim shape and broadcast to the input shape."""
-    if dy._requires_grad and _state.enabled:  # create_graph: recorded views
+    if dy._requires_grad and grad_mode.enabled:  # create_graph: recorded views
         return dy.reshape(_kept_shape(shape, dims)).expand(shape)
     # (nothing to record: the two views of the memory at once; inserting size-1 dims is always a
     # view, and expand of the kept shape to the input's is valid by construction)
@@ -128,10 +130,10 @@ class PowScalar(Function):
 
 
 def _arithmetic(fn):
-    """The op of binary Function `fn` (add, sub, mul, div): _binary and Function.apply2 in one
-    frame for its commonest eager call, two plain Tensors with nothing to record; every other
-    call takes _binary. Tensor's operators are these functions themselves (see the end of this
-    module): from `x + b` to the backend primitive is two Python frames fewer."""
+    """The op of binary Function `fn` (add, sub, mul, div): _binary and Function.apply's lean
+    path in one frame for its commonest eager call, two plain Tensors with nothing to record;
+    every other call takes _binary. Tensor's operators are these functions themselves (see the
+    end of this module): from `x + b` to the backend primitive is two Python frames fewer."""
     primitive, name = fn.primitive, fn.__name__.lower()
     wrap = Tensor._wrap
 
@@ -141,7 +143,7 @@ def _arithmetic(fn):
             sa, sb = ra.shape, rb.shape
             if sa != sb and (sa, sb) not in _BROADCASTS:  # (a pair met before needs no check)
                 broadcast_shapes(name, sa, sb)
-            if not ((a._requires_grad or b._requires_grad) and _state.enabled) and \
+            if not ((a._requires_grad or b._requires_grad) and grad_mode.enabled) and \
                     ra.get_device() == rb.get_device():
                 be = _state.cuda if ra.is_cuda else _state.cpu
                 if be is not None:
@@ -167,6 +169,8 @@ def ge(a, b): return _binary(table.ge.function, a, b)
 
 def pow(a, b):
     """a ** b; a number exponent uses the one-operand kernel."""
+    if _autocast.dtype:  # (a float32 op under autocast)
+        a, b = float32(a, b)
     if isinstance(a, Tensor) and isinstance(b, numbers.Number) and not isinstance(b, bool):
         return PowScalar.apply(a, b)
     return _binary(Pow, a, b)
@@ -337,13 +341,15 @@ function.SUM_TO = sum_to  # the engine un-broadcasts gradients with it
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
+    if _autocast.dtype and dtype is None:  # (a float32 op under autocast)
+        x = float32(x)
     dims = normalize_dims("sum", dim, x.ndim)
-    return Sum.apply1(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
+    return Sum.apply(x, dims, keepdim, dtypes.get_dtype(dtype) if dtype else None)
 
 
 def mean(x, dim=None, keepdim=False):
     _require_float("mean", x)
-    return Mean.apply1(x, normalize_dims("mean", dim, x.ndim), keepdim)
+    return Mean.apply(x, normalize_dims("mean", dim, x.ndim), keepdim)
 
 
 def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -433,6 +439,7 @@ def argmin(x, dim=None, keepdim=False):
 arithmetic = add, sub, mul, div
 
 from .shape_ops import *  # noqa: E402,F401,F403
+from .index_ops import *  # noqa: E402,F401,F403  (embeddings and indexing)
 from .nn_ops import *  # noqa: E402,F401,F403
 from .conv_ops import *  # noqa: E402,F401,F403
 

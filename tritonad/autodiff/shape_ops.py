@@ -1,4 +1,4 @@
-"""Differentiable views, indexing, casts and device moves.
+"""Differentiable views, basic indexing, casts and device moves (advanced indexing: index_ops.py).
 
 Views are metadata only: the output shares the input's memory through torch's view machinery
 (shape, strides, offset), and the gradient is mapped back the same way, also without copies
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
 
 from .. import dtypes
-from ..backend import _state, get_backend
-from ..tensor import Tensor, full, tensor
+from ..backend import get_backend
+from .grad_mode import grad_mode
+from ..tensor import Tensor, full
 from .function import Function
 
 __all__ = ["view", "reshape", "flatten", "permute", "transpose", "expand", "unsqueeze", "squeeze",
-           "contiguous", "clone", "cast", "to_device", "getitem", "basic_index", "gather_rows",
+           "contiguous", "clone", "cast", "to_device", "basic_index", "gather_rows",
            "scatter_add_rows", "zeros", "cat", "stack"]
 
 
@@ -76,7 +76,7 @@ def _unrecorded_view(x, raw):
 
 
 def _records(x):
-    return x._requires_grad and _state.enabled
+    return x._requires_grad and grad_mode.enabled
 
 
 def view(x, shape):
@@ -405,10 +405,6 @@ def scatter_add_rows(src, index, num_rows):
     return ScatterAddRows.apply(src, index, int(num_rows))
 
 
-def _is_advanced(k):
-    return isinstance(k, (Tensor, list, np.ndarray)) and not isinstance(k, str)
-
-
 def basic_index(x, key):
     """Validate a basic index (ints, slices with positive steps, None, Ellipsis) for torch."""
     key = key if isinstance(key, tuple) else (key,)
@@ -440,29 +436,3 @@ def basic_index(x, key):
         if k is not None:
             pos += 1
     return tuple(out)
-
-
-def getitem(x, key):
-    """x[key]: basic indices give views; an integer or bool tensor (or list) first gives a gather."""
-    key_tuple = key if isinstance(key, tuple) else (key,)
-    if key_tuple and _is_advanced(key_tuple[0]):
-        if any(_is_advanced(k) for k in key_tuple[1:]):
-            raise NotImplementedError("indexing: only one tensor index, in the first position, is "
-                                      "supported (x[idx] or x[idx, ...])")
-        first = key_tuple[0]
-        if not isinstance(first, Tensor):
-            first = tensor(first, device=x.device)
-        if first.dtype is dtypes.bool_:
-            lead = first.ndim
-            if first.shape != x.shape[:lead]:
-                raise IndexError(f"indexing: mask of shape {first.shape} does not match the leading "
-                                 f"dims of shape {x.shape}")
-            # the result's size depends on the data: the mask goes to the host once
-            picks = np.flatnonzero(first.numpy().reshape(-1))
-            x = reshape(x, (-1,) + x.shape[lead:])
-            first = tensor(picks.astype(np.int64), device=x.device)
-        out = gather_rows(x, first)
-        rest = key_tuple[1:]
-        return getitem(out, (slice(None),) * first.ndim + rest) if rest else out
-    index = basic_index(x, key)
-    return GetItem.apply(x, index)

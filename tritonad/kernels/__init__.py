@@ -15,8 +15,13 @@ from . import errors, streams
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
-            "conv_pool", "optim", "mlp", "augment", "head",
-            "scan")  # scans and sorting
+            "conv_pool", "optim", "mlp", "augment", "head")
+FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernels/rnn.py)
+# normalisation (norm.py)
+FAMILIES += ("norm",)
+FAMILIES += ("scatter",)  # embeddings and indexing (scatter.py)
+FAMILIES += ("attention",)  # attention: flash attention forward and backward
+FAMILIES += ("scan",)  # scans and sorting (scan.py)
 
 
 class TritonBackend(Backend):

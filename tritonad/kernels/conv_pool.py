@@ -18,9 +18,10 @@ gradient of the convolution's output (zero except at each window's maximum, and 
 relu'), which the convolution's weight gradient would then read whole.
 
 Where: groups = 1, an input of few channels (the flat (c, i, j) K of the implicit GEMM: below
-conv.Settings.channel_inner_min channels) and pool windows of at most MAX_WINDOW taps that do
-not overlap (else a window's outputs would be computed for each window that holds them); the
-weight gradient where the input needs no gradient (a first layer). Elsewhere the two
+conv.Settings.channel_inner_min channels) and pool windows of at most
+conv.Settings.pool_max_window taps that do not overlap (else a window's outputs would be
+computed for each window that holds them); the weight gradient where the input needs no
+gradient (a first layer). Elsewhere the two
 primitives run (Backend's defaults). The weight gradient's split partials are summed in a
 fixed order (conv.sum_splits): the same bits on every run. Products run at conv2d's
 precision (conv_precision(): TF32, 3xTF32 or the half type's tensor cores), float32 sums.
@@ -47,16 +48,7 @@ from .tuning import Tuner
 
 PRIMITIVES = ("conv2d_relu_max_pool2d", "conv2d_relu_max_pool2d_backward")
 
-FUSE = True        # False: always the two primitives (tests and benchmarks compare)
-MAX_WINDOW = 16    # pool windows of at most this many taps
-SPLIT = None       # the weight gradient's split count over pooled pixels; None: sized to the GPU
-# The weight gradient's plan: (pooled pixels a step, warps, stages, steps a program at least)
-WGRAD_PLAN = (16, 4, 1, 2)
-WGRAD_PER_SM = 2   # ... and programs an SM at most (the split sum grows with them)
-
-# Forward plans: (pooled pixels a program, warps, stages), best first by the H200 sweep
-# (benchmarks/sweep_conv_pool.py).
-MENU = [(16, 2, 1), (16, 4, 1), (32, 4, 1), (32, 2, 1)]
+# Switches and plans: conv.Settings' pool_* fields (conv.using(pool_fuse=False), ...).
 
 
 # ============================================================================ kernels
@@ -248,14 +240,15 @@ tuner = Tuner("conv_pool", _source_hash())
 
 
 def _settings():
-    return FUSE, MAX_WINDOW, SPLIT, WGRAD_PLAN, WGRAD_PER_SM, tuple(MENU), conv.plan_settings()
+    return conv.plan_settings()
 
 
 def _fusable(g, pool_geometry, x, s):
     """Whether the fused kernels take convolution g followed by this pool (module docstring),
     under the convolution's settings s."""
     (kh, kw), (sh, sw), _, (dh, dw), _ = pool_geometry
-    return FUSE and g.groups == 1 and g.c < s.channel_inner_min and kh * kw <= MAX_WINDOW \
+    return s.pool_fuse and g.groups == 1 and g.c < s.channel_inner_min and \
+        kh * kw <= s.pool_max_window \
         and (kh - 1) * dh < sh and (kw - 1) * dw < sw and x.numel() < 2 ** 31 and \
         g.n * g.co * g.oh * g.ow < 2 ** 31
 
@@ -263,7 +256,7 @@ def _fusable(g, pool_geometry, x, s):
 def _geometries(op, x, w, stride, padding, dilation, groups, kernel_size, pool_stride,
                 pool_padding, pool_dilation, ceil_mode):
     g = conv.Geometry(op, x.shape, w.shape, stride, padding, dilation, groups)
-    return g, pool._geometry(op, (g.n, g.co, g.oh, g.ow), kernel_size, pool_stride,
+    return g, pool.geometry(op, (g.n, g.co, g.oh, g.ow), kernel_size, pool_stride,
                              pool_padding, pool_dilation, ceil_mode)
 
 
@@ -299,7 +292,7 @@ def conv2d_relu_max_pool2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilat
            f"s{g.sh}{g.sw}:pool{pkh}x{pkw}s{psh}{psw}:{dot}:{kind}:{str(x.dtype)[6:]}")
     plans = [{"BLOCK_P": pixels, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps,
               "num_stages": stages}
-             for pixels, warps, stages in (MENU if not INTERPRET else [(128, 4, 1)])]
+             for pixels, warps, stages in (s.pool_menu if not INTERPRET else [(128, 4, 1)])]
     args = (x, w, bias if bias is not None else w, y, indices if with_indices else y,
             g.c, g.co, g.h, g.w, g.oh, g.ow, poh, pow_, g.kh, g.kw)
     meta = dict(PKH=pkh, PKW=pkw, PSH=psh, PSW=psw, PPH=pph, PPW=ppw, PDH=pdh, PDW=pdw,
@@ -316,15 +309,15 @@ def conv2d_relu_max_pool2d(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilat
     return y, indices
 
 
-def _splits(programs, total, block, steps, device):
+def _splits(programs, total, block, steps, device, s):
     """(splits, chunk): the weight gradient's pooled pixels in `splits` chunks of `chunk` (a
-    multiple of `block`), `programs` a split: up to WGRAD_PER_SM programs an SM in all, each
-    of at least `steps` blocks (SPLIT overrides the count)."""
+    multiple of `block`), `programs` a split: up to s.pool_wgrad_per_sm programs an SM in all,
+    each of at least `steps` blocks (s.pool_split overrides the count)."""
     blocks = cdiv(total, block)
-    if SPLIT is not None:
-        splits = max(1, min(int(SPLIT), blocks))
+    if s.pool_split is not None:
+        splits = max(1, min(int(s.pool_split), blocks))
     else:
-        splits = max(1, min(cdiv(WGRAD_PER_SM * conv.sm_count(device), programs),
+        splits = max(1, min(cdiv(s.pool_wgrad_per_sm * conv.sm_count(device), programs),
                             cdiv(blocks, steps)))
     chunk = cdiv(blocks, splits) * block
     return cdiv(total, chunk), chunk
@@ -370,11 +363,11 @@ def conv2d_relu_max_pool2d_backward(dp, indices, p, x, w, stride=(1, 1), padding
             if out is not None and out.numel():
                 fill_(out, 0.0)
         return None, dw, db
-    block_p, warps, stages, steps = WGRAD_PLAN if not INTERPRET else (256, 4, 1, 1)
+    block_p, warps, stages, steps = s.pool_wgrad_plan if not INTERPRET else (256, 4, 1, 1)
     block_n, block_k = conv.block(g.co, 64), conv.block(k_total, 32)
     n_blocks = cdiv(g.co, block_n)
     k_blocks = cdiv(k_total, block_k) if dw is not None else 1
-    splits, chunk = _splits(n_blocks * k_blocks, total, block_p, steps, dp.device)
+    splits, chunk = _splits(n_blocks * k_blocks, total, block_p, steps, dp.device, s)
     if splits == 1:  # straight into dw and db
         part = dw.view(1, g.co, k_total) if dw is not None else None
         dpart = db.view(1, g.co) if db is not None else None

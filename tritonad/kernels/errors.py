@@ -50,6 +50,12 @@ CHECKS = {
     "mlp_target": ("mlp_cross_entropy_grads_", ValueError,
                    "{op}: target {value} (sample {position}) is outside [0, {limit})"),
 }
+# embeddings and indexing: one row per op that checks its indices
+CHECKS.update({op: (op, IndexError, "{op}: index {value} is out of bounds for size {limit} (at "
+                    "position {position})")
+               for op in ("embedding", "gather", "scatter", "scatter_add", "scatter_reduce",
+                          "index_select", "index_add", "index_put", "take_along_dim", "one_hot",
+                          "indexing")})
 
 
 @triton.jit

@@ -679,7 +679,7 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
 
             sum_dims(a if a_gate is None else relu_backward(a, a_gate), (1,), out=a_row_sums)
         return out
-    kind = _kind(a.dtype, precision)
+    kind = _kind(a.dtype, precision or matmul_precision())  # (read once, at the entry)
     relu = activation == "relu"
     groups = _batch_groups(a, b, out)
 

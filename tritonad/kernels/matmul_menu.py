@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from ..backend import matmul_precision
 from . import hopper
 from .launch import cdiv, next_power_of_2
 
@@ -67,10 +66,11 @@ TMA_MIN_MACS = 2 ** 35  # 4096 x 4096 x 2048
 TMA_WS_MACS = 2 ** 38
 
 
-def _kind(dtype, precision=None) -> str:
-    """The compute path of a dtype: half (fp16/bf16), tf32, ieee (exact fp32) or fp64."""
+def _kind(dtype, precision) -> str:
+    """The compute path of a dtype at the call's precision ("high" or "highest"): half
+    (fp16/bf16), tf32, ieee (exact fp32) or fp64."""
     if dtype == torch.float32:
-        return "tf32" if (precision or matmul_precision()) == "high" else "ieee"
+        return "tf32" if precision == "high" else "ieee"
     return "fp64" if dtype == torch.float64 else "half"
 
 

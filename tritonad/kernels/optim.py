@@ -24,7 +24,7 @@ from .launch import INTERPRET, PDL, cdiv, num_warps_for, tl, triton
 from .plans import empty, planned, run
 
 PRIMITIVES = ("sgd_step_", "adam_step_", "adadelta_step_", "rmsprop_step_", "adagrad_step_",
-              "total_norm", "clip_scale_")
+              "total_norm", "clip_scale_", "amp_unscale_", "amp_update_scale_")
 
 # one program updates BLOCK elements; under the interpreter few big programs run faster
 BLOCK = 4096 if INTERPRET else 1024
@@ -40,6 +40,15 @@ def _hyper(ptr, value, ON_DEVICE: tl.constexpr):
     if ON_DEVICE:
         value = tl.load(ptr).to(tl.float32)
     return value
+
+
+@triton.jit
+def _unskipped(mask, skip_ptr, SKIP: tl.constexpr):
+    """mask, emptied where the device flag at skip_ptr is nonzero (a GradScaler's found-inf:
+    the step is skipped without the host reading the flag)."""
+    if SKIP:
+        mask = tl.where(tl.load(skip_ptr) == 0.0, mask, False)
+    return mask
 
 
 @triton.jit
@@ -90,12 +99,12 @@ def _one_minus_exp(y):
 
 
 @triton.jit
-def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
+def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, skip_ptr, n,
                 lr, momentum, dampening, weight_decay,
                 LR_ON_DEVICE: tl.constexpr, MOMENTUM_ON_DEVICE: tl.constexpr,
                 HAS_MOMENTUM: tl.constexpr, NESTEROV: tl.constexpr, MAXIMIZE: tl.constexpr,
-                FIRST_STEP: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr, BLOCK: tl.constexpr,
-                GDC: tl.constexpr):
+                FIRST_STEP: tl.constexpr, HAS_WEIGHT_DECAY: tl.constexpr, SKIP: tl.constexpr,
+                BLOCK: tl.constexpr, GDC: tl.constexpr):
     if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -104,7 +113,7 @@ def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
     #   buf = g on the first step, else momentum * buf + (1 - dampening) * g
     #   g = g + momentum * buf (nesterov) or buf;   p = p - lr * g
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = _unskipped(offs < n, skip_ptr, SKIP)
     lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
     p, g = _decayed_grad(param_ptr, grad_ptr, offs, mask, weight_decay, MAXIMIZE,
                          HAS_WEIGHT_DECAY)
@@ -123,11 +132,11 @@ def _sgd_kernel(param_ptr, grad_ptr, buf_ptr, lr_ptr, momentum_ptr, n,
 
 
 @triton.jit
-def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_ptr, n,
-                 lr, bias1, bias2, beta1, beta2, log_beta1, log_beta2, eps, weight_decay,
+def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_ptr, skip_ptr,
+                 n, lr, bias1, bias2, beta1, beta2, log_beta1, log_beta2, eps, weight_decay,
                  LR_ON_DEVICE: tl.constexpr, STEP_ON_DEVICE: tl.constexpr,
-                 WEIGHT_DECAY: tl.constexpr, MAXIMIZE: tl.constexpr, BLOCK: tl.constexpr,
-                 GDC: tl.constexpr):
+                 WEIGHT_DECAY: tl.constexpr, MAXIMIZE: tl.constexpr, SKIP: tl.constexpr,
+                 BLOCK: tl.constexpr, GDC: tl.constexpr):
     if GDC:  # programmatic dependent launch (launch.PDL): wait for the kernels before
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -136,7 +145,7 @@ def _adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, lr_ptr, step_
     #   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
     #   p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)      (as torch.optim.Adam)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = _unskipped(offs < n, skip_ptr, SKIP)
     lr = _hyper(lr_ptr, lr, LR_ON_DEVICE)
     if STEP_ON_DEVICE:
         # the bias corrections from the step count in device memory: 1 - b^t = 1 - exp(t log b)
@@ -363,12 +372,13 @@ def _scalar(op, name, value, device):
 
 @planned()
 def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight_decay=0.0,
-              nesterov=False, maximize=False, first_step=False):
+              nesterov=False, maximize=False, first_step=False, skip=None):
     """SGD update of flat float32 (or float64) arrays in place (see Backend.sgd_step_); one
     launch.
 
     param, grad, momentum_buf: [n] (momentum_buf may be None when momentum == 0); lr, momentum:
-    numbers or 1-element float32 device arrays (read by the kernel: capture-friendly).
+    numbers or 1-element float32 device arrays (read by the kernel: capture-friendly); skip:
+    None or a 1-element float32 device array, nonzero to leave everything as it is.
     """
     has_momentum = isinstance(momentum, torch.Tensor) or momentum != 0
     arrays, names = [param, grad], ["param", "grad"]
@@ -379,27 +389,30 @@ def sgd_step_(param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0, weight
     n = _check_flat("sgd_step_", arrays, names, (torch.float32, torch.float64))
     lr_ptr, lr_value, lr_on_device = _scalar("sgd_step_", "lr", lr, param.device)
     mom_ptr, mom_value, mom_on_device = _scalar("sgd_step_", "momentum", momentum, param.device)
+    skip_ptr, skipping = _flag("sgd_step_", skip, param.device)
     if n == 0:
         return param
     # unused pointers point at param; the kernel never reads them
     run(_sgd_kernel, (cdiv(n, BLOCK),),
         param, grad, momentum_buf if has_momentum else param,
-        lr_ptr if lr_on_device else param, mom_ptr if mom_on_device else param, n,
+        lr_ptr if lr_on_device else param, mom_ptr if mom_on_device else param,
+        skip_ptr if skipping else param, n,
         lr_value, mom_value, float(dampening), float(weight_decay),
         LR_ON_DEVICE=lr_on_device, MOMENTUM_ON_DEVICE=mom_on_device,
         HAS_MOMENTUM=has_momentum, NESTEROV=bool(nesterov), MAXIMIZE=bool(maximize),
-        FIRST_STEP=bool(first_step), HAS_WEIGHT_DECAY=weight_decay != 0,
+        FIRST_STEP=bool(first_step), HAS_WEIGHT_DECAY=weight_decay != 0, SKIP=skipping,
         BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
     return param
 
 
 @planned()
 def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999, eps=1e-8,
-               weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
+               weight_decay=0.0, decoupled_weight_decay=False, maximize=False, skip=None):
     """Adam / AdamW update of flat float32 arrays in place (see Backend.adam_step_); one launch.
 
     param, grad, exp_avg, exp_avg_sq: [n]; step (the 1-based count including this step) and lr:
-    numbers or 1-element float32 device arrays (read by the kernel: capture-friendly).
+    numbers or 1-element float32 device arrays (read by the kernel: capture-friendly); skip as
+    in sgd_step_.
     """
     n = _check_flat("adam_step_", [param, grad, exp_avg, exp_avg_sq],
                     ["param", "grad", "exp_avg", "exp_avg_sq"])
@@ -407,6 +420,7 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.99
         raise ValueError(f"adam_step_: betas must lie in [0, 1), got ({beta1}, {beta2})")
     lr_ptr, lr_value, lr_on_device = _scalar("adam_step_", "lr", lr, param.device)
     step_ptr, step_value, step_on_device = _scalar("adam_step_", "step", step, param.device)
+    skip_ptr, skipping = _flag("adam_step_", skip, param.device)
     if n == 0:
         return param
     # NOTE: bias corrections of a host step in float64, as torch; log(beta) for a device step is
@@ -419,26 +433,35 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.99
     decay_kind = 0 if weight_decay == 0 else (2 if decoupled_weight_decay else 1)
     run(_adam_kernel, (cdiv(n, BLOCK),),
         param, grad, exp_avg, exp_avg_sq, lr_ptr if lr_on_device else param,
-        step_ptr if step_on_device else param, n,
+        step_ptr if step_on_device else param, skip_ptr if skipping else param, n,
         lr_value, bias1, bias2, float(beta1), float(beta2), log_beta1, log_beta2, float(eps),
         float(weight_decay),
         LR_ON_DEVICE=lr_on_device, STEP_ON_DEVICE=step_on_device, WEIGHT_DECAY=decay_kind,
-        MAXIMIZE=bool(maximize), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK), **PDL)
+        MAXIMIZE=bool(maximize), SKIP=skipping, BLOCK=BLOCK, num_warps=num_warps_for(BLOCK),
+        **PDL)
     return param
 
 
-def _counter(op, count, device):
-    """(pointer, COUNT) for the optional step counter a launch increments: None, or a 1-element
-    float32 array on the update's device."""
-    if count is None:
+def _device_scalar(op, name, value, device):
+    """(value, True) for a 1-element float32 array on `device`, (None, False) for None: an
+    optional step counter a launch increments (count) or a flag it reads (skip)."""
+    if value is None:
         return None, False
-    if not isinstance(count, torch.Tensor) or count.numel() != 1 or \
-            count.dtype != torch.float32 or count.device != device:
-        got = f"{tuple(count.shape)} {count.dtype} on {count.device}" \
-            if isinstance(count, torch.Tensor) else type(count).__name__
-        raise ValueError(f"{op}: count must be None or a 1-element float32 array on {device}, "
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or \
+            value.dtype != torch.float32 or value.device != device:
+        got = f"{tuple(value.shape)} {value.dtype} on {value.device}" \
+            if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{op}: {name} must be None or a 1-element float32 array on {device}, "
                          f"got {got}")
-    return count, True
+    return value, True
+
+
+def _flag(op, flag, device):
+    return _device_scalar(op, "skip", flag, device)
+
+
+def _counter(op, count, device):
+    return _device_scalar(op, "count", count, device)
 
 
 def _check_unit_interval(op, name, value):
@@ -620,3 +643,71 @@ def clip_scale_(arrays, total_norm, max_norm, eps=1e-6):
         run(_clip_scale_kernel, (cdiv(a.numel(), BLOCK),), a, total_norm, a.numel(),
             float(max_norm), float(eps), BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
     return arrays
+
+
+# ------------------------------------------------------------------ loss scaling (amp.GradScaler)
+
+
+@triton.jit
+def _unscale_kernel(x_ptr, scale_ptr, found_ptr, n, BLOCK: tl.constexpr):
+    # x = x * (1 / scale) in place; found = 1 when any x was inf or NaN (checked before the
+    # multiply, as torch's _amp_foreach_non_finite_check_and_unscale_). Traffic: x read and
+    # written once (8 bytes an element for float32); the flag is a plain store of 1 by every
+    # program that saw one (all write the same value: no atomics, same result on every run).
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    inv = 1.0 / tl.load(scale_ptr)
+    bad = (x != x) | (tl.abs(x) == float("inf"))
+    tl.store(x_ptr + offs, (x * inv).to(x_ptr.dtype.element_ty), mask=mask)
+    seen = tl.max(bad.to(tl.int32), axis=0)
+    tl.store(found_ptr, 1.0, mask=seen > 0)
+
+
+@triton.jit
+def _update_scale_kernel(scale_ptr, tracker_ptr, found_ptr, growth, backoff, interval):
+    # torch's _amp_update_scale_: after an inf/NaN, scale *= backoff and the count of good
+    # steps restarts; after `interval` good steps in a row, scale *= growth (if that stays
+    # finite). Then the found-inf flag is cleared for the next step.
+    found = tl.load(found_ptr) != 0.0
+    scale = tl.load(scale_ptr)
+    good = tl.load(tracker_ptr) + 1.0
+    grown = scale * growth
+    grow = (good >= interval) & (grown == grown) & (tl.abs(grown) != float("inf"))
+    tl.store(scale_ptr, tl.where(found, scale * backoff, tl.where(grow, grown, scale)))
+    tl.store(tracker_ptr, tl.where(found | (good >= interval), 0.0, good))
+    tl.store(found_ptr, 0.0)
+
+
+def _check_amp_scalars(op, device, **arrays):
+    for name, a in arrays.items():
+        if not isinstance(a, torch.Tensor) or a.numel() != 1 or a.dtype != torch.float32 or \
+                a.device != device:
+            raise ValueError(f"{op}: {name} must be a 1-element float32 array on {device}")
+
+
+def amp_unscale_(arrays, scale, found_inf):
+    """Each array (contiguous, floating) *= 1 / scale in place; found_inf (a 1-element float32
+    device array) is set to 1 if any element was inf or NaN, else left as it is. One launch an
+    array; nothing is read back to the host."""
+    for a in arrays:
+        if not a.is_contiguous() or not a.dtype.is_floating_point:
+            raise ValueError("amp_unscale_: arrays must be contiguous floating arrays, got "
+                             f"{tuple(a.shape)} {a.dtype} with strides {a.stride()}")
+        _check_amp_scalars("amp_unscale_", a.device, scale=scale, found_inf=found_inf)
+        if a.numel():
+            run(_unscale_kernel, (cdiv(a.numel(), BLOCK),), a, scale, found_inf, a.numel(),
+                BLOCK=BLOCK, num_warps=num_warps_for(BLOCK))
+    return found_inf
+
+
+def amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                      growth_interval):
+    """GradScaler's scale update on the device (see _update_scale_kernel); all three arrays are
+    1-element float32; found_inf is cleared. One launch of one program."""
+    _check_amp_scalars("amp_update_scale_", scale.device, scale=scale,
+                       growth_tracker=growth_tracker, found_inf=found_inf)
+    run(_update_scale_kernel, (1,), scale, growth_tracker, found_inf, float(growth_factor),
+        float(backoff_factor), float(growth_interval), num_warps=1)
+    return scale
+

@@ -522,6 +522,8 @@ def planned(settings=None, arrays=0):
             if kwargs:
                 names = sorted(kwargs)
                 key = (key, tuple(names), _signature([kwargs[k] for k in names], found))
+            if len(found) > 1:
+                key = (key, _aliases([a.data_ptr() for a in found]))
             if settings is not None:
                 key = (key, settings())
             try:
@@ -588,15 +590,28 @@ def _lean_key(args, arrays, settings):
             raise TypeError("not an array")
         return (x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0,
                 tuple(args[1:]), settings() if settings is not None else None)
-    key = []
+    key, starts = [], []
     for x in args[:arrays]:
         if x is None:
             key.append(None)
             continue
         if type(x) is not _Tensor:
             raise TypeError("not an array")
-        key.append((x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0))
-    return (tuple(key), tuple(args[arrays:]), settings() if settings is not None else None)
+        start = x.data_ptr()
+        starts.append(start)
+        key.append((x.dtype, x.shape, x.stride(), x.get_device(), start % 16 == 0))
+    return (tuple(key), tuple(args[arrays:]), settings() if settings is not None else None,
+            _aliases(starts))
+
+
+def _aliases(starts):
+    """Which of a call's arrays start at one address (x @ x, an LSTM given (h, h)), as the index
+    of the first array starting there, or () when all start apart (the usual case). A recorded
+    launch points at the first array that holds its pointer, so a plan recorded with two arrays
+    aliased must not replay two apart, nor the reverse: this joins the key."""
+    if len(starts) < 2 or len(set(starts)) == len(starts):
+        return ()
+    return tuple(starts.index(p) for p in starts)
 
 
 def _miss(self, key, default=None):

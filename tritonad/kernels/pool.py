@@ -44,7 +44,7 @@ _FLOATS = ("float32", "float16", "bfloat16", "float64")
 
 
 @triton.jit
-def _nchw(offs, C, H, W):
+def nchw(offs, C, H, W):
     """(n, c, h, w) of flat offsets into a contiguous [N, C, H, W]: three divisions."""
     plane = offs // (H * W)
     hw = offs - plane * (H * W)
@@ -66,7 +66,7 @@ def _max_pool_fwd_kernel(x_ptr, y_ptr, idx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, p, q = _nchw(offs, C, OUT_H, OUT_W)
+    n, c, p, q = nchw(offs, C, OUT_H, OUT_W)
     base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
     h0 = p * SH - PH
     w0 = q * SW - PW
@@ -109,7 +109,7 @@ def _max_pool_bwd_kernel(dy_ptr, idx_ptr, gate_ptr, dx_ptr, TOTAL, C, H, W, OUT_
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, h, w = _nchw(offs, C, H, W)
+    n, c, h, w = nchw(offs, C, H, W)
     dy_base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
     idx_base = idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic
     gate_base = gate_ptr + n.to(tl.int64) * stride_gn + c.to(tl.int64) * stride_gc
@@ -169,7 +169,7 @@ def _max_pool_bwd_windows_kernel(dy_ptr, idx_ptr, gate_ptr, dx_ptr, TOTAL, C, OU
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, p, q = _nchw(offs, C, OUT_H, OUT_W)
+    n, c, p, q = nchw(offs, C, OUT_H, OUT_W)
     at = tl.load(idx_ptr + n.to(tl.int64) * stride_in + c.to(tl.int64) * stride_ic +
                  p * stride_ih + q * stride_iw, mask=ok, other=-1)
     g = tl.load(dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc +
@@ -224,7 +224,7 @@ def _avg_pool_fwd_kernel(x_ptr, y_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, p, q = _nchw(offs, C, OUT_H, OUT_W)
+    n, c, p, q = nchw(offs, C, OUT_H, OUT_W)
     base = x_ptr + n.to(tl.int64) * stride_xn + c.to(tl.int64) * stride_xc
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
@@ -254,7 +254,7 @@ def _avg_pool_bwd_kernel(dy_ptr, dx_ptr, TOTAL, C, H, W, OUT_H, OUT_W,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, h, w = _nchw(offs, C, H, W)
+    n, c, h, w = nchw(offs, C, H, W)
     base = dy_ptr + n.to(tl.int64) * stride_dn + c.to(tl.int64) * stride_dc
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:
@@ -293,7 +293,7 @@ def _out_size(size, k, s, p, d, ceil_mode):
     return out
 
 
-def _geometry(op, shape, kernel_size, stride, padding, dilation, ceil_mode):
+def geometry(op, shape, kernel_size, stride, padding, dilation, ceil_mode):
     """(kernel, stride, padding, dilation, (Ho, Wo)) validated for an input of `shape`."""
     if len(shape) != 4:
         raise ValueError(f"{op}: expected input [N, C, H, W], got {tuple(shape)}")
@@ -329,7 +329,7 @@ def max_pool2d(x, kernel_size, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
     each input plane of the first maximum of each window (padding counts as -inf), or None
     when not with_indices."""
     _check_float("max_pool2d", x)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _geometry(
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geometry(
         "max_pool2d", x.shape, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, w = x.shape
     y = empty((n, c, oh, ow), x.dtype, x.device)
@@ -353,7 +353,7 @@ def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(
     op = "max_pool2d_backward"
     _check_float(op, dy)
     input_shape = tuple(int(s) for s in input_shape)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = _geometry(
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = geometry(
         op, input_shape, kernel_size, stride, padding, dilation, ceil_mode)
     n, c, h, w = input_shape
     if tuple(dy.shape) != (n, c, oh, ow) or tuple(indices.shape) != tuple(dy.shape):
@@ -385,7 +385,7 @@ def max_pool2d_backward(dy, indices, input_shape, kernel_size, stride, padding=(
 
 
 def _avg_args(op, shape, kernel_size, stride, padding, ceil_mode, divisor_override):
-    geo = _geometry(op, shape, kernel_size, stride, padding, (1, 1), ceil_mode)
+    geo = geometry(op, shape, kernel_size, stride, padding, (1, 1), ceil_mode)
     if divisor_override is not None and int(divisor_override) <= 0:
         raise ValueError(f"{op}: divisor_override must be positive, got {divisor_override}")
     return geo, int(divisor_override or 0)

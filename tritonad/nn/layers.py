@@ -12,6 +12,7 @@ from ..tensor import empty
 from . import init
 from .activation import ReLU, Sigmoid, Tanh  # noqa: F401  (made from the table)
 from .module import Module
+from .normalization import fused_activation  # normalisation: BatchNorm + activation
 from .parameter import Parameter
 
 
@@ -230,6 +231,12 @@ class Sequential(Module):
                     module.dilation, module.groups, pool.kernel_size, pool.stride, pool.padding,
                     pool.dilation, pool.ceil_mode)
                 i += 3
+                continue
+            # normalisation: a BatchNorm then ReLU / GELU runs as one node (normalization.py)
+            norm_act = fused_activation(module, items[i + 1] if i + 1 < len(items) else None)
+            if norm_act is not None:
+                x = module(x, activation=norm_act)
+                i += 2
                 continue
             x = module(x, activation="relu") if fuse else module(x)
             i += 2 if fuse else 1

@@ -59,6 +59,7 @@ class Module:
     def _forget(self, name):
         """Drop name from the plain attributes and every table, before registering it anew."""
         self.__dict__.pop(name, None)
+        self.__dict__.get("_non_persistent_buffers_set", set()).discard(name)
         for table in (self._parameters, self._buffers, self._modules):
             table.pop(name, None)
 
@@ -82,12 +83,18 @@ class Module:
         self._forget(name)
         self._parameters[name] = param
 
-    def register_buffer(self, name, tensor):
-        """State that is saved and moved with the module but not trained (e.g. running stats)."""
+    def register_buffer(self, name, tensor, persistent=True):
+        """State that is moved with the module but not trained (e.g. running stats), and saved
+        in state_dict() unless persistent=False."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(f"register_buffer: the name must be a non-empty string without '.', "
+                           f"got {name!r}")
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name} must be a Tensor or None")
         self._forget(name)
         self._buffers[name] = tensor
+        if not persistent:
+            self.__dict__.setdefault("_non_persistent_buffers_set", set()).add(name)
 
     def add_module(self, name, module):
         self._forget(name)
@@ -144,12 +151,14 @@ class Module:
 
     # ------------------------------------------------------------------ state
     def state_dict(self):
-        """Parameters and buffers by dotted name (detached; shares memory)."""
+        """Parameters and persistent buffers by dotted name (detached; shares memory)."""
         state = OrderedDict()
         for prefix, module in self.named_modules():
+            transient = module.__dict__.get("_non_persistent_buffers_set", ())
             for table in (module._parameters, module._buffers):
                 for name, value in table.items():
-                    if value is not None:
+                    if value is not None and (table is module._parameters or
+                                              name not in transient):
                         state[f"{prefix}.{name}" if prefix else name] = value.detach()
         return state
 

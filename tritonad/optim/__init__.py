@@ -81,6 +81,7 @@ class SGD(Optimizer):
     _device_hyperparameters = ("lr", "momentum")
     _state_names = ("momentum_buffer",)
     _fused_dtypes = (dtypes.float32, dtypes.float64)
+    _reads_skip = True
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, maximize=False, *, foreach=None, differentiable=False,
@@ -107,11 +108,16 @@ class SGD(Optimizer):
         # only a dampened first step (buf = g, undamped) needs the first_step flag
         first = buf is not None and dampening != 0
         key = [not done for done in bucket.initialized] if first else None
+        skip = self._skip[0] if self._skip is not None else None
+        if skip is not None and first:
+            raise ValueError("SGD: a GradScaler cannot skip the first step of dampened momentum "
+                             "on the device; use dampening=0 or no GradScaler")
         for start, end, first_step in bucket.runs(present, key):
             get_backend().sgd_step_(
                 bucket.span(bucket.flat, start, end), bucket.span(bucket.grad_flat, start, end),
                 None if buf is None else bucket.span(buf, start, end), lr, momentum, dampening,
-                group["weight_decay"], group["nesterov"], group["maximize"], bool(first_step))
+                group["weight_decay"], group["nesterov"], group["maximize"], bool(first_step),
+                skip)
 
     def _slot_state(self, bucket, i):
         return super()._slot_state(bucket, i) if "momentum_buffer" in bucket.buffers else {}
@@ -128,6 +134,7 @@ class Adam(Optimizer):
     _decoupled = False
     _state_names = ("exp_avg", "exp_avg_sq")
     _keeps_steps = True
+    _reads_skip = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, maximize=False, *, foreach=None, capturable=False,
@@ -150,14 +157,15 @@ class Adam(Optimizer):
     def _update(self, group, bucket, present):
         lr = bucket.scalar("lr", group["lr"])
         exp_avg, exp_avg_sq = bucket.buffer("exp_avg"), bucket.buffer("exp_avg_sq")
-        bucket.advance_steps(present)
+        skip, keep = self._skip if self._skip is not None else (None, None)
+        bucket.advance_steps(present, keep)
         beta1, beta2 = group["betas"]
         for start, end, cohort in bucket.runs(present, bucket.cohort):
             get_backend().adam_step_(
                 bucket.span(bucket.flat, start, end), bucket.span(bucket.grad_flat, start, end),
                 bucket.span(exp_avg, start, end), bucket.span(exp_avg_sq, start, end),
                 bucket.counter(cohort), lr, float(beta1), float(beta2), group["eps"],
-                group["weight_decay"], self._decoupled, group["maximize"])
+                group["weight_decay"], self._decoupled, group["maximize"], skip)
 
 
 class AdamW(Adam):

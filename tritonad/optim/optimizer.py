@@ -197,13 +197,14 @@ class _FlatBucket:
                     self.cohort[i] = split
         return stepping
 
-    def advance_steps(self, present):
+    def advance_steps(self, present, keep=None):
         """Add 1 to the step counters of the slots that have a grad (one launch per cohort),
-        for updates that read the count (Adam's bias corrections)."""
+        for updates that read the count (Adam's bias corrections); keep: None, or a 1-element
+        device array added instead (0 where a GradScaler skips the step, else 1)."""
         backend = get_backend()
         for c in self.split_cohorts(present):
             counter = self.counter(c)
-            backend.add(counter, 1.0, out=counter)
+            backend.add(counter, 1.0 if keep is None else keep, out=counter)
 
     def counted_runs(self, present):
         """runs() of the slots with a grad, one cohort each, as (start, end, counter or None)
@@ -252,6 +253,10 @@ class Optimizer:
     _state_names = ()                  # fused: the names of the flat state buffers
     _keeps_steps = False               # fused: state["step"] from the bucket's step counters
     _fused_dtypes = (dtypes.float32,)  # fused: the parameter dtypes its kernel updates
+    # fused: its kernels read a device flag that skips the step (amp.GradScaler sets _skip to
+    # (found_inf, keep) raw arrays for one step() so that no host read is needed)
+    _reads_skip = False
+    _skip = None
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)

@@ -37,7 +37,10 @@ class OptimOps:
             c[...] = c + np.float32(1)
 
     def sgd_step_(self, param, grad, momentum_buf, lr, momentum=0.0, dampening=0.0,
-                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False):
+                  weight_decay=0.0, nesterov=False, maximize=False, first_step=False,
+                  skip=None):
+        if skip is not None and self._number(skip) != 0:
+            return param
         p, g = self._decayed_grad(param, grad, weight_decay, maximize)
         lr, momentum = np.float32(self._number(lr)), np.float32(self._number(momentum))
         # in place, each product and sum rounded once as written (a flat buffer of a whole
@@ -57,7 +60,10 @@ class OptimOps:
         return param
 
     def adam_step_(self, param, grad, exp_avg, exp_avg_sq, step, lr, beta1=0.9, beta2=0.999,
-                   eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False, maximize=False):
+                   eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False, maximize=False,
+                   skip=None):
+        if skip is not None and self._number(skip) != 0:
+            return param
         p, g = to_numpy(param), to_numpy(grad).astype(np.float32)
         m, v = to_numpy(exp_avg), to_numpy(exp_avg_sq)
         lr, step = np.float32(self._number(lr)), self._number(step)
@@ -151,3 +157,33 @@ class OptimOps:
         for a in arrays:
             write(a, self._float_in(a, dtypes.get_dtype(a.dtype)) * coef)
         return list(arrays)
+
+    # loss scaling (amp.GradScaler), as torch's _amp_foreach_non_finite_check_and_unscale_ and
+    # _amp_update_scale_
+    def amp_unscale_(self, arrays, scale, found_inf):
+        inv = np.float32(1.0) / np.float32(self._number(scale))
+        for a in arrays:
+            x = to_numpy(a).astype(np.float32)  # (a copy for bfloat16: written back below)
+            if x.size and not np.isfinite(x).all():
+                to_numpy(found_inf)[...] = 1.0
+            write(a, x * inv)
+        return found_inf
+
+    def amp_update_scale_(self, scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                          growth_interval):
+        s, t, f = to_numpy(scale), to_numpy(growth_tracker), to_numpy(found_inf)
+        if f.reshape(-1)[0] != 0:
+            s[...] = s * np.float32(backoff_factor)
+            t[...] = 0.0
+        else:
+            good = t + np.float32(1.0)
+            grown = s * np.float32(growth_factor)
+            if good.reshape(-1)[0] >= growth_interval:
+                if np.isfinite(grown).all():
+                    s[...] = grown
+                t[...] = 0.0
+            else:
+                t[...] = good
+        f[...] = 0.0
+        return scale
+

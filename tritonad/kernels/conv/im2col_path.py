@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..launch import INTERPRET, cdiv
 from ..plans import empty, run
-from ..pool import _nchw
+from ..pool import nchw
 from .common import Geometry, source_coord
 from .settings import matmul_precision
 from .sums import sum_splits
@@ -76,7 +76,7 @@ def _col2im_kernel(cols_ptr, x_ptr, TOTAL, C, H, W, OUT_H, OUT_W, KH, KW,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, h, v = _nchw(offs, C, H, W)
+    n, c, h, v = nchw(offs, C, H, W)
     base = cols_ptr + n.to(tl.int64) * stride_cn + (c * (KH * KW)).to(tl.int64) * stride_ck
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     if ACC_FP64:

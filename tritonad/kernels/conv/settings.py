@@ -77,6 +77,16 @@ class Settings:
     winograd_wgrad_fill: bool = True  # ... and where its products fill the SMs
     winograd_split_programs: int = 2    # ... the tiles in slices: this many product tiles an SM
     winograd_min_slice_tiles: int = 512  # ... each slice at least this many tiles (a product's K)
+    # conv + relu + max pool as one kernel each way (conv_pool.py)
+    pool_fuse: bool = True       # False: always the two primitives (tests and benchmarks compare)
+    pool_max_window: int = 16    # ... pool windows of at most this many taps
+    pool_split: int | None = None  # ... the weight gradient's split over pooled pixels; None: by
+    # the GPU. Its plan: (pooled pixels a step, warps, stages, steps a program at least) ...
+    pool_wgrad_plan: tuple = (16, 4, 1, 2)
+    pool_wgrad_per_sm: int = 2   # ... and programs an SM at most (the split sum grows with them)
+    # ... forward plans: (pooled pixels a program, warps, stages), best first by the H200 sweep
+    # (benchmarks/sweep_conv_pool.py)
+    pool_menu: tuple = ((16, 2, 1), (16, 4, 1), (32, 4, 1), (32, 2, 1))
 
     def __post_init__(self):
         if self.algo not in ALGOS:

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ..launch import INTERPRET, cdiv
 from ..plans import empty, run
-from ..pool import _nchw
+from ..pool import nchw
 
 
 @triton.jit
@@ -52,7 +52,7 @@ def _split_tf32_kernel(src_ptr, out_ptr, TOTAL, C, H, W,
     if INDEX_64:
         offs = offs.to(tl.int64)
     ok = offs < TOTAL
-    n, c, h, w = _nchw(offs, C, H, W)
+    n, c, h, w = nchw(offs, C, H, W)
     v = tl.load(src_ptr + n * stride_sn + c * stride_sc + h * stride_sh + w * stride_sw, mask=ok,
                 other=0.0)
     head, tail = tf32_split(v)

@@ -1,0 +1,76 @@
+"""models.ResNet (the airbench-style ResNet for 28x28 images) against the same network in
+PyTorch with copied weights: logits, the label-smoothed loss and every gradient, in training
+mode (batch statistics, running statistics updated) and in eval mode."""
+import numpy as np
+import pytest
+import torch
+
+import tritonad as td
+import tritonad.nn.functional as F
+from tritonad import models
+
+
+def torch_resnet(widths=(64, 128, 256, 256), classes=10):
+    nn = torch.nn
+
+    class Group(nn.Module):
+        def __init__(self, a, b):
+            super().__init__()
+            self.conv = nn.Conv2d(a, b, 3, padding=1, bias=False)
+            self.pool = nn.MaxPool2d(2)
+            self.norm = nn.BatchNorm2d(b)
+            self.act = nn.GELU()
+            self.conv2 = nn.Conv2d(b, b, 3, padding=1, bias=False)
+            self.norm2 = nn.BatchNorm2d(b)
+
+        def forward(self, x):
+            x = self.act(self.norm(self.pool(self.conv(x))))
+            return x + self.act(self.norm2(self.conv2(x)))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(1, widths[0], 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(widths[0]), nn.GELU())
+            self.groups = nn.Sequential(*[Group(a, b) for a, b in zip(widths, widths[1:])])
+            self.head = nn.Linear(widths[-1], classes, bias=False)
+
+        def forward(self, x):
+            return self.head(self.groups(self.stem(x)).amax((2, 3))) / 8
+
+    return Net()
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("triton", marks=pytest.mark.gpu)])
+def test_resnet_matches_torch(backend):
+    widths = (8, 16, 16, 16) if backend == "numpy" else (64, 128, 256, 256)
+    device = "cuda" if backend == "triton" else "cpu"
+    with td.use_backend(backend):
+        torch.manual_seed(0)
+        theirs = torch_resnet(widths).double()
+        ours = models.ResNet(widths=widths).to(device, td.float64 if backend == "numpy"
+                                               else td.float32)
+        ours.load_state_dict({k: td.tensor(v.numpy()).to(ours.head.weight.dtype)
+                              for k, v in theirs.state_dict().items()})
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((6, 1, 28, 28))
+        y = np.array([0, 3, 9, 1, 1, 5])
+        tx = td.tensor(x).to(device, ours.head.weight.dtype)
+        loss = F.cross_entropy(ours(tx), td.tensor(y, device=device), label_smoothing=0.2)
+        loss.backward()
+        ref = torch.nn.functional.cross_entropy(theirs(torch.from_numpy(x)), torch.from_numpy(y),
+                                                label_smoothing=0.2)
+        ref.backward()
+        tol = dict(rtol=1e-9, atol=1e-12) if backend == "numpy" else dict(rtol=2e-2, atol=2e-3)
+        np.testing.assert_allclose(loss.item(), ref.item(), **tol)
+        named = dict(theirs.named_parameters())
+        for name, p in ours.named_parameters():
+            np.testing.assert_allclose(p.grad.cpu().numpy(), named[name].grad.numpy(), **tol,
+                                       err_msg=name)
+        for name, b in theirs.named_buffers():  # running statistics after one training step
+            np.testing.assert_allclose(ours.state_dict()[name].cpu().numpy(), b.numpy(), **tol)
+        ours.eval()
+        theirs.eval()
+        with td.no_grad():
+            np.testing.assert_allclose(ours(tx).cpu().numpy(),
+                                       theirs(torch.from_numpy(x)).detach().numpy(), **tol)
