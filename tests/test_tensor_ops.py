@@ -199,6 +199,13 @@ def test_interpolate(options):
           lambda t: torch.nn.functional.interpolate(t, **options), rand(2, 3, 4, 6), atol=1e-5)
 
 
+def test_upsample_layer():
+    x = rand(1, 2, 3, 4)
+    got = nn.Upsample(scale_factor=2, mode="bilinear")(td.tensor(x)).numpy()
+    want = torch.nn.Upsample(scale_factor=2, mode="bilinear")(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_interpolate_on_the_kernels(backend_name):
     check(lambda v: F.interpolate(v, size=(5, 3), mode="bilinear"),
           lambda t: torch.nn.functional.interpolate(t, size=(5, 3), mode="bilinear"),

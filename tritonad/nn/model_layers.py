@@ -1,4 +1,5 @@
-"""Layers over the ops of autodiff/tensor_ops.py: Conv1d, ConvTranspose2d, AdaptiveAvgPool2d."""
+"""Layers over the ops of autodiff/tensor_ops.py: Conv1d, ConvTranspose2d, AdaptiveAvgPool2d,
+Upsample."""
 from __future__ import annotations
 
 import math
@@ -105,3 +106,22 @@ class ConvTranspose2d(Module):
     def extra_repr(self):
         return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, " \
                f"stride={self.stride}" + ("" if self.bias is not None else ", bias=False")
+
+
+class Upsample(Module):
+    """F.interpolate as a layer: `nn.Upsample(scale_factor=2, mode="bilinear")`."""
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x):
+        return tensor_ops.interpolate(x, self.size, self.scale_factor, self.mode,
+                                      self.align_corners, self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else \
+            f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
