@@ -17,6 +17,9 @@ from .autodiff.ops import (abs, add, amax, amin, argmax, argmin, div, eq, exp, g
 from .autodiff.ops import std
 from .autodiff.ops import reduce_all as all, reduce_any as any  # noqa: A001  (td.all, td.any)
 from .autodiff.shape_ops import cat, stack
+from .autodiff.scan_ops import (argsort, cummax, cummin, cumprod, cumsum,  # noqa: F401
+                                logcumsumexp, sort, topk)  # scans, sorting and tensor ops
+from .autodiff.tensor_ops import bmm, einsum, mm, tril, triu  # noqa: F401
 # embeddings and indexing
 from .autodiff.index_ops import (gather, index_add, index_put, index_select,  # noqa: F401
                                  masked_fill, masked_select, scatter, scatter_add,

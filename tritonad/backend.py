@@ -481,6 +481,34 @@ class Backend(FusedPrimitives):
         duplicate indices accumulate."""
         raise NotImplementedError
 
+    # ---------------------------------------------------------------- scans and sorting
+    def cumulative(self, x, dim, op, reverse=False, dtype: DType | None = None):
+        """Inclusive scan along dim: op "sum", "prod" or "logsumexp" (y[j] = log(sum of
+        exp(x[i]) for i <= j)); from the last element back when reverse. Integers and bools
+        give int64 for sum and prod unless dtype is given (the result's type)."""
+        raise NotImplementedError
+
+    def cumulative_extreme(self, x, dim, largest=True):
+        """(values, int64 indices) of the running max (largest) or min along dim, the index of
+        its last occurrence so far; NaN propagates (torch.cummax, cummin)."""
+        raise NotImplementedError
+
+    def sort(self, x, dim, descending=False, stable=False):
+        """(values, int64 indices) sorted along dim, stable (ties keep their order), NaN the
+        largest."""
+        raise NotImplementedError
+
+    def topk(self, x, k, dim, largest=True, sorted=True):
+        """(values, int64 indices) of the first k of sort(x, dim, descending=largest)."""
+        raise NotImplementedError
+
+    def gather_along(self, x, index, dim):
+        """x[..., index[..., j, ...], ...] along dim (torch.gather, index of x's shape outside
+        dim, in range)."""
+        raise NotImplementedError
+
+    def scatter_add_along(self, src, index, dim, size):
+        """The adjoint of gather_along: zeros with `size` along dim, src added at index."""
     # embeddings and indexing: the index check and the deterministic row scatter
     def index_check(self, index, size, op, wrap):
         """index (int64/int32/uint8, any shape) as a new contiguous int64 array, every value

@@ -22,6 +22,7 @@ BENCHMARKS += ("rnn",)  # recurrent layers against cuDNN (benchmarks/bench_rnn.p
 BENCHMARKS += ("norms",)  # normalisation (benchmarks/bench_norms.py)
 BENCHMARKS += ("embedding",)  # embeddings and indexing (benchmarks/bench_embedding.py)
 BENCHMARKS += ("attention",)  # attention: bench_attention.py
+BENCHMARKS += ("scan",)  # scans and sorting (benchmarks/bench_scan.py)
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 

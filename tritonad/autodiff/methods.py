@@ -391,6 +391,14 @@ _NOT_METHODS = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref_
                 "__firstlineno__", "__static_attributes__"}
 
 
+# scans, sorting and tensor ops (scan_ops.py, tensor_ops.py): x.cumsum(1), x.topk(5), x.tril()
+from . import scan_ops as _scan_ops, tensor_ops as _tensor_ops  # noqa: E402
+
+for _module, _names in ((_scan_ops, ("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin",
+                                     "sort", "argsort", "topk")),
+                        (_tensor_ops, ("tril", "triu", "mm", "bmm"))):
+    for _name in _names:
+        setattr(TensorMethods, _name, getattr(_module, _name))
 # ---- the small pieces: norm (any p), unbind, unflatten
 
 

@@ -21,6 +21,7 @@ FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernel
 FAMILIES += ("norm",)
 FAMILIES += ("scatter",)  # embeddings and indexing (scatter.py)
 FAMILIES += ("attention",)  # attention: flash attention forward and backward
+FAMILIES += ("scan",)  # scans and sorting (scan.py)
 
 
 class TritonBackend(Backend):

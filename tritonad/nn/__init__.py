@@ -39,6 +39,10 @@ from .normalization import (BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm,  # n
                             RMSNorm)
 __all__ += ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d"]
 
+# layers over the tensor ops models need (model_layers.py)
+from .model_layers import AdaptiveAvgPool2d, Conv1d, ConvTranspose2d, Upsample  # noqa: E402
+__all__ += ["Conv1d", "ConvTranspose2d", "AdaptiveAvgPool2d", "Upsample"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing

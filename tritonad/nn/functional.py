@@ -31,6 +31,11 @@ __all__ += ["layer_norm", "rms_norm", "group_norm", "normalize", "batch_norm", "
 from ..autodiff.attention_ops import scaled_dot_product_attention  # noqa: E402
 __all__ += ["scaled_dot_product_attention"]
 
+# tensor ops models need (autodiff/tensor_ops.py)
+from ..autodiff.tensor_ops import (adaptive_avg_pool2d, conv1d, conv_transpose2d,  # noqa: E402
+                                    interpolate, pad)
+__all__ += ["pad", "interpolate", "conv1d", "conv_transpose2d", "adaptive_avg_pool2d"]
+
 
 def __getattr__(name):  # a missing PyTorch name says what to use instead (see _hints.py)
     from .._hints import missing

@@ -45,10 +45,11 @@ from .random import RandomOps
 from .reduce import ReduceOps
 # embeddings and indexing: the index check and the row scatter with a reduction
 from .scatter import ScatterOps
+from .scan import ScanOps  # scans and sorting
 
 
 class NumpyBackend(ElementwiseOps, ReduceOps, NnOps, ConvOps, PoolOps, IndexOps, RandomOps,
-                   OptimOps, AugmentOps, ScatterOps, Backend):
+                   OptimOps, AugmentOps, ScatterOps, ScanOps, Backend):
     """Every core primitive in numpy, on CPU tensors; the fused ones by Backend's defaults."""
 
     name = "numpy"
