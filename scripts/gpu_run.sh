@@ -28,7 +28,8 @@ for step in "$@"; do
         cpu-suite)    run cpu-suite 560 python3 -m pytest -q -x -p no:cacheprovider -n 8 ;;
         bench-*)      run "$step" 560 python3 -m tritonad bench "${step#bench-}" --out "$OUT/bench" ;;
         fresh)        rm -rf /root/.triton /root/.cache/tritonad ;;
-        quick-*)      run "$step" 300 python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
+        before-quick-*) (cd .baseline && PYTHONPATH=$PWD run "$step" 300 python3 benchmarks/bench_${step#before-quick-}.py --out "$OUT/bench/before" --quick) ;;
+        quick-*)      run "$step" "${QUICK_LIMIT:-300}" python3 -m tritonad bench "${step#quick-}" --out "$OUT/bench" --quick ;;
         table)        run table "${TABLE_LIMIT:-300}" python3 scripts/make_plan_table.py --out "$OUT/plans.json" --quick ;;
         merge-table)  run merge-table 30 python3 scripts/make_plan_table.py --merge "$OUT/plans.json" ;;
         nofuse-mnist-*) run "$step" 400 python3 benchmarks/bench_mnist.py --out "$OUT/bench/nofuse" --models "${step#nofuse-mnist-}" --skip-compile --skip-numpy --no-fuse ;;
