@@ -52,7 +52,8 @@ def test_matches_torch_over_skipped_and_taken_steps(backend_name, name, monkeypa
                 monkeypatch.undo()
             assert scaler.get_scale() == tscaler.get_scale(), step
         for p, q in zip(ours.parameters(), theirs.parameters()):
-            np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=2e-5, atol=1e-6)
+            # (float32 rounding, which Adam's normalised steps carry: 1.4e-6 on the GPU)
+            np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=2e-5, atol=5e-6)
 
 
 def _no_host_read(self):

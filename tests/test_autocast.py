@@ -11,6 +11,11 @@ import tritonad.nn.functional as F
 from tritonad.autodiff import autocast as ac
 
 
+def _kind():
+    """The device type of new tensors on the backend in use (cuda for triton on a GPU)."""
+    return td.get_backend().default_device.type
+
+
 def _model(seed=0):
     td.manual_seed(seed)
     return nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 3))
@@ -31,7 +36,7 @@ def test_policy(backend_name, dtype):
         x = td.randn(4, 6)
         w = td.randn(5, 6, requires_grad=True)
         img, k = td.randn(1, 2, 5, 5), td.randn(3, 2, 3, 3)
-        with td.autocast("cpu", dtype=dtype):
+        with td.autocast(_kind(), dtype=dtype):
             h = x @ w.t()
             ours = {"linear": F.linear(x, w), "matmul": h, "conv2d": F.conv2d(img, k),
                     "softmax": F.softmax(h, 1), "log_softmax": F.log_softmax(h, 1),
@@ -53,7 +58,7 @@ def test_values_and_gradients_are_the_low_precision_computation(backend_name):
     with td.use_backend(backend_name):
         model = _model()
         x, y = td.randn(5, 6), td.tensor([0, 2, 1, 1, 0])
-        with td.autocast("cpu", dtype=td.bfloat16):
+        with td.autocast(_kind(), dtype=td.bfloat16):
             loss = F.cross_entropy(model(x), y)
         loss.backward()
         ws = [p.detach().to(td.bfloat16).requires_grad_() for p in model.parameters()]

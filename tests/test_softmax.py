@@ -94,7 +94,8 @@ def test_reference_gradients_match_finite_differences():
         gradcheck(lambda x: x.softmax(1), [x])
         gradcheck(lambda x: x.log_softmax(0), [x])
         for reduction in ("none", "sum", "mean"):
-            gradcheck(lambda x, r=reduction: F.cross_entropy(x, t, r, label_smoothing=0.2), [x])
+            gradcheck(lambda x, r=reduction: F.cross_entropy(x, t, reduction=r,
+                                                             label_smoothing=0.2), [x])
         with td.no_grad():  # the primitive backward formulas themselves
             ref, dy = NumpyBackend(), td.tensor(rng.standard_normal((4, 5)))._data
             y = ref.softmax(x._data, 1)
@@ -401,7 +402,7 @@ def test_autodiff_cross_entropy():
     x = rng.uniform(-3, 3, (9, 7))
     t = np.array([0, 6, -100, 3, 3, 1, -100, 2, 5])
     for reduction in ("mean", "sum", "none"):
-        check_op(lambda x, t, r=reduction: F.cross_entropy(x, t, r), x, t)
+        check_op(lambda x, t, r=reduction: F.cross_entropy(x, t, reduction=r), x, t)
     check_op(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.3, ignore_index=3), x,
              np.where(t < 0, 3, t))
     check_op(lambda x, t: F.cross_entropy(x, t), rng.uniform(-3, 3, 7), np.array(4))  # [C], []

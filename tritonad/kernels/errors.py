@@ -71,16 +71,17 @@ def report(flag_ptr, bad, position, value, limit):
         if tl.atomic_cas(flag_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64)) == 0:
             tl.store(flag_ptr + 1, first)
             tl.store(flag_ptr + 2, bad_value)
-            tl.store(flag_ptr + 3, limit.to(tl.int64))
+            tl.store(flag_ptr + 3, tl.zeros([], tl.int64) + limit)
 
 
 @triton.jit
 def report_at(flag_ptr, position, value, limit):
     """Report one failure already found (scalars): the first report since the last read wins."""
     if tl.atomic_cas(flag_ptr, tl.full([], 0, tl.int64), tl.full([], 1, tl.int64)) == 0:
-        tl.store(flag_ptr + 1, position.to(tl.int64))
-        tl.store(flag_ptr + 2, value.to(tl.int64))
-        tl.store(flag_ptr + 3, limit.to(tl.int64))
+        # (zeros + x: an int the launch specialised to a constant, 1, becomes an int64 too)
+        tl.store(flag_ptr + 1, tl.zeros([], tl.int64) + position)
+        tl.store(flag_ptr + 2, tl.zeros([], tl.int64) + value)
+        tl.store(flag_ptr + 3, tl.zeros([], tl.int64) + limit)
 
 
 def _row(check):
