@@ -24,14 +24,8 @@ _DTYPES = ("tritonad has float64, float32, float16, bfloat16, int64, int32, uint
 HINTS = {
     "tritonad": {
         "as_tensor": "use td.tensor(data) (a copy) or td.from_numpy(array)",
-        "FloatTensor": "use td.tensor(data, dtype=td.float32)",
-        "LongTensor": "use td.tensor(data, dtype=td.int64)",
-        "mm": "use td.matmul(a, b) or a @ b", "bmm": "use td.matmul(a, b) or a @ b",
         "clip": "use td.clamp(x, min, max)",
         "inference_mode": "use td.no_grad()",
-        "randint": "not available; (td.rand(n) * high).long() draws from [0, high)",
-        "Generator": "not available; seed with td.manual_seed(seed), or give a DataLoader "
-                     "generator=<int seed> of its own",
         "set_float32_matmul_precision": "use td.set_matmul_precision('highest' | 'high')",
         "backends": "td.set_backend('triton' | 'numpy') picks the backend; "
                     "td.set_matmul_precision and td.set_conv_precision set TF32 use",
@@ -44,70 +38,40 @@ HINTS = {
         "int16": _DTYPES, "int8": _DTYPES, "uint16": _DTYPES, "uint32": _DTYPES,
         "uint64": _DTYPES, "complex64": _DTYPES, "complex128": _DTYPES,
         "float8_e4m3fn": _DTYPES, "float8_e5m2": _DTYPES,
-        **dict.fromkeys(("sin", "cos", "einsum",
-                         "topk", "sort", "cumsum", "linspace", "eye", "log1p", "expm1", "erf",
-                         "amp", "onnx", "fx"), _NOT_YET),
+        **dict.fromkeys(("onnx", "fx"), _NOT_YET),
     },
     "tritonad.nn": {
-        "SiLU": "not available; use x * x.sigmoid()",
-        "L1Loss": "not available; use (output - target).abs().mean()",
-        "AdaptiveAvgPool2d": "not available; for an output of 1x1 use x.mean((2, 3), "
-                             "keepdim=True), otherwise nn.AvgPool2d with a fitting kernel",
-        "Dropout2d": "not available; nn.Dropout drops single elements",
         "DataParallel": "not available; for several GPUs use "
                         "tritonad.distributed.DistributedDataParallel under torchrun",
         "parallel": "tritonad.distributed has DistributedDataParallel (under torchrun)",
-        **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding",
-                         "LSTM", "GRU", "RNN", "Transformer", "MultiheadAttention",
-                         "ConvTranspose2d", "Conv1d", "Conv3d", "GELU", "LeakyReLU", "ELU",
-                         "Softplus", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss",
-                         "HuberLoss", "KLDivLoss", "ParameterList", "Upsample",
-                         "Unflatten"), _NOT_YET),
+        **dict.fromkeys(("Transformer", "TransformerDecoderLayer", "Conv3d"), _NOT_YET),
     },
     "tritonad.nn.functional": {
-        "silu": "use x * x.sigmoid()",
-        "gelu": "not available; its tanh form is 0.5 * x * (1 + (0.7978845608 * (x + 0.044715 "
-                "* x ** 3)).tanh())",
-        "leaky_relu": "use td.where(x > 0, x, negative_slope * x)",
-        "relu6": "use x.clamp(0, 6)", "hardtanh": "use x.clamp(min_val, max_val)",
         "relu_": "use F.relu(x)", "logsigmoid": "use x.sigmoid().log()",
         "softmin": "use F.softmax(-x, dim)",
-        "l1_loss": "use (input - target).abs().mean()",
-        "binary_cross_entropy": "use -(target * p.log() + (1 - target) * (1 - p).log()).mean()",
-        "binary_cross_entropy_with_logits": "use (x.relu() - x * target + (1 + (-x.abs()).exp())"
-                                            ".log()).mean()",
-        "one_hot": "use (td.arange(num_classes) == labels.unsqueeze(-1)).to(td.int64)",
-        "pad": "not available; F.conv2d takes padding= (ints, 'same' or 'valid'), and "
-               "F.max_pool2d and F.avg_pool2d take padding=",
         "max_pool2d_with_indices": "use F.max_pool2d(x, ..., return_indices=True)",
-        "adaptive_avg_pool2d": "not available; for an output of 1x1 use x.mean((2, 3), "
-                               "keepdim=True), otherwise F.avg_pool2d with a fitting kernel",
-        "layer_norm": "not available; (x - x.mean(-1, keepdim=True)) / (x.var(-1, correction=0, "
-                      "keepdim=True) + eps).sqrt() computes it",
-        "embedding": "use weight[indices] (integer indexing; its gradient goes back to weight)",
-        "conv1d": "not available; F.conv2d on x.unsqueeze(2) with weight.unsqueeze(2) computes it",
-        **dict.fromkeys(("dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+        **dict.fromkeys(("dropout3d", "alpha_dropout",
                          "feature_alpha_dropout"),
                         "not available; F.dropout drops single elements"),
         **dict.fromkeys(_names("""
             adaptive_avg_pool1d adaptive_avg_pool3d adaptive_max_pool1d
-            adaptive_max_pool1d_with_indices adaptive_max_pool2d adaptive_max_pool2d_with_indices
-            adaptive_max_pool3d adaptive_max_pool3d_with_indices affine_grid avg_pool1d
-            avg_pool3d batch_norm bilinear celu celu_ channel_shuffle conv3d conv_tbc
-            conv_transpose1d conv_transpose2d conv_transpose3d cosine_embedding_loss
-            cosine_similarity ctc_loss elu elu_ embedding_bag fractional_max_pool2d
-            fractional_max_pool2d_with_indices fractional_max_pool3d
-            fractional_max_pool3d_with_indices gaussian_nll_loss glu grid_sample group_norm
-            grouped_mm gumbel_softmax hardshrink hardsigmoid hardswish hardtanh_
-            hinge_embedding_loss huber_loss instance_norm interpolate kl_div leaky_relu_
-            local_response_norm lp_pool1d lp_pool2d lp_pool3d margin_ranking_loss max_pool1d
+            adaptive_max_pool1d_with_indices adaptive_max_pool2d
+            adaptive_max_pool2d_with_indices adaptive_max_pool3d
+            adaptive_max_pool3d_with_indices affine_grid avg_pool1d avg_pool3d
+            bilinear celu celu_ channel_shuffle conv3d conv_tbc conv_transpose1d
+            conv_transpose3d cosine_embedding_loss ctc_loss elu_ embedding_bag
+            fractional_max_pool2d fractional_max_pool2d_with_indices
+            fractional_max_pool3d fractional_max_pool3d_with_indices gaussian_nll_loss
+            glu grid_sample grouped_mm gumbel_softmax hardshrink hardsigmoid hardtanh_
+            hinge_embedding_loss instance_norm leaky_relu_ local_response_norm
+            lp_pool1d lp_pool2d lp_pool3d margin_ranking_loss max_pool1d
             max_pool1d_with_indices max_pool3d max_pool3d_with_indices max_unpool1d
-            max_unpool2d max_unpool3d mish multi_head_attention_forward multi_margin_loss
-            multilabel_margin_loss multilabel_soft_margin_loss native_channel_shuffle normalize
-            pairwise_distance pdist pixel_shuffle pixel_unshuffle poisson_nll_loss prelu
-            rms_norm rrelu rrelu_ scaled_grouped_mm scaled_mm selu selu_ smooth_l1_loss
-            soft_margin_loss softplus softshrink softsign tanhshrink threshold threshold_
-            triplet_margin_loss triplet_margin_with_distance_loss upsample upsample_bilinear
+            max_unpool2d max_unpool3d multi_head_attention_forward multi_margin_loss
+            multilabel_margin_loss multilabel_soft_margin_loss native_channel_shuffle
+            pdist pixel_shuffle pixel_unshuffle poisson_nll_loss prelu rrelu rrelu_
+            scaled_grouped_mm scaled_mm selu selu_ soft_margin_loss softshrink
+            softsign tanhshrink threshold threshold_ triplet_margin_loss
+            triplet_margin_with_distance_loss upsample upsample_bilinear
             upsample_nearest"""), _NOT_YET),
     },
     "tritonad.optim": dict.fromkeys(

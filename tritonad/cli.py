@@ -17,12 +17,7 @@ from pathlib import Path
 
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist", "augment", "host", "ddp",
-              "losses")  # ---- losses, similarity and distance
-BENCHMARKS += ("rnn",)  # recurrent layers against cuDNN (benchmarks/bench_rnn.py)
-BENCHMARKS += ("norms",)  # normalisation (benchmarks/bench_norms.py)
-BENCHMARKS += ("embedding",)  # embeddings and indexing (benchmarks/bench_embedding.py)
-BENCHMARKS += ("attention",)  # attention: bench_attention.py
-BENCHMARKS += ("scan",)  # scans and sorting (benchmarks/bench_scan.py)
+              "norms", "attention", "embedding", "scan", "rnn", "losses")
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 

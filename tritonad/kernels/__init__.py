@@ -15,14 +15,8 @@ from . import errors, streams
 from ..backend import Backend, register_backend
 
 FAMILIES = ("elementwise", "reduce", "random", "index", "matmul", "softmax", "conv", "pool",
-            "conv_pool", "optim", "mlp", "augment", "head")
-FAMILIES += ("rnn",)  # recurrent layers: LSTM, GRU, RNN over a sequence (kernels/rnn.py)
-# normalisation (norm.py)
-FAMILIES += ("norm",)
-FAMILIES += ("scatter",)  # embeddings and indexing (scatter.py)
-FAMILIES += ("attention",)  # attention: flash attention forward and backward
-FAMILIES += ("scan",)  # scans and sorting (scan.py)
-
+            "conv_pool", "optim", "mlp", "augment", "head",
+            "norm", "scatter", "attention", "scan", "rnn")  # the layers of small models
 
 class TritonBackend(Backend):
     """Every primitive as our own Triton kernels."""
