@@ -88,3 +88,23 @@ def test_resnet_matches_torch(backend):
         with td.no_grad():
             np.testing.assert_allclose(ours(tx).cpu().numpy(),
                                        theirs(torch.from_numpy(x)).detach().numpy(), **tol)
+
+
+def test_the_recipe_trains_and_augments():
+    from tritonad import cli, resnet
+
+    td.set_backend("numpy")
+    steps = [round(resnet.lr_factor(s, 10, 0.2), 3) for s in range(10)]
+    assert steps == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+    x = td.arange(24, dtype=td.float32).reshape((4, 1, 2, 3))
+    td.manual_seed(1)
+    out = resnet.hflip(x).numpy()
+    for got, image in zip(out, x.numpy()):  # each image as it was or mirrored
+        assert (got == image).all() or (got == image[..., ::-1]).all()
+    assert any((g != i).any() for g, i in zip(out, x.numpy()))
+    model, history = resnet.train("cpu", epochs=1, batch=32, limit=64, test_limit=40,
+                                  widths=(4, 8, 8, 8), precision="fp32")
+    assert len(history) == 1 and np.isfinite(history[0]["train_loss"])
+    assert 0.0 <= history[0]["test_accuracy"] <= 1.0
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--model", "resnet", "--optimizer", "adam"])

@@ -43,13 +43,16 @@ def _parser():
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help=argparse.SUPPRESS)
 
-    t = sub.add_parser("train", parents=[debug], help="train a model (logreg, mlp, cnn, gpt)")
-    t.add_argument("--model", choices=["logreg", "mlp", "cnn", "gpt"],
-                   help="default: mlp (with --resume: the checkpoint's); gpt: a character-level "
-                        "GPT on the Shakespeare corpus")
+    t = sub.add_parser("train", parents=[debug],
+                       help="train a model (logreg, mlp, cnn, resnet, gpt)")
+    t.add_argument("--model", choices=["logreg", "mlp", "cnn", "resnet", "gpt"],
+                   help="default: mlp (with --resume: the checkpoint's); resnet: an "
+                        "airbench-style ResNet on Fashion-MNIST; gpt: a character-level GPT on "
+                        "the Shakespeare corpus")
     t.add_argument("--steps", type=int, help="gpt: optimizer steps (default: 2000)")
     t.add_argument("--precision", choices=["fp32", "bf16"],
-                   help="gpt: bf16 autocast (default) or fp32; the MNIST recipes run fp32")
+                   help="gpt and resnet: bf16 autocast (default) or fp32; the MNIST recipes "
+                        "run fp32")
     t.add_argument("--epochs", type=int, help="the run's total number of epochs (default: the "
                    "recipe's, 10; with --resume: the checkpoint's run's, or more to extend it)")
     t.add_argument("--batch-size", type=int, help="default: the recipe's (under torchrun: "
@@ -350,9 +353,11 @@ def _join_group(device, notes):
 def cmd_train(args):
     if args.model == "gpt":
         return _train_gpt(args)
+    if args.model == "resnet":
+        return _train_resnet(args)
     if args.steps is not None or args.precision not in (None, "fp32"):
-        raise CommandError("--steps and --precision bf16 are options of --model gpt; the MNIST "
-                           "recipes train fp32 for --epochs")
+        raise CommandError("--steps and --precision bf16 are options of --model gpt (and "
+                           "--precision of resnet); the MNIST recipes train fp32 for --epochs")
     import tritonad as td
     from tritonad import distributed, models, optim, serialization, train
 
@@ -576,6 +581,39 @@ def _train_gpt(args):
         say(f"saved {args.save}")
     print(json.dumps({"model": "gpt", "device": device, "startup": startup,
                       "history": history}))
+
+
+def _train_resnet(args):
+    """train --model resnet: the recipe of tritonad/resnet.py on Fashion-MNIST."""
+    import tritonad as td
+    from tritonad import resnet
+
+    startup = {"import": _process_seconds()}
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
+    for option in ("lr", "optimizer", "schedule", "resume", "plot", "steps"):
+        if getattr(args, option, None) not in (None, False):
+            raise CommandError(f"{_option(option)} is not an option of --model resnet (its "
+                               "recipe is fixed: see `python -m tritonad train --help`)")
+    if args.dataset not in (None, "fashion-mnist"):
+        raise CommandError("--model resnet trains on --dataset fashion-mnist")
+    _check_numbers(args)
+    if args.save:
+        _check_output_file(args.save, "--save")
+    _, device, notes = _setup(args)
+    for note in notes:
+        say(note)
+    model, history = resnet.train(
+        device, epochs=args.epochs, batch=args.batch_size, precision=args.precision or "bf16",
+        seed=args.seed or 0, data_dir=args.data_dir, limit=args.limit,
+        log=lambda e: say(f"epoch {e['epoch']}: train loss {e['train_loss']:.4f} | test acc "
+                          f"{e['test_accuracy']:.4f} | {e['seconds']:.2f} s, "
+                          f"{e['images_per_s']:,.0f} img/s"))
+    if args.save:
+        td.save({"format": "tritonad-resnet", "model": model.state_dict(),
+                 "history": history}, args.save)
+        say(f"saved {args.save}")
+    print(json.dumps({"model": "resnet", "dataset": "fashion-mnist", "device": device,
+                      "startup": startup, "history": history}))
 
 
 def cmd_generate(args):
