@@ -264,7 +264,7 @@ def test_predict_rejects_what_is_not_an_image(tmp_path, capsys):
 
 
 def test_bad_arguments_are_one_line_errors(capsys):
-    cli_error(capsys, ["train", "--model", "resnet"], "--model", "invalid choice", "--help")
+    cli_error(capsys, ["train", "--model", "vgg"], "--model", "invalid choice", "--help")
     cli_error(capsys, [], "required")
 
 

@@ -306,7 +306,7 @@ TRAIN = ["train", "--backend", "numpy", "--quiet", "--limit", "100", "--epochs",
 
 # (argv, strings the error line must contain): every option of train with a bad value
 TRAIN_MISTAKES = [
-    (["--model", "resnet"], ["--model", "invalid choice"]),
+    (["--model", "vgg"], ["--model", "invalid choice"]),
     (["--epochs", "0"], ["--epochs must be a positive integer, got 0"]),
     (["--epochs", "-3"], ["--epochs must be a positive integer, got -3"]),
     (["--epochs", "two"], ["--epochs", "invalid int value: 'two'"]),
