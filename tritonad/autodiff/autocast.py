@@ -146,7 +146,7 @@ def float32(*tensors):
     return out[0] if len(out) == 1 else out
 
 
-def float32_op(fn, name=None):
+def float32_op(fn):
     """fn with its tensor arguments cast to float32 under autocast (a FLOAT32 op's public form);
     outside autocast the one check is an attribute read."""
     @functools.wraps(fn)
