@@ -125,11 +125,13 @@ def _cumprod_grad(x, y, dy, dim, reverse):
     return where(first, Cumulative.apply(dy * y_skip, dim, "sum", back, None), dx)
 
 
-class CumExtreme(Function):
-    """(values, indices) of the running max or min along dim; dx: dy added at the indices."""
+class _Selected(Function):
+    """An op that returns (values, indices) of x along dim, each value x's element at its
+    index (cummax/cummin, sort, topk): dx is dy added back at the indices (the engine gives
+    the other arguments None)."""
+
     @staticmethod
-    def forward(ctx, x, dim, largest):
-        values, indices = get_backend().cumulative_extreme(x, dim, largest)
+    def _selected(ctx, x, dim, values, indices):
         ctx.dim, ctx.size = dim, x.shape[dim]
         ctx.save_for_backward(indices)
         ctx.mark_non_differentiable(indices)
@@ -138,7 +140,15 @@ class CumExtreme(Function):
     @staticmethod
     def backward(ctx, dy, _):
         (indices,) = ctx.saved
-        return ScatterAddAlong.apply(dy, indices, ctx.dim, ctx.size), None, None
+        return ScatterAddAlong.apply(dy, indices, ctx.dim, ctx.size)
+
+
+class CumExtreme(_Selected):
+    """(values, indices) of the running max or min along dim."""
+    @staticmethod
+    def forward(ctx, x, dim, largest):
+        return _Selected._selected(ctx, x, dim,
+                                   *get_backend().cumulative_extreme(x, dim, largest))
 
 
 def cumsum(input, dim, *, dtype=None):
@@ -179,36 +189,19 @@ def cummin(input, dim):
 # ------------------------------------------------------------------------------------ sorting
 
 
-class Sort(Function):
-    """(values, indices) sorted along dim; dx: dy put back at the indices (a permutation)."""
+class Sort(_Selected):
+    """(values, indices) sorted along dim (dx: dy put back through the permutation)."""
     @staticmethod
     def forward(ctx, x, dim, descending, stable):
-        values, indices = get_backend().sort(x, dim, descending, stable)
-        ctx.dim, ctx.size = dim, x.shape[dim]
-        ctx.save_for_backward(indices)
-        ctx.mark_non_differentiable(indices)
-        return values, indices
-
-    @staticmethod
-    def backward(ctx, dy, _):
-        (indices,) = ctx.saved
-        return ScatterAddAlong.apply(dy, indices, ctx.dim, ctx.size), None, None, None
+        return _Selected._selected(ctx, x, dim, *get_backend().sort(x, dim, descending, stable))
 
 
-class TopK(Function):
-    """(values, indices) of the k best along dim; dx: dy at the indices, zeros elsewhere."""
+class TopK(_Selected):
+    """(values, indices) of the k best along dim (dx: dy at the indices, zeros elsewhere)."""
     @staticmethod
     def forward(ctx, x, k, dim, largest, sorted):
-        values, indices = get_backend().topk(x, k, dim, largest, sorted)
-        ctx.dim, ctx.size = dim, x.shape[dim]
-        ctx.save_for_backward(indices)
-        ctx.mark_non_differentiable(indices)
-        return values, indices
-
-    @staticmethod
-    def backward(ctx, dy, _):
-        (indices,) = ctx.saved
-        return ScatterAddAlong.apply(dy, indices, ctx.dim, ctx.size), None, None, None, None
+        return _Selected._selected(ctx, x, dim,
+                                   *get_backend().topk(x, k, dim, largest, sorted))
 
 
 def _check_sortable(op, x):
