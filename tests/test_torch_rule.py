@@ -101,8 +101,16 @@ def _torch_aliases(tree):
     return aliases
 
 
-def _forbidden(chain):
+# tritonad/torch_backend/ names PyTorch's aten operators (torch.ops.aten.add.Tensor) to run them on
+# our kernels, and hooks PyTorch's dispatcher (torch.utils._python_dispatch); naming an operator
+# computes nothing. Its fallback to PyTorch's own kernel is `func(*args)`, the point of a fallback.
+ALLOWED_TORCH_BACKEND = {"ops", "utils", "library", "_ops"}
+
+
+def _forbidden(chain, torch_backend=False):
     """Whether the torch attribute chain (["cuda", "graph"]) is outside the rule."""
+    if torch_backend and chain[0] in ALLOWED_TORCH_BACKEND:
+        return False
     if chain[0] == "_C":
         return not (len(chain) == 2 and chain[1] in ALLOWED_C)
     if chain[0] not in ALLOWED_TORCH:
@@ -118,6 +126,7 @@ def _violations(path):
     tree = ast.parse(path.read_text(), filename=str(path))
     aliases = _torch_aliases(tree)
     in_kernels = "kernels" in path.parts
+    torch_backend = "torch_backend" in path.parts
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     forward_args = {}
     for node in ast.walk(tree):
@@ -129,7 +138,7 @@ def _violations(path):
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and not isinstance(parents.get(id(node)), ast.Attribute):
             chain = _torch_attribute_chain(node, aliases)
-            if chain and _forbidden(chain):
+            if chain and _forbidden(chain, torch_backend):
                 found.append((node.lineno, "torch." + ".".join(chain)))
         if isinstance(node, ast.Import):
             modules = [a.name.split(".")[1:] for a in node.names if a.name.startswith("torch.")]

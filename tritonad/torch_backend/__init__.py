@@ -1,0 +1,93 @@
+"""tritonad as a PyTorch backend: PyTorch's aten operators on CUDA tensors run tritonad's kernels.
+
+    import tritonad.torch_backend as tb
+    tb.enable()                 # or: with tb.use(): ...
+    model(x).sum().backward()   # PyTorch's autograd, modules and optimizers; tritonad's kernels
+    print(tb.coverage())        # per aten operator: calls on tritonad, calls that fell back
+
+PyTorch's autograd stays as it is: the mode sits below it, so both the forward operators and the
+backward operators autograd calls arrive here. See registry.py for how a handler is written.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+
+from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+from . import registry
+from .registry import COUNTS, IMPLS, Fallback, register
+
+__all__ = ["enable", "disable", "use", "coverage", "reset_coverage", "register", "Fallback"]
+
+_active: list = []
+
+
+def _load_handlers():
+    """Import the modules whose handlers fill registry.IMPLS (each registers at import)."""
+    importlib.import_module(".ops", __name__)
+
+
+def _cpu_ok() -> bool:
+    importlib.import_module("tritonad")  # sets TRITON_INTERPRET where there is no GPU
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _table(include, exclude):
+    _load_handlers()
+    table = dict(IMPLS)
+    def names(ops):
+        return {registry._overload(o) for o in ops}
+    def matches(op, chosen):
+        return op in chosen or op._overloadpacket in {c._overloadpacket for c in chosen}
+    if include is not None:
+        chosen = names(include)
+        table = {op: fn for op, fn in table.items() if matches(op, chosen)}
+    if exclude is not None:
+        chosen = names(exclude)
+        table = {op: fn for op, fn in table.items() if not matches(op, chosen)}
+    return table
+
+
+def enable(include=None, exclude=None, strict=False):
+    """Run aten operators on tritonad's kernels in this thread (and in autograd's backward) until
+    `disable()`. `include`/`exclude`: aten names ("add.Tensor", or "add" for every overload) to
+    take or leave. `strict=True` raises at the first operator that would fall back to PyTorch."""
+    mode = registry._Mode(_table(include, exclude), strict, _cpu_ok(), note=True)
+    _push_mode(mode)
+    _active.append(mode)
+    return mode
+
+
+def disable():
+    """Undo the latest `enable()`."""
+    if not _active:
+        return
+    mode = _active.pop()
+    _pop_mode()
+    del mode
+
+
+@contextlib.contextmanager
+def use(include=None, exclude=None, strict=False):
+    """`with use(): ...` runs the block on tritonad's kernels."""
+    enable(include, exclude, strict)
+    try:
+        yield
+    finally:
+        disable()
+
+
+def coverage() -> dict:
+    """{"aten::name.overload": {"tritonad": calls, "pytorch": calls}} for every operator seen."""
+    out = {}
+    for counts, key in ((COUNTS.ours, "tritonad"), (COUNTS.theirs, "pytorch")):
+        for op, n in counts.items():
+            name = f"aten::{op._opname}.{op._overloadname}"
+            out.setdefault(name, {"tritonad": 0, "pytorch": 0})[key] += n
+    return dict(sorted(out.items()))
+
+
+def reset_coverage() -> None:
+    COUNTS.ours.clear(), COUNTS.theirs.clear(), COUNTS.noted.clear()

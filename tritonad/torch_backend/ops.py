@@ -1,0 +1,1 @@
+"""Handlers: aten operators on tritonad's primitives. One module per family is imported here."""
