@@ -14,7 +14,8 @@ the operator then runs PyTorch's own kernel, counted as a fallback.
 
 Devices: CUDA tensors run on the triton backend. CPU tensors run there too when Triton's
 interpreter is on (a machine without a GPU, where the test suite runs the same handlers on small
-samples); otherwise they fall back, counted.
+samples); otherwise an operator on CPU tensors is not tritonad's business (a PyTorch program's
+data loading on a GPU machine) and passes through, neither counted nor refused by `strict`.
 """
 from __future__ import annotations
 
@@ -96,19 +97,18 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not _devices_ok(args, kwargs, self.cpu_ok):
+            return func(*args, **kwargs)     # not ours to run (cpu data loading on a GPU machine)
         impl = self.table.get(func)
         why = "no tritonad kernel"
         if impl is not None:
-            if _devices_ok(args, kwargs, self.cpu_ok):
-                try:
-                    out = impl(*args, **kwargs)
-                except Fallback as e:
-                    why = str(e) or "a case tritonad does not cover"
-                else:
-                    COUNTS.ours[func] = COUNTS.ours.get(func, 0) + 1
-                    return out
+            try:
+                out = impl(*args, **kwargs)
+            except Fallback as e:
+                why = str(e) or "a case tritonad does not cover"
             else:
-                why = "a device tritonad does not run"
+                COUNTS.ours[func] = COUNTS.ours.get(func, 0) + 1
+                return out
         if self.strict:
             raise NotImplementedError(
                 f"torch_backend (strict): aten::{func._opname}.{func._overloadname} fell back to "
