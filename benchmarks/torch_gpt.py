@@ -18,7 +18,8 @@ Modes: eager-fp32 (float32 at PyTorch's defaults: IEEE matmul), eager-bf16 (torc
 bfloat16, weights float32), compile-bf16 (the same under torch.compile of the model).
 --generate N samples N characters at batch 1 after training the naive way a PyTorch user
 writes it (the whole context, cropped to 256, rerun for each token; the head on the last
-position only), each token read back to the host as a streaming sampler does.
+position only; the eager model in every mode, as compiling each context length would dominate),
+each token read back to the host as a streaming sampler does.
 
 Prints one JSON object: steady-state ms per step (the intervals between evaluations after the
 first, which holds the warm-up and compilation), tokens/s, the final train and validation

@@ -228,3 +228,21 @@ def test_the_benchmarks_parse_their_options_and_run_in_processes(bench, monkeypa
     ok = bench.rb.run_json([sys.executable, "-c", "print('x'); print('{\"a\": 1}')"])
     assert ok["a"] == 1 and ok["process_s"] > 0
     assert bench.rb.run_json([sys.executable, "-c", "raise SystemExit(3)"]) is None
+
+
+@pytest.mark.gpu
+def test_the_recipe_benchmarks_run_on_the_gpu(bench, tmp_path):
+    """A few steps of each side, each in a fresh process as `bench gpt` / `bench resnet` run
+    them, torch.compile included (a few minutes on an H200)."""
+    rows = bench.gpt.main(["--steps", "6", "--eval-every", "3", "--seeds", "1", "--modes",
+                           "eager-bf16,compile-bf16", "--precisions", "bf16", "--generate", "10",
+                           "--out", str(tmp_path)])
+    by_mode = {r["mode"]: r for r in rows}
+    assert set(by_mode) == {"bf16", "eager-bf16", "compile-bf16"}
+    assert all(np.isfinite(r["val_loss"]) and r["ratio"] > 0 for r in rows)
+    assert by_mode["eager-bf16"]["generate_ratio"] > 0
+    assert (tmp_path / "bench_gpt.json").is_file()
+    rows = bench.resnet.main(["--epochs", "2", "--seeds", "1", "--modes", "eager-fp32",
+                              "--precisions", "fp32", "--out", str(tmp_path)])
+    assert [r["mode"] for r in rows] == ["fp32", "eager-fp32"]
+    assert all(0.5 < r["test_accuracy"] <= 1 and r["ratio"] > 0 for r in rows)
