@@ -242,7 +242,7 @@ def test_the_recipe_benchmarks_run_on_the_gpu(bench, tmp_path):
     assert all(np.isfinite(r["val_loss"]) and r["ratio"] > 0 for r in rows)
     assert by_mode["eager-bf16"]["generate_ratio"] > 0
     assert (tmp_path / "bench_gpt.json").is_file()
-    rows = bench.resnet.main(["--epochs", "2", "--seeds", "1", "--modes", "eager-fp32",
-                              "--precisions", "fp32", "--out", str(tmp_path)])
-    assert [r["mode"] for r in rows] == ["fp32", "eager-fp32"]
+    rows = bench.resnet.main(["--epochs", "2", "--seeds", "1", "--modes",
+                              "eager-fp32,compile-bf16", "--out", str(tmp_path)])
+    assert [r["mode"] for r in rows] == ["bf16", "fp32", "eager-fp32", "compile-bf16"]
     assert all(0.5 < r["test_accuracy"] <= 1 and r["ratio"] > 0 for r in rows)
