@@ -3,8 +3,9 @@
 GPU: time per step, tokens/s, final train and validation loss, the whole run's wall time, and
 `generate` at batch 1 (tritonad's key/value-cache sampler against PyTorch's naive loop).
 
-    python -m tritonad bench gpt              # the recipe: 2000 steps, 2 seeds (about 15 min)
+    python -m tritonad bench gpt              # the recipe: 2000 steps, 2 seeds (~5 min a seed)
     python -m tritonad bench gpt --quick      # 200 steps, 1 seed
+    python -m tritonad bench gpt --first-seed 1 --seeds 1 --out bench-results/seed1  # seed 1 only
 
 Each run is a fresh process (benchmarks/recipe_bench.py): tritonad's through a worker that
 calls tritonad.gpt.train as `train --model gpt` does (import, corpus, training, evaluations),
@@ -137,7 +138,7 @@ def main(argv=None):
         return worker(json.loads(args.worker))
     common.require_gpu("bench_gpt")
     results = []
-    for seed in range(args.seeds):
+    for seed in args.seed_list:
         for precision in args.precisions:
             spec = dict(precision=precision, seed=seed, steps=args.steps,
                         eval_every=args.eval_every,
@@ -164,7 +165,7 @@ def main(argv=None):
                    if r["framework"] == "tritonad" and r.get("generate")), None)
     if sample:
         print(f"\ntritonad generate, {args.generate} characters after {PROMPT!r}:\n{sample}\n")
-    common.save(args.out, "bench_gpt", rows, {"steps": args.steps, "seeds": args.seeds,
+    common.save(args.out, "bench_gpt", rows, {"steps": args.steps, "seeds": args.seed_list,
                                              "eval_every": args.eval_every, "cold": args.cold,
                                              "runs": results})
     return rows

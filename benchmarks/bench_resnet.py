@@ -2,7 +2,7 @@
 recipe in PyTorch (benchmarks/torch_resnet.py in eager fp32, eager bf16 and torch.compile bf16),
 in one run on one GPU: time per epoch, test accuracy, the whole run's wall time.
 
-    python -m tritonad bench resnet           # the recipe: 12 epochs, 3 seeds (about 10 min)
+    python -m tritonad bench resnet           # the recipe: 12 epochs, 3 seeds (~4 min a seed)
     python -m tritonad bench resnet --quick   # 2 epochs, 1 seed
 
 Each run is a fresh process (benchmarks/recipe_bench.py): tritonad's through a worker that
@@ -100,7 +100,7 @@ def main(argv=None):
         return worker(json.loads(args.worker))
     common.require_gpu("bench_resnet")
     results = []
-    for seed in range(args.seeds):
+    for seed in args.seed_list:
         for precision in args.precisions:
             spec = dict(precision=precision, seed=seed, epochs=args.epochs)
             results.append(rb.run_json(rb.python("bench_resnet.py", "--worker",
@@ -119,7 +119,7 @@ def main(argv=None):
                                                           "epoch, so s/epoch includes the "
                                                           "warm-up"), rows, COLUMNS)
     print(common.markdown_table(rows, COLUMNS))
-    common.save(args.out, "bench_resnet", rows, {"epochs": args.epochs, "seeds": args.seeds,
+    common.save(args.out, "bench_resnet", rows, {"epochs": args.epochs, "seeds": args.seed_list,
                                                 "cold": args.cold, "runs": results})
     return rows
 

@@ -27,6 +27,8 @@ def add_options(parser, seeds, quick_seeds=1):
     parser.add_argument("--seeds", type=int, default=None,
                         help=f"runs of each side, seeds 0..N-1, averaged (default {seeds}; "
                              f"--quick {quick_seeds})")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds run from this one (to split the seeds over several runs)")
     parser.add_argument("--modes", default=",".join(TORCH_MODES),
                         help="PyTorch's modes, a comma list of " + ",".join(TORCH_MODES))
     parser.add_argument("--precisions", default=",".join(PRECISIONS),
@@ -48,8 +50,10 @@ def check_lists(args, quick_seeds=1, seeds=1):
                          f"{', '.join(TORCH_MODES)}; tritonad's precisions {', '.join(PRECISIONS)}")
     if args.seeds is None:
         args.seeds = quick_seeds if args.quick else seeds
-    if args.seeds < 1:
-        raise SystemExit(f"--seeds must be a positive integer, got {args.seeds}")
+    if args.seeds < 1 or args.first_seed < 0:
+        raise SystemExit(f"--seeds must be a positive integer and --first-seed non-negative, "
+                         f"got {args.seeds} and {args.first_seed}")
+    args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
     return args
 
 

@@ -214,7 +214,9 @@ def test_the_benchmarks_parse_their_options_and_run_in_processes(bench, monkeypa
     args = bench.gpt.parse(["--steps", "300", "--precisions", "bf16", "--modes", "eager-bf16"])
     assert (args.steps, args.eval_every, args.seeds, args.precisions) == (300, 250, 2, ("bf16",))
     args = bench.resnet.parse(["--out", str(tmp_path)])
-    assert (args.epochs, args.seeds) == (12, 3) and bench.resnet.parse(["--quick"]).epochs == 2
+    assert (args.epochs, args.seed_list) == (12, [0, 1, 2])
+    assert bench.resnet.parse(["--quick"]).epochs == 2
+    assert bench.resnet.parse(["--first-seed", "2", "--seeds", "1"]).seed_list == [2]
     for parse, argv in ((bench.gpt.parse, ["--modes", "eager-fp16"]),
                         (bench.resnet.parse, ["--seeds", "0"]),
                         (bench.resnet.parse, ["--precisions", "fp8"])):
