@@ -18,6 +18,7 @@ from pathlib import Path
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist", "augment", "host", "ddp",
               "norms", "attention", "embedding", "scan", "rnn", "losses")
+BENCHMARKS += ("gpt", "resnet")  # the recipes end to end against PyTorch (bench_gpt, bench_resnet)
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
