@@ -255,6 +255,12 @@ def train(corpus, device, steps=None, batch=None, precision="bf16", seed=0, eval
 
     step_fn = ScheduledStep(train_step, opt, steps, device, graph=graph, warmup=warmup_calls)
     tune0, capture0 = sum(t.seconds for t in Tuner.ALL), CapturedStep.capture_seconds
+
+    def note_startup():  # (tuning and capture happen in the first steps)
+        if startup is not None:
+            startup.update(tune=sum(t.seconds for t in Tuner.ALL) - tune0,
+                           capture=CapturedStep.capture_seconds - capture0, graph=graph)
+
     history, clock, done = [], time.perf_counter(), 0
     try:
         for step in range(steps):
@@ -272,12 +278,10 @@ def train(corpus, device, steps=None, batch=None, precision="bf16", seed=0, eval
                              tokens_per_s=tokens, lr=opt.param_groups[0]["lr"])
                 history.append(entry)
                 if log is not None:
+                    note_startup()
                     log(entry)
                 clock, done = time.perf_counter(), step + 1
     finally:
         step_fn.close()
-    if startup is not None:
-        startup["tune"] = sum(t.seconds for t in Tuner.ALL) - tune0
-        startup["capture"] = CapturedStep.capture_seconds - capture0
-        startup["graph"] = graph
+    note_startup()
     return model, history

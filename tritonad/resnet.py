@@ -111,6 +111,12 @@ def train(device, epochs=None, batch=None, precision="bf16", seed=0, data_dir=No
 
     step_fn = ScheduledStep(train_step, opt, steps, device, graph=graph, warmup=warmup_calls)
     tune0, capture0 = sum(t.seconds for t in Tuner.ALL), CapturedStep.capture_seconds
+
+    def note_startup():  # (tuning and capture happen in the first steps)
+        if startup is not None:
+            startup.update(tune=sum(t.seconds for t in Tuner.ALL) - tune0,
+                           capture=CapturedStep.capture_seconds - capture0, graph=graph)
+
     history = []
     try:
         for epoch in range(1, epochs + 1):
@@ -133,13 +139,11 @@ def train(device, epochs=None, batch=None, precision="bf16", seed=0, data_dir=No
                          images_per_s=per_epoch * batch / seconds)
             history.append(entry)
             if log is not None:
+                note_startup()
                 log(entry)
     finally:
         step_fn.close()
-    if startup is not None:
-        startup["tune"] = sum(t.seconds for t in Tuner.ALL) - tune0
-        startup["capture"] = CapturedStep.capture_seconds - capture0
-        startup["graph"] = graph
+    note_startup()
     return model, history
 
 
