@@ -18,9 +18,10 @@ What a replay reuses from the capture (frozen), so keep it fixed or re-capture:
   the model after capture);
 - random numbers: a draw inside the step would repeat at every replay, so drawing one while
   capturing raises, unless the step is given `random_base` (an int64 [1] device array that the
-  step itself fills with the stream's offset at each replay, as ScheduledStep does): its draws
+  step itself fills with the stream's offset at each call, as ScheduledStep does): its draws
   (dropout, random batches, augmentation) then count from that device value
-  (generator.counted_from) and each replay draws the numbers an eager step would have;
+  (generator.counted_from), in the warm-up calls too, and each replay draws the numbers an
+  eager step would have;
 - optimizer hyper-parameters, except the learning rate, which tritonad's optimizers keep in
   device memory: call `optimizer.sync()` (done by `tritonad.train`) after a scheduler changes it
   and before the next replay;
@@ -94,7 +95,14 @@ class CapturedStep:
     def __call__(self, *args):
         self.calls += 1
         if self.calls <= self.warmup:
-            return self.fn(*args)
+            if self.random_base is None:
+                return self.fn(*args)
+            # the warm-up steps count from the device base too: the kernels that read it
+            # compile here, not while capturing
+            with generator.counted_from(self.random_base) as drawn:
+                out = self.fn(*args)
+            generator.advance(drawn["used"])
+            return out
         if self.graph is None:
             return self._capture(args)
         self._check(args)
