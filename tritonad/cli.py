@@ -74,7 +74,8 @@ def _parser():
     t.add_argument("--dataset", choices=["mnist", "fashion-mnist"], help="default: mnist")
     t.add_argument("--plot", metavar="PATH", help="write a PNG of the loss/accuracy curves")
     t.add_argument("--no-graph", action="store_true", help="run every step eagerly on the GPU "
-                   "instead of replaying a captured CUDA graph")
+                   "instead of replaying a captured CUDA graph (every recipe captures its "
+                   "whole step by default on a GPU)")
     t.add_argument("--no-fuse", action="store_true", help="train a plain ReLU MLP with per-op "
                    "kernels and autodiff instead of the fused MLP step")
     t.add_argument("--limit", type=int, help="train on the first N training images only")
