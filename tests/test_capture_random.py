@@ -53,26 +53,81 @@ def test_draws_counted_from_a_device_offset_equal_eager_draws():
         assert generator.device_base() is None
 
 
-def _scheduled_run(graph, steps=6):
+def _scheduled_run(graph, steps=6, device="cuda"):
     """SGD on one weight whose gradient is a fresh dropout mask each step, the lr halved every
     step: the weight after each step."""
     td.manual_seed(0)
-    w = td.zeros(64, device="cuda").requires_grad_()
+    w = td.zeros(64, device=device).requires_grad_()
     opt = optim.SGD([w], lr=1.0)
     schedule = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        (F.dropout(td.ones(64, device="cuda"), 0.5) * w).sum().backward()
+        (F.dropout(td.ones(64, device=device), 0.5) * w).sum().backward()
         opt.step()
 
-    run, seen = ScheduledStep(step, opt, steps, "cuda", graph=graph), []
+    run, seen = ScheduledStep(step, opt, steps, device, graph=graph), []
     for _ in range(steps):
         run()
         schedule.step()
         seen.append(w.detach().cpu().numpy().copy())
     run.close()
-    return seen, td.rand(3, device="cuda").cpu().numpy(), run
+    return seen, td.rand(3, device=device).cpu().numpy(), run
+
+
+class _Graph:
+    """A stand-in for torch.cuda.CUDAGraph on the CPU: the capture runs the step (its draws
+    counted from the device base, as the capture records them) and stands for the first replay;
+    each later replay runs the step again the same way, as the recorded kernels would."""
+
+    def __init__(self):
+        self.step, self.replays = None, 0
+
+    def replay(self):
+        self.replays += 1
+        if self.replays > 1:
+            with generator.counted_from(self.step.random_base):
+                self.step.fn()
+
+    def reset(self):
+        pass
+
+
+def test_a_scheduled_step_feeds_its_tables_and_offsets_on_the_cpu(monkeypatch):
+    """ScheduledStep's tables, cursor and random offsets, with CUDA's graph API stood in for:
+    the replays take each step's learning rate and random offset as eager steps do."""
+    import contextlib
+    import types
+
+    from tritonad import capture
+
+    made = []
+
+    @contextlib.contextmanager
+    def graph(g):
+        g.step = made[-1]
+        yield
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, synchronize=lambda: None,
+                                 CUDAGraph=_Graph, graph=graph)
+    fake = types.SimpleNamespace(cuda=cuda, int64=torch.int64, float32=torch.float32,
+                                 empty=lambda *a, pin_memory=False, **k: torch.empty(*a, **k))
+    init = capture.CapturedStep.__init__
+
+    def remember(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    with td.use_backend("triton"):
+        eager, after_eager, _ = _scheduled_run(graph=False, device="cpu")
+        monkeypatch.setattr(capture, "torch", fake)
+        monkeypatch.setattr(capture.CapturedStep, "__init__", remember)
+        replayed, after_replays, run = _scheduled_run(graph=True, device="cpu")
+    assert run.captured.captured and run.captured.graph.replays == 4
+    assert run.captured.random_draws == 64
+    for e, r in zip(eager, replayed):
+        np.testing.assert_array_equal(r, e)
+    np.testing.assert_array_equal(after_replays, after_eager)
 
 
 @pytest.mark.gpu
