@@ -25,6 +25,8 @@ and sorts the candidates again until they fit one tile.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -32,6 +34,7 @@ import triton.language as tl
 from .. import dtypes
 from .elementwise import contiguous as _contiguous
 from .elementwise import fill_ as _fill
+from . import scan_lookback
 from .launch import INTERPRET, cdiv, next_power_of_2, num_warps_for
 from .plans import empty, planned, run
 
@@ -45,6 +48,16 @@ SPLIT_ROWS = 264                               # fewer rows than this and long r
 SORT_TILE = 1024 if INTERPRET else 2048        # widest row sorted in registers (power of two)
 MERGE_BLOCK = 1 << 14 if INTERPRET else 1024   # pairs per program in a merge pass
 GATHER_BLOCK = 1 << 14 if INTERPRET else 1024
+
+# "new": the single-pass cumsum (scan_lookback.py), the radix sort (radix_sort.py) and the
+# tile-halving topk (topk_select.py) where they apply; "old": the multi-pass scan, the bitonic
+# merge sort and the full-tile topk everywhere (kept for A/B runs: bench scan --variant).
+VARIANT = os.environ.get("TRITONAD_SCAN_KERNELS", "new")
+
+
+def _variant():
+    return VARIANT
+
 
 _OPS = {"sum": 0, "prod": 1, "logsumexp": 2, "max": 3, "min": 4}
 
@@ -230,6 +243,9 @@ def _scan(x, dim, op, reverse, out_dtype, with_indices):
         run(_scan_kernel, (cdiv(n_rows, block_r), 1), y, yi, x, x, y, yi, n_rows, n, inner,
             1, n, MODE=0, HAS_XI=False, **meta)
         return y, yi
+    if VARIANT != "old" and scan_lookback.applies(n_rows, n, SCAN_CHUNK, acc, op):
+        scan_lookback.cumsum_lookback(y, x, n_rows, n, inner, SCAN_CHUNK, reverse)
+        return y, yi
     # long rows, few of them: totals per chunk, their scan, then each chunk from its offset
     chunks = cdiv(n, SCAN_CHUNK)
     part_dtype = torch.float64 if acc == tl.float64 else \
@@ -258,7 +274,7 @@ def _scan_dtype(x, op, dtype):
     return x.dtype
 
 
-@planned(arrays=1)
+@planned(settings=_variant, arrays=1)
 def cumulative(x, dim, op, reverse=False, dtype=None):
     """y[..., j, ...] = x[..., 0, ...] (+) ... (+) x[..., j, ...] along dim for op "sum",
     "prod" or "logsumexp" (from the last element back when reverse). Integers and bools sum and
@@ -491,7 +507,7 @@ def _check_dim(op, x, dim):
                          f"shape {tuple(x.shape)}, got {dim!r}")
 
 
-@planned(arrays=1)
+@planned(settings=_variant, arrays=1)
 def sort(x, dim, descending=False, stable=False):
     """(values, indices int64) of x sorted along dim; stable in either direction (ties keep
     their order; `stable` is accepted for PyTorch's signature), NaN the largest."""
@@ -499,7 +515,7 @@ def sort(x, dim, descending=False, stable=False):
     return _sorted_rows(x, dim, descending, x.shape[dim] if x.dim() else 1)
 
 
-@planned(arrays=1)
+@planned(settings=_variant, arrays=1)
 def topk(x, k, dim, largest=True, sorted=True):
     """(values, indices int64) of the k largest (or smallest) along dim, best first (also when
     not `sorted`); ties go to the lower index, NaN is the largest."""
