@@ -34,7 +34,8 @@ import triton.language as tl
 from .. import dtypes
 from .elementwise import contiguous as _contiguous
 from .elementwise import fill_ as _fill
-from . import scan_lookback
+from . import scan_lookback, topk_select
+from .sort_network import _bitonic_sort, _key_kind, _order_key
 from .launch import INTERPRET, cdiv, next_power_of_2, num_warps_for
 from .plans import empty, planned, run
 
@@ -310,59 +311,6 @@ def _check_scan(op, x, dim):
 
 
 @triton.jit
-def _order_key(x, DESCENDING: tl.constexpr, KIND: tl.constexpr):
-    # KIND 0: floats of <= 32 bits -> int32; 1: float64 -> int64; 2: integers of <= 32 bits
-    # -> int32; 3: int64
-    if KIND == 0:
-        v = x.to(tl.float32)
-        v = tl.where(v == 0, 0.0, v)
-        b = v.to(tl.int32, bitcast=True)
-        b = tl.where(v != v, 0x7FC00000, b)
-        key = b ^ ((b >> 31) & 0x7FFFFFFF)
-    elif KIND == 1:
-        v = tl.where(x == 0, 0.0, x)
-        b = v.to(tl.int64, bitcast=True)
-        b = tl.where(v != v, 0x7FF8000000000000, b)
-        key = b ^ ((b >> 63) & 0x7FFFFFFFFFFFFFFF)
-    elif KIND == 2:
-        key = x.to(tl.int32)
-    else:
-        key = x.to(tl.int64)
-    if DESCENDING:
-        key = ~key
-    return key
-
-
-@triton.jit
-def _bitonic_sort(k, i, LOG: tl.constexpr, ROWS: tl.constexpr):
-    # each row of k [ROWS, 2**LOG] ascending by (key, index), i carried along. A step
-    # compare-exchanges the pairs 2**(LOG - level - 1) apart: the smaller (key, index) pair
-    # first, unless flip (a descending run of the network). (One function, no nested calls:
-    # the interpreter pays per call.)
-    for stage in tl.static_range(1, LOG + 1):
-        if stage < LOG:  # runs of 2**stage alternate up and down
-            flip = tl.reshape(tl.broadcast_to(tl.arange(0, 2)[None, :, None],
-                                              [ROWS * (1 << (LOG - 1 - stage)), 2, 1 << stage]),
-                              [ROWS, 1 << LOG])
-        else:
-            flip = tl.zeros([ROWS, 1 << LOG], tl.int32)
-        for step in tl.static_range(stage):
-            # pairs as [groups, 2, distance] -> the two sides, each [groups, distance]
-            kl, kr = tl.split(tl.permute(tl.reshape(
-                k, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
-            il, ir = tl.split(tl.permute(tl.reshape(
-                i, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
-            down, _ = tl.split(tl.permute(tl.reshape(
-                flip, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
-            swap = ((kl > kr) | ((kl == kr) & (il > ir))) != (down != 0)
-            k = tl.reshape(tl.permute(tl.join(tl.where(swap, kr, kl), tl.where(swap, kl, kr)),
-                                      (0, 2, 1)), [ROWS, 1 << LOG])
-            i = tl.reshape(tl.permute(tl.join(tl.where(swap, ir, il), tl.where(swap, il, ir)),
-                                      (0, 2, 1)), [ROWS, 1 << LOG])
-    return k, i
-
-
-@triton.jit
 def _sort_tile_kernel(vals_ptr, ind_ptr, keys_out, idx_out, x_ptr, keys_in, idx_in,
                       n_rows, n_cols, n_inner, width_in, width_out, n_out,
                       FROM_X: tl.constexpr, FINAL: tl.constexpr, KEEP: tl.constexpr,
@@ -439,17 +387,6 @@ def _merge_pass_kernel(keys_ptr, idx_ptr, width, span, FLIP: tl.constexpr, BLOCK
     tl.store(idx_ptr + base + b, tl.where(swap, ia, ib), mask=ok)
 
 
-def _key_kind(dtype):
-    """(KIND, key torch dtype, the largest key)."""
-    if dtype == torch.float64:
-        return 1, torch.int64, 2 ** 63 - 1
-    if dtype.is_floating_point:
-        return 0, torch.int32, 2 ** 31 - 1
-    if dtype == torch.int64:
-        return 3, torch.int64, 2 ** 63 - 1
-    return 2, torch.int32, 2 ** 31 - 1
-
-
 def _tile_rows(n_rows, tile):
     return max(1, min(next_power_of_2(max(n_rows, 1)), max(1, SORT_TILE // tile)))
 
@@ -521,6 +458,12 @@ def topk(x, k, dim, largest=True, sorted=True):
     not `sorted`); ties go to the lower index, NaN is the largest."""
     _check_dim("topk", x, dim)
     x, n_rows, n, inner = _rows(x, dim)
+    if VARIANT != "old" and n_rows and topk_select.applies(n, k, SORT_TILE):
+        shape = list(x.shape)
+        shape[dim] = k
+        vals = empty(shape, x.dtype, x.device)
+        ind = empty(shape, torch.int64, x.device)
+        return topk_select.topk_halving(x, k, n_rows, n, inner, largest, vals, ind, SORT_TILE)
     keep = next_power_of_2(max(k, 1))
     if 2 * keep > SORT_TILE or next_power_of_2(n) <= SORT_TILE or k == 0:
         return _sorted_rows(x, dim, largest, k)
