@@ -34,7 +34,7 @@ import triton.language as tl
 from .. import dtypes
 from .elementwise import contiguous as _contiguous
 from .elementwise import fill_ as _fill
-from . import scan_lookback, topk_select
+from . import radix_sort, scan_lookback, topk_select
 from .sort_network import _bitonic_sort, _key_kind, _order_key
 from .launch import INTERPRET, cdiv, next_power_of_2, num_warps_for
 from .plans import empty, planned, run
@@ -411,6 +411,8 @@ def _sorted_rows(x, dim, descending, n_out):
             n_rows, n, inner, 1, 1, n_out, FROM_X=True, FINAL=True, KEEP=width, LOG=log,
             ROWS=rows, num_warps=num_warps_for(rows * width), **key_meta)
         return vals, ind
+    if VARIANT != "old" and n_out == n and radix_sort.applies(x.dtype, n, SORT_TILE):
+        return radix_sort.radix_sort(x, n_rows, n, inner, descending, vals, ind, kind)
     # long rows: sorted tiles, then bitonic merges across tiles in memory
     tile = SORT_TILE
     log = tile.bit_length() - 1
