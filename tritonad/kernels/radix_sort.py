@@ -11,7 +11,8 @@ A pass over digit p = (ukey >> shift) & (2**BITS - 1) is two launches:
   histogram: counts[row, d, b] = #{elements of block b of the row with digit d};
   scatter:   each element goes to  sum_{d' < d} total[d'] + sum_{b' < b} counts[row, d, b']
              + its rank among the elements of its block with digit d (tl.cumsum over a one-hot
-             of the digit), which keeps equal digits in their order: the sort is stable, and
+             of the digit, packed as four 16-bit counters to an int64 word), which keeps equal
+             digits in their order: the sort is stable, and
              after the last pass (key, index) pairs are in order, as the bitonic path leaves them.
 Passes over bits that every key shares (the low 16 bits of a widened bfloat16, 13 of a
 float16) are skipped: they would move nothing.
@@ -89,6 +90,7 @@ def _radix_scatter_kernel(keys_out, idx_out, vals_ptr, ind_ptr, keys_in, idx_in,
     row = tl.program_id(0).to(tl.int64)
     b = tl.program_id(1).to(tl.int64)
     bins = tl.arange(0, 1 << BITS)
+    words = tl.arange(0, 1 << (BITS - 2))
     blocks = tl.arange(0, NB)
     c = tl.load(counts_ptr + (row * (1 << BITS) + bins[:, None]) * n_blocks + blocks[None, :],
                 mask=(blocks < n_blocks)[None, :], other=0)
@@ -102,11 +104,17 @@ def _radix_scatter_kernel(keys_out, idx_out, vals_ptr, ind_ptr, keys_in, idx_in,
         key, idx = _radix_load(keys_in, idx_in, x_ptr, row, j, ok, n_cols, n_inner, FROM_X,
                                DESCENDING, KIND)
         d = _radix_digit(key, shift, flip, ok, BITS)
+        # rank among the sub-chunk's elements of the same digit: counters of 16 bits, four
+        # digits to an int64 word, so the scan runs over 2**BITS / 4 words, not 2**BITS bins
+        word = d >> 2
+        field = ((d & 3) * 16).to(tl.int64)
+        in_word = word[:, None] == words[None, :]
+        one = tl.full([SUB], 1, tl.int64) << field
+        seen = tl.sum(tl.where(in_word, tl.cumsum(tl.where(in_word, one[:, None], 0), 0), 0), 1)
+        rank = ((seen >> field) & 0xFFFF) - 1
         hot = d[:, None] == bins[None, :]
-        hot32 = hot.to(tl.int32)
-        rank = tl.sum(tl.where(hot, tl.cumsum(hot32, 0), 0), 1) - 1
-        dest = (tl.sum(tl.where(hot, running[None, :], 0), 1) + rank).to(tl.int64)
-        running += tl.sum(hot32, 0)
+        dest = tl.sum(tl.where(hot, running[None, :], 0), 1).to(tl.int64) + rank
+        running += tl.sum(hot.to(tl.int32), 0)
         if FINAL:
             base = (row // n_inner) * n_cols * n_inner + row % n_inner
             v = tl.load(x_ptr + base + idx.to(tl.int64) * n_inner, mask=ok, other=0)
