@@ -29,7 +29,7 @@ from .sort_network import _order_key
 
 BITS = 4            # bits of the key a pass sorts on (2**BITS bins)
 RADIX_BLOCK = 4096  # columns a program owns (at least; more when a row has over MAX_BLOCKS)
-RADIX_SUB = 1024    # columns ranked at once inside a block (a [SUB, 2**BITS] one-hot)
+RADIX_SUB = 512     # columns ranked at once inside a block (112 registers a thread at 8 warps)
 MAX_BLOCKS = 256    # blocks per row: the scatter reads all 2**BITS x blocks counts of its row
 
 
@@ -151,7 +151,7 @@ def radix_sort(x, n_rows, n, inner, descending, vals, ind, kind):
         bufs.append((empty((n_rows, n), torch.int32, x.device),
                      empty((n_rows, n), torch.int32, x.device)))
     meta = dict(DESCENDING=bool(descending), KIND=kind, BITS=BITS, BLOCK=block, SUB=sub,
-                num_warps=8 if sub >= 1024 else 4)
+                num_warps=8 if sub >= 512 else 4)
     grid = (n_rows, n_blocks)
     src = bufs[0]
     for p in range(first, passes):
