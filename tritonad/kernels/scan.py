@@ -10,8 +10,9 @@ Scans. One program owns BLOCK_R rows and a chunk of CHUNK columns, streamed BLOC
 through tl.associative_scan with a carry across tiles. Long rows with few of them (a 1M-element
 cumsum) are cut into chunks so that the GPU fills: pass 1 reduces each chunk to its total,
 pass 2 scans the totals of each row (the same kernel), pass 3 scans each chunk starting from
-the total of the chunks before it. REVERSE scans from the last column to the first (the
-gradients of cumsum and logcumsumexp).
+the total of the chunks before it; a float sum takes one launch instead, chunks looking back
+at the totals their neighbours publish (scan_lookback.py). REVERSE scans from the last column
+to the first (the gradients of cumsum and logcumsumexp).
 
 Sorting. Every value becomes an integer key whose signed order is the order wanted (floats by
 their bits with the negative ones' magnitude bits flipped, -0.0 as +0.0, every NaN as one NaN
@@ -20,8 +21,14 @@ and then index, so every sort is stable and NaN sorts as the largest, as PyTorch
 to SORT_TILE columns is sorted in registers by a bitonic network carrying the index. Longer rows:
 tiles sorted in registers, then the bitonic merges across tiles in memory (a compare-exchange
 pass per stride down to the tile), each stage finished by sorting the tiles again in registers
-(a tile is then a bitonic sequence in its place). topk keeps the best next_pow2(k) of each tile
-and sorts the candidates again until they fit one tile.
+(a tile is then a bitonic sequence in its place); rows of 32-bit keys take an LSD radix sort
+instead (radix_sort.py). topk keeps the best next_pow2(k) of each tile, by halving sorted runs
+of that length (topk_select.py) where 2 next_pow2(k) fits a tile, else by sorting the tile,
+and repeats over the candidates until they fit one tile.
+
+VARIANT ("new", or "old" from TRITONAD_SCAN_KERNELS=old) keeps the paths before the
+look-back scan, the radix sort and the halving topk selectable, for A/B runs (bench scan
+--variant new,old).
 """
 from __future__ import annotations
 
@@ -51,8 +58,8 @@ MERGE_BLOCK = 1 << 14 if INTERPRET else 1024   # pairs per program in a merge pa
 GATHER_BLOCK = 1 << 14 if INTERPRET else 1024
 
 # "new": the single-pass cumsum (scan_lookback.py), the radix sort (radix_sort.py) and the
-# tile-halving topk (topk_select.py) where they apply; "old": the multi-pass scan, the bitonic
-# merge sort and the full-tile topk everywhere (kept for A/B runs: bench scan --variant).
+# halving topk (topk_select.py) where they apply; "old": the multi-pass scan, the bitonic
+# merge sort and the full-tile topk everywhere. Part of every plan's key.
 VARIANT = os.environ.get("TRITONAD_SCAN_KERNELS", "new")
 
 
