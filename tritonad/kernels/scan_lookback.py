@@ -81,7 +81,10 @@ def _lookback_cumsum_kernel(y_ptr, x_ptr, ws_ptr, n_cols, n_inner, n_chunks, n_t
     inc = (prefix + total).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     tl.atomic_xchg(status + c, (2 << 32) | inc)
     tl.store(y_ptr + base + phys * n_inner, (y + prefix).to(y_ptr.dtype.element_ty), mask=ok)
-    # the last program out leaves the workspace zeroed for the next launch
+    # the last program out leaves the workspace zeroed for the next launch. The barrier: every
+    # warp of this program is past its look-back (no status left to read) before it counts as
+    # finished, or the zeroing could strand a lagging warp waiting on a status that is gone
+    tl.debug_barrier()
     finished = tl.atomic_add(ws_ptr + 1, 1)
     if finished == n_tiles - 1:
         zeros = tl.zeros([BLOCK], tl.int64)
