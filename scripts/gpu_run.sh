@@ -54,6 +54,8 @@ for step in "$@"; do
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
         sweep-mlp)    run sweep-mlp 300 python3 benchmarks/sweep_mlp.py ;;
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
+        gpt-steps=*)  run "$step" 200 python3 -m tritonad train --model gpt --steps "${step#gpt-steps=}" ;;
+        resnet-epochs=*) run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-epochs=}" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
     esac
