@@ -2,7 +2,7 @@
 in the same run: cumsum, sort and topk along the last dim.
 
     python benchmarks/bench_scan.py --out bench-results [--quick] [--dtype float32]
-        [--ops cumsum,sort,topk] [--k 50] [--variant new,old]
+        [--ops cumsum,sort,topk] [--k 50] [--variant new,old,radix]
 
 Shapes: one row of 1M elements and [4096, 32000] rows (the issue's two), and a few between.
 Per op and shape: the kernel time (triton.testing.do_bench median, L2 flushed) of the launcher
@@ -14,9 +14,10 @@ is faster. GB/s = bytes moved / t at the minimum traffic: cumsum reads x and wri
 x numel); topk reads x (numel x itemsize; the k outputs are small).
 
 --variant picks the kernels (tritonad.kernels.scan.VARIANT, as TRITONAD_SCAN_KERNELS does):
-"new" (the single-pass look-back cumsum, the radix sort, the halving topk where they apply),
-"old" (the multi-pass scan, the bitonic merge sort, the full-tile topk); both by default, each
-row measured under each, so that one run compares them on the same GPU.
+"new" (the single-pass look-back cumsum and the halving topk where they apply), "radix" (new
+and the radix sort), "old" (the multi-pass scan, the bitonic merge sort, the full-tile topk);
+new and old by default, each row measured under each, so that one run compares them on the
+same GPU.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ SHAPES = [(1, 1 << 20), (1, 1 << 24), (64, 32000), (4096, 32000), (32768, 128), 
 QUICK_SHAPES = [(1, 1 << 20), (4096, 32000)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 OPS = ("cumsum", "sort", "topk")
-VARIANTS = ("new", "old")
+VARIANTS = ("new", "old", "radix")
 
 
 def _pair(op, k):
@@ -102,9 +103,10 @@ def _extra(parser):
     parser.add_argument("--ops", default=",".join(OPS),
                         help="comma-separated subset of " + ",".join(OPS))
     parser.add_argument("--k", type=int, default=50, help="topk's k (default 50)")
-    parser.add_argument("--variant", default=",".join(VARIANTS),
-                        help="comma-separated kernels to measure: new (single-pass cumsum, radix "
-                             "sort, halving topk), old (the paths before them); default both")
+    parser.add_argument("--variant", default="new,old",
+                        help="comma-separated kernels to measure: new (single-pass cumsum, "
+                             "halving topk), radix (new and the radix sort), old (the paths "
+                             "before them); default new,old")
 
 
 def main(argv=None):

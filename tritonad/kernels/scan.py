@@ -26,9 +26,12 @@ instead (radix_sort.py). topk keeps the best next_pow2(k) of each tile, by halvi
 of that length (topk_select.py) where 2 next_pow2(k) fits a tile, else by sorting the tile,
 and repeats over the candidates until they fit one tile.
 
-VARIANT ("new", or "old" from TRITONAD_SCAN_KERNELS=old) keeps the paths before the
-look-back scan, the radix sort and the halving topk selectable, for A/B runs (bench scan
---variant new,old).
+VARIANT (TRITONAD_SCAN_KERNELS) keeps the paths selectable for A/B runs (bench scan
+--variant new,old,radix): "new" the look-back scan and the halving topk, with the bitonic
+merge sort; "radix" also the radix sort; "old" the paths before all three. The radix sort is
+not the default: on an H200 (2026-12-02, `bench scan --quick`) it took 0.495 ms for one row of
+2^20 float32 keys against the bitonic merge's 0.523 (PyTorch 0.110), and 52.4 ms for
+[4096, 32000] against 22.6 (PyTorch 9.40): its 16 launches and per-block histograms need work.
 """
 from __future__ import annotations
 
@@ -57,9 +60,9 @@ SORT_TILE = 1024 if INTERPRET else 2048        # widest row sorted in registers 
 MERGE_BLOCK = 1 << 14 if INTERPRET else 1024   # pairs per program in a merge pass
 GATHER_BLOCK = 1 << 14 if INTERPRET else 1024
 
-# "new": the single-pass cumsum (scan_lookback.py), the radix sort (radix_sort.py) and the
-# halving topk (topk_select.py) where they apply; "old": the multi-pass scan, the bitonic
-# merge sort and the full-tile topk everywhere. Part of every plan's key.
+# "new": the single-pass cumsum (scan_lookback.py) and the halving topk (topk_select.py) where
+# they apply; "radix": those and the radix sort (radix_sort.py); "old": the multi-pass scan,
+# the bitonic merge sort and the full-tile topk everywhere. Part of every plan's key.
 VARIANT = os.environ.get("TRITONAD_SCAN_KERNELS", "new")
 
 
@@ -418,7 +421,7 @@ def _sorted_rows(x, dim, descending, n_out):
             n_rows, n, inner, 1, 1, n_out, FROM_X=True, FINAL=True, KEEP=width, LOG=log,
             ROWS=rows, num_warps=num_warps_for(rows * width), **key_meta)
         return vals, ind
-    if VARIANT != "old" and n_out == n and radix_sort.applies(x.dtype, n, SORT_TILE):
+    if VARIANT == "radix" and n_out == n and radix_sort.applies(x.dtype, n, SORT_TILE):
         return radix_sort.radix_sort(x, n_rows, n, inner, descending, vals, ind, kind)
     # long rows: sorted tiles, then bitonic merges across tiles in memory
     tile = SORT_TILE
