@@ -17,6 +17,8 @@ from tritonad import nn
 from tritonad.autodiff import norm_ops
 from tritonad.autodiff.gradcheck import gradcheck
 from tritonad.kernels import norm as kernels
+from tritonad.kernels import norm_common, norm_stream
+from tritonad.kernels.plans import clear_plans
 
 TF = torch.nn.functional
 # forward / gradient tolerances (rtol, atol) by dtype, against torch
@@ -123,13 +125,43 @@ def test_fused_row_norms_match_the_composite_in_float64():
         assert_close(a, e, 1e-12, 1e-12, name=f"output {i}")
 
 
-def test_layer_norm_backward_sums_many_programs(monkeypatch):
-    monkeypatch.setattr(kernels, "programs_override", 5)
-    monkeypatch.setattr(kernels, "TILE", 64)  # 2 rows a program-step at 32 columns
+@pytest.fixture
+def variant(request, monkeypatch):
+    """The kernels of one settings variant on small tiles and several programs, so that every
+    loop takes several steps, with a masked tail (and, in the streaming kernels, a fully masked
+    load past a program's last tile). Plans are cleared around it (their key does not see
+    the program count)."""
+    name = getattr(request, "param", "new")
+    monkeypatch.setattr(norm_common, "programs_override", 3)
+    monkeypatch.setattr(norm_stream, "INTERPRET_MIN_TILE", 0)
+    monkeypatch.setattr(kernels, "TILE", 64)  # the old kernels: 2 rows a step at 32 columns
+    monkeypatch.setattr(norm_common, "SETTINGS", norm_common.NormSettings(
+        variant=name, row_tile_bytes=256, bn_tile_bytes=128))
+    clear_plans()
+    yield name
+    clear_plans()
+
+
+@pytest.mark.parametrize("variant", ["old"], indirect=True)
+def test_layer_norm_backward_sums_many_programs(variant):
     x, w, b = arrays(4, (23, 29), (29,), (29,))
     with td.use_backend("triton"):
         compare(lambda x, w, b: F.layer_norm(x, (29,), w, b),
                 lambda x, w, b: TF.layer_norm(x, (29,), w, b), [x, w, b])
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
+def test_streaming_row_backward_on_small_tiles(variant, dtype):
+    """The row backward with the next rows' loads in flight: 3 programs of 4 steps of 2 rows
+    (64 bytes a row of float32), the last step part masked; strided x for rms_norm."""
+    x, w, b = arrays(15, (23, 29), (29,), (29,), shift=2.0)
+    with td.use_backend("triton"):
+        compare(lambda x, w, b: F.layer_norm(x, (29,), w, b),
+                lambda x, w, b: TF.layer_norm(x, (29,), w, b), [x, w, b], dtype=dtype)
+        if dtype == td.float32:
+            compare(lambda x, w: F.rms_norm(x, (29,), w),
+                    lambda x, w: TF.rms_norm(x, (29,), w),
+                    [np.ascontiguousarray(x.T), w], views=[transposed, None])
 
 
 def test_norm_composites_gradcheck():
@@ -245,6 +277,36 @@ def test_batch_norm_half_channels_last():
                 lambda x, w, b: TF.gelu(TF.batch_norm(x.float(), None, None, w.float(),
                                                       b.float(), training=True)).bfloat16(),
                 [store(x), w, b], dtype=td.bfloat16, views=[view, None, None])
+
+
+@pytest.mark.parametrize("variant, layout", [("new", "nchw"), ("new", "channels_last"),
+                                             ("old", "channels_last")],
+                         indirect=["variant"])
+def test_batch_norm_on_small_tiles(variant, layout):
+    """Statistics, normalise and backward over several programs of several tiles (channel
+    blocks of 2 in NCHW; 3 splits of 3 tiles of 4 positions in channels-last), gelu fused, a
+    mean 1000 standard deviations from 0 (sum(x^2) - sum(x)^2 / m would lose every digit of
+    the variance in float32; the kernels' shifted or combined sums keep them), and the
+    running statistics of a cumulative average over two steps."""
+    store, view = LAYOUTS[layout]
+    ours, theirs = nn.BatchNorm2d(5, momentum=None), torch.nn.BatchNorm2d(5, momentum=None)
+    with td.use_backend("triton"):
+        for step in range(2):
+            (x,) = arrays(70 + step, (3, 5, 4, 3), scale=0.1, shift=100.0)
+            compare(lambda x: ours(x, activation="gelu"), lambda x: TF.gelu(theirs(x)),
+                    [store(x)], views=[view], tol=(2e-3, 2e-3))
+    assert_close(ours.running_mean, theirs.running_mean, 1e-6, 1e-6)
+    assert_close(ours.running_var, theirs.running_var, 1e-3, 1e-9)
+    assert int(ours.num_batches_tracked.item()) == 2
+
+
+def test_norm_settings_parse():
+    s = norm_common.NormSettings.parse("variant=old, row_tile_bytes=32768")
+    assert (s.variant, s.row_tile_bytes, s.bn_tile_bytes) == ("old", 32768, 16384)
+    with pytest.raises(ValueError, match="unknown setting"):
+        norm_common.NormSettings.parse("tile=3")
+    with pytest.raises(ValueError, match="variant must be"):
+        norm_common.NormSettings.parse("variant=fast")
 
 
 def test_fused_batch_norm_keeps_channels_last():

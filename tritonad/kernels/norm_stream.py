@@ -1,0 +1,496 @@
+"""Streaming normalisation passes (settings variant "new", kernels/norm_common.py): the row-norm
+backward and the batch-norm forward and backward, each a pass over the data at full bandwidth.
+kernels/norm.py's launchers call these; the forward row kernel is norm.py's (both variants).
+
+Why the first kernels (variant "old") were slow (bench norms, H200, 2026-12-02): each program
+loaded a tile of 4096 elements, reduced it across warps, then loaded the next: one tile in
+flight per program and about one program per SM, so a bf16 tile put half the bytes in flight
+of an fp32 one, and the bf16 passes ran at the fp32 passes' speed (LayerNorm backward 0.57x
+torch at 16384x384 bf16; batch norm statistics 0.32x at 512x256x7x7 bf16 channels-last). Here:
+
+- tiles are sized in bytes (settings *_tile_bytes), so a bf16 tile holds twice the elements;
+- loops over tiles keep the next tile's loads in flight while the current one is reduced
+  (the loads are issued at the top of the iteration, used in the next);
+- sums stay per lane in registers ([BLOCK_M, BLOCK_N] or [BLOCK_S, BLOCK_C]) and are reduced
+  across lanes once at the end of a program, not once per tile;
+- batch-norm statistics are sums of x - p and (x - p)^2 with p = x[0, 0, c] (a value of the
+  channel, so the shift is about one standard deviation from the mean and float32 keeps the
+  digits: var = E[(x-p)^2] - E[x-p]^2), which a partial combines by adding;
+- the elementwise passes (normalise, dx) take one tile a program over a 1-D grid and let the
+  hardware schedule many programs a multiprocessor.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .launch import INTERPRET, cdiv, next_power_of_2
+from .norm_common import (acc_type, activate, activation_grad, col_offsets, program_count,
+                          stat_dtype, tile_offsets)
+from .plans import empty, run
+
+MAX_WARPS = 32
+# the interpreter runs a tile in about the time of an element: few large tiles there (tests set
+# 0 to walk many small tiles)
+INTERPRET_MIN_TILE = 1 << 14 if INTERPRET else 0
+
+
+def _warps(elements, itemsize, cap=16):
+    """Warps for a tile: about 1 KiB of each input a warp (8 fp32 or 16 bf16 elements a thread)."""
+    return max(4, min(cap, elements * itemsize // 1024))
+
+
+# ------------------------------------------------------------------------ row-norm backward
+#
+# As kernels/norm.py: per row, g = w dy, xhat = (x - mu) rstd (mu = 0 for rms_norm),
+#   dx = rstd (g - (xhat sum(g xhat) + sum(g)) / n)    (rms_norm: no sum(g) term),
+#   dw = sum over rows of dy xhat,  db = sum over rows of dy.
+# Memory traffic: reads x and dy, writes dx (3 x itemsize a element), 8 bytes a row of mean and
+# rstd, and one float32 row of partial dw (and db) a program: at 2 programs an SM and
+# 16384 x 384 bf16, 0.8 MB of partials against 37.7 MB of x, dy, dx.
+
+
+@triton.jit
+def _rows_load(x_ptr, dy_ptr, mean_ptr, rstd_ptr, rows, row_end, x_cols, d_cols, col_ok,
+               stride_xm, stride_dm, RMS: tl.constexpr):
+    # the raw tile of rows `rows` (x, dy in their dtype; mean, rstd): loads issued, not waited on
+    row_ok = rows < row_end
+    mask = row_ok[:, None] & col_ok[None, :]
+    rows64 = rows.to(tl.int64)
+    x = tl.load((x_ptr + rows64 * stride_xm)[:, None] + x_cols[None, :], mask=mask, other=0.0)
+    dy = tl.load((dy_ptr + rows64 * stride_dm)[:, None] + d_cols[None, :], mask=mask, other=0.0)
+    rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
+    if RMS:
+        mean = rstd
+    else:
+        mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
+    return x, dy, mean, rstd
+
+
+@triton.jit
+def _rows_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,
+                     n_rows, n_cols, rows_per_program, stride_xm, stride_xn, stride_dm,
+                     stride_dn,
+                     RMS: tl.constexpr, HAS_W: tl.constexpr, COMPUTE_DX: tl.constexpr,
+                     COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                     COL64: tl.constexpr):
+    # one program: a stripe of rows_per_program rows, BLOCK_M at a time, the next BLOCK_M rows'
+    # loads in flight while these are reduced; dx of the stripe and one row of the dweight /
+    # dbias partial sums (summed per lane over the stripe, across lanes once at the end)
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    x_cols = col_offsets(cols, stride_xn, COL64)
+    d_cols = col_offsets(cols, stride_dn, COL64)
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    x_raw, dy_raw, mean, rstd = _rows_load(
+        x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start + tl.arange(0, BLOCK_M), row_end, x_cols,
+        d_cols, col_ok, stride_xm, stride_dm, RMS)
+    for start in range(row_start, row_end, BLOCK_M):
+        x = x_raw.to(ACC)
+        dy = dy_raw.to(ACC)
+        rstd_t = rstd
+        mean_t = mean
+        rows = start + tl.arange(0, BLOCK_M)
+        mask = (rows < row_end)[:, None] & col_ok[None, :]
+        x_raw, dy_raw, mean, rstd = _rows_load(
+            x_ptr, dy_ptr, mean_ptr, rstd_ptr, rows + BLOCK_M, row_end, x_cols, d_cols, col_ok,
+            stride_xm, stride_dm, RMS)
+        if RMS:
+            xhat = x * rstd_t[:, None]
+        else:
+            xhat = tl.where(mask, (x - mean_t[:, None]) * rstd_t[:, None], 0.0)
+        if HAS_W:
+            g = dy * w[None, :]
+        else:
+            g = dy
+        if COMPUTE_DX:
+            c1 = tl.sum(xhat * g, 1) / n_cols
+            if RMS:
+                dx = (g - xhat * c1[:, None]) * rstd_t[:, None]
+            else:
+                c2 = tl.sum(g, 1) / n_cols
+                dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd_t[:, None]
+            tl.store((dx_ptr + rows.to(tl.int64) * n_cols)[:, None] + cols[None, :],
+                     dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        if COMPUTE_DW:
+            dw_acc += dy * xhat
+        if COMPUTE_DB:
+            db_acc += dy
+    part = pid.to(tl.int64) * n_cols
+    if COMPUTE_DW:
+        tl.store(dw_part_ptr + part + cols, tl.sum(dw_acc, 0), mask=col_ok)
+    if COMPUTE_DB:
+        tl.store(db_part_ptr + part + cols, tl.sum(db_acc, 0), mask=col_ok)
+
+
+def row_blocks(n_rows, n_cols, itemsize, s):
+    """(BLOCK_M, BLOCK_N, num_warps) of the row backward: whole rows, about s.row_tile_bytes of
+    x a step."""
+    block_n = next_power_of_2(max(n_cols, 1))
+    elements = max(1, s.row_tile_bytes // itemsize)
+    elements = max(elements, INTERPRET_MIN_TILE)
+    block_m = max(1, min(next_power_of_2(max(n_rows, 1)), elements // block_n))
+    return block_m, block_n, _warps(block_m * block_n, itemsize, MAX_WARPS)
+
+
+def rows_backward(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, s, col64):
+    """dx (or None) and the [need_dw + need_db, programs, cols] float32 partial sums of dweight
+    and dbias (or None) of layer_norm / rms_norm; kernels/norm.py sums the partials."""
+    n_rows, n_cols = x.shape
+    block_m, block_n, warps = row_blocks(n_rows, n_cols, x.element_size(), s)
+    blocks = cdiv(n_rows, block_m)
+    programs = max(1, min(blocks, program_count(x.device, s.row_programs_per_sm)))
+    rows_per = cdiv(blocks, programs) * block_m
+    programs = max(1, cdiv(n_rows, rows_per))
+    dx = empty(x.shape, x.dtype, x.device) if need_dx else None
+    parts = empty((int(need_dw) + int(need_db), programs, n_cols), stat_dtype(x.dtype),
+                  x.device) if need_dw or need_db else None
+    dw_part = parts[0] if need_dw else rstd
+    db_part = parts[int(need_dw)] if need_db else rstd
+    if n_rows and (need_dx or need_dw or need_db):
+        run(_rows_bwd_kernel, (programs,), dx if need_dx else x, dw_part, db_part, dy, x,
+            weight if weight is not None else x, mean, rstd, n_rows, n_cols, rows_per,
+            x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
+            RMS=bool(rms), HAS_W=weight is not None, COMPUTE_DX=bool(need_dx),
+            COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
+            ACC=acc_type(x.dtype), COL64=col64, num_warps=warps)
+    return dx, parts
+
+
+# ---------------------------------------------------------------------------------- batch_norm
+#
+# As kernels/norm.py: per channel c over its m = N * S values, p = x[0, 0, c]:
+#   training: s1 = sum(x - p), s2 = sum((x - p)^2) (per lane, then per program, then over the
+#             programs in a fixed order), mu = p + s1 / m, var = s2 / m - (s1 / m)^2,
+#             rstd = 1 / sqrt(var + eps); the running statistics as torch's (unbiased var)
+#   y = act(xhat w + b),  xhat = (x - mu) rstd
+# Backward, g = dy act'(xhat w + b):  db = sum(g), dw = sum(g xhat),
+#   training: dx = w rstd (g - (db + xhat dw) / m)      eval: dx = w rstd g
+# Memory traffic: forward reads x twice and writes y (3 x itemsize a element; the second read
+# often from L2: 12.8 MB at 512x256x7x7 bf16); backward reads x and dy twice and writes dx (5 x);
+# the [2, splits, C] float32 partials are 2 x splits x C x 4 bytes (0.5 MB at C = 256).
+
+
+@triton.jit
+def _bn_sums_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
+                    chunks_per_program, n_splits,
+                    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
+                    OFF64: tl.constexpr):
+    # one program: BLOCK_C channels over chunks_per_program tiles, the next tile's load in flight;
+    # its sum(x - p), sum((x - p)^2) as row `split` of part[2, splits, C]
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    split = tl.program_id(1)
+    c_ok = cols < C
+    pivot = tl.load(x_ptr + cols.to(tl.int64) * s_c, mask=c_ok, other=0.0).to(ACC)
+    k0 = split * chunks_per_program
+    k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
+    s1 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    s2 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    # (a tile past the program's last is loaded fully masked: positions below S_next = 0)
+    S_next = tl.where(k0 < k1, S, 0)
+    base, offs, s_ok = tile_offsets(k0, n_sblocks, S_next, cols, s_n, s_s, s_c, BLOCK_S, OFF64)
+    mask_next = s_ok[:, None] & c_ok[None, :]
+    x_next = tl.load(x_ptr + base + offs, mask=mask_next, other=0.0)
+    for k in range(k0, k1):
+        x = x_next.to(ACC)
+        mask = mask_next
+        S_next = tl.where(k + 1 < k1, S, 0)
+        base, offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, s_n, s_s, s_c,
+                                        BLOCK_S, OFF64)
+        mask_next = s_ok[:, None] & c_ok[None, :]
+        x_next = tl.load(x_ptr + base + offs, mask=mask_next, other=0.0)
+        d = tl.where(mask, x - pivot[None, :], 0.0)
+        s1 += d
+        s2 += d * d
+    row = split.to(tl.int64) * C + cols
+    tl.store(part_ptr + row, tl.sum(s1, 0), mask=c_ok)
+    tl.store(part_ptr + n_splits * C + row, tl.sum(s2, 0), mask=c_ok)
+
+
+@triton.jit
+def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, x_ptr, rm_ptr, rv_ptr, nbt_ptr, C, s_c,
+                      n_splits, count, momentum, eps,
+                      TRAINING: tl.constexpr, UPDATE: tl.constexpr, CUMULATIVE: tl.constexpr,
+                      BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+    # one program: BLOCK_C channels' mean and rstd from the splits' shifted sums (added in a
+    # fixed order, [BLOCK_P, BLOCK_C] at a time), and their running statistics' update.
+    # num_batches_tracked is read here (momentum=None: f = 1 / (its value + 1)) and incremented
+    # by the apply kernel, which runs after every program of this one.
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < C
+    if TRAINING:
+        s1 = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+        s2 = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+        for p0 in range(0, n_splits, BLOCK_P):
+            rows = p0 + tl.arange(0, BLOCK_P)
+            mask = (rows < n_splits)[:, None] & c_ok[None, :]
+            at = rows[:, None] * C + cols[None, :]
+            s1 += tl.load(part_ptr + at, mask=mask, other=0.0)
+            s2 += tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
+        pivot = tl.load(x_ptr + cols.to(tl.int64) * s_c, mask=c_ok, other=0.0).to(ACC)
+        shift = tl.sum(s1, 0) / count
+        var = tl.maximum(tl.sum(s2, 0) / count - shift * shift, 0.0)
+        mean = pivot + shift
+        if UPDATE:
+            factor = momentum
+            if CUMULATIVE:
+                factor = 1.0 / (tl.load(nbt_ptr) + 1).to(ACC)
+            rm = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+            rv = tl.load(rv_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+            rm = rm * (1.0 - factor) + mean * factor
+            rv = rv * (1.0 - factor) + (var * (count / (count - 1.0))) * factor
+            tl.store(rm_ptr + cols, rm.to(rm_ptr.dtype.element_ty), mask=c_ok)
+            tl.store(rv_ptr + cols, rv.to(rv_ptr.dtype.element_ty), mask=c_ok)
+    else:
+        mean = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+        var = tl.load(rv_ptr + cols, mask=c_ok, other=1.0).to(ACC)
+    tl.store(mean_ptr + cols, mean, mask=c_ok)
+    tl.store(rstd_ptr + cols, 1.0 / tl.sqrt(var + eps), mask=c_ok)
+
+
+@triton.jit
+def _bn_apply_kernel(y_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, nbt_ptr, S, C,
+                     sx_n, sx_s, sx_c, sy_n, sy_s, sy_c, n_sblocks, n_cblocks,
+                     ACT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                     HAS_NBT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                     ACC: tl.constexpr, OFF64: tl.constexpr):
+    # one program: one [BLOCK_S, BLOCK_C] tile, program id = tile * n_cblocks + channel block;
+    # y = act((x - mu) a + b). The first program also counts the batch in num_batches_tracked
+    # (after the finish kernel, which read it).
+    pid = tl.program_id(0)
+    if HAS_NBT:
+        if pid == 0:
+            tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)
+    k = pid // n_cblocks
+    cols = (pid % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < C
+    x_base, x_offs, s_ok = tile_offsets(k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
+    mask = s_ok[:, None] & c_ok[None, :]
+    x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
+    mean = tl.load(mean_ptr + cols, mask=c_ok, other=0.0)
+    scale = tl.load(rstd_ptr + cols, mask=c_ok, other=0.0)
+    if HAS_W:
+        scale = scale * tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+    shift = tl.zeros([BLOCK_C], ACC)
+    if HAS_B:
+        shift = tl.load(b_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+    y = activate((x - mean[None, :]) * scale[None, :] + shift[None, :], ACT)
+    y_base, y_offs, s_ok = tile_offsets(k, n_sblocks, S, cols, sy_n, sy_s, sy_c, BLOCK_S, OFF64)
+    tl.store(y_ptr + y_base + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bn_grad_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, S, C,
+                         sx_n, sx_s, sx_c, sd_n, sd_s, sd_c, n_sblocks, n_chunks,
+                         chunks_per_program, n_splits,
+                         ACT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                         BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
+                         OFF64: tl.constexpr):
+    # one program: BLOCK_C channels over chunks_per_program tiles, the next tile's x and dy in
+    # flight; its sum(g), sum(g xhat) as row `split` of part[2, splits, C]
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    split = tl.program_id(1)
+    c_ok = cols < C
+    mean = tl.load(mean_ptr + cols, mask=c_ok, other=0.0)
+    rstd = tl.load(rstd_ptr + cols, mask=c_ok, other=0.0)
+    w = tl.zeros([BLOCK_C], ACC) + 1.0
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+    b = tl.zeros([BLOCK_C], ACC)
+    if HAS_B:
+        b = tl.load(b_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+    sum_g = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    sum_gx = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    k0 = split * chunks_per_program
+    k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
+    S_next = tl.where(k0 < k1, S, 0)
+    x_base, x_offs, s_ok = tile_offsets(k0, n_sblocks, S_next, cols, sx_n, sx_s, sx_c, BLOCK_S,
+                                        OFF64)
+    d_base, d_offs, s_ok = tile_offsets(k0, n_sblocks, S_next, cols, sd_n, sd_s, sd_c, BLOCK_S,
+                                        OFF64)
+    mask_next = s_ok[:, None] & c_ok[None, :]
+    x_next = tl.load(x_ptr + x_base + x_offs, mask=mask_next, other=0.0)
+    g_next = tl.load(dy_ptr + d_base + d_offs, mask=mask_next, other=0.0)
+    for k in range(k0, k1):
+        x = x_next.to(ACC)
+        g = g_next.to(ACC)
+        mask = mask_next
+        S_next = tl.where(k + 1 < k1, S, 0)
+        x_base, x_offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, sx_n, sx_s, sx_c,
+                                            BLOCK_S, OFF64)
+        d_base, d_offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, sd_n, sd_s, sd_c,
+                                            BLOCK_S, OFF64)
+        mask_next = s_ok[:, None] & c_ok[None, :]
+        x_next = tl.load(x_ptr + x_base + x_offs, mask=mask_next, other=0.0)
+        g_next = tl.load(dy_ptr + d_base + d_offs, mask=mask_next, other=0.0)
+        xhat = (x - mean[None, :]) * rstd[None, :]
+        if ACT != 0:
+            g = activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
+        g = tl.where(mask, g, 0.0)
+        sum_g += g
+        sum_gx += g * xhat
+    row = split.to(tl.int64) * C + cols
+    tl.store(part_ptr + row, tl.sum(sum_g, 0), mask=c_ok)
+    tl.store(part_ptr + n_splits * C + row, tl.sum(sum_gx, 0), mask=c_ok)
+
+
+@triton.jit
+def _bn_grad_finish_kernel(sums_ptr, dw_ptr, db_ptr, part_ptr, C, n_splits,
+                           WRITE_DW: tl.constexpr, WRITE_DB: tl.constexpr,
+                           BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
+    # one program: BLOCK_C channels; db = sum(g), dw = sum(g xhat) over the splits, in a fixed
+    # order, [BLOCK_P, BLOCK_C] at a time
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < C
+    sum_g = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    sum_gx = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    for p0 in range(0, n_splits, BLOCK_P):
+        rows = p0 + tl.arange(0, BLOCK_P)
+        mask = (rows < n_splits)[:, None] & c_ok[None, :]
+        at = rows[:, None] * C + cols[None, :]
+        sum_g += tl.load(part_ptr + at, mask=mask, other=0.0)
+        sum_gx += tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
+    total_g = tl.sum(sum_g, 0)
+    total_gx = tl.sum(sum_gx, 0)
+    tl.store(sums_ptr + cols, total_g, mask=c_ok)
+    tl.store(sums_ptr + C + cols, total_gx, mask=c_ok)
+    if WRITE_DW:
+        tl.store(dw_ptr + cols, total_gx.to(dw_ptr.dtype.element_ty), mask=c_ok)
+    if WRITE_DB:
+        tl.store(db_ptr + cols, total_g.to(db_ptr.dtype.element_ty), mask=c_ok)
+
+
+@triton.jit
+def _bn_dx_kernel(dx_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, sums_ptr, S, C,
+                  sx_n, sx_s, sx_c, sd_n, sd_s, sd_c, so_n, so_s, so_c, n_sblocks, n_cblocks,
+                  inv_count,
+                  TRAINING: tl.constexpr, ACT: tl.constexpr, HAS_W: tl.constexpr,
+                  HAS_B: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                  ACC: tl.constexpr, OFF64: tl.constexpr):
+    # one program: one [BLOCK_S, BLOCK_C] tile of dx, program id = tile * n_cblocks + block
+    pid = tl.program_id(0)
+    k = pid // n_cblocks
+    cols = (pid % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < C
+    x_base, x_offs, s_ok = tile_offsets(k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
+    d_base, d_offs, s_ok = tile_offsets(k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S, OFF64)
+    mask = s_ok[:, None] & c_ok[None, :]
+    x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
+    g = tl.load(dy_ptr + d_base + d_offs, mask=mask, other=0.0).to(ACC)
+    mean = tl.load(mean_ptr + cols, mask=c_ok, other=0.0)
+    rstd = tl.load(rstd_ptr + cols, mask=c_ok, other=0.0)
+    w = tl.zeros([BLOCK_C], ACC) + 1.0
+    if HAS_W:
+        w = tl.load(w_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+    b = tl.zeros([BLOCK_C], ACC)
+    if HAS_B:
+        b = tl.load(b_ptr + cols, mask=c_ok, other=0.0).to(ACC)
+    xhat = (x - mean[None, :]) * rstd[None, :]
+    if ACT != 0:
+        g = activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
+    if TRAINING:
+        mean_g = tl.load(sums_ptr + cols, mask=c_ok, other=0.0) * inv_count
+        mean_gx = tl.load(sums_ptr + C + cols, mask=c_ok, other=0.0) * inv_count
+        g = g - (mean_g[None, :] + xhat * mean_gx[None, :])
+    dx = g * (w * rstd)[None, :]
+    o_base, o_offs, s_ok = tile_offsets(k, n_sblocks, S, cols, so_n, so_s, so_c, BLOCK_S, OFF64)
+    tl.store(dx_ptr + o_base + o_offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def bn_tiles(N, S, C, channels_inner, itemsize, device, s, *strides):
+    """Tiling of an [N, S, C] pass: (block_s, block_c, n_sblocks, n_cblocks, n_chunks, per,
+    splits, meta). Tiles of about s.bn_tile_bytes of one input along the contiguous axis; the
+    reductions spread over about s.bn_programs_per_sm programs an SM (splits of per tiles each
+    a channel block); int32 offsets in a sample unless some array's reach passes 2**31."""
+    elements = max(256, s.bn_tile_bytes // itemsize)
+    elements = max(elements, INTERPRET_MIN_TILE)
+    if channels_inner:
+        block_c = min(next_power_of_2(C), 256)
+        block_s = max(1, min(next_power_of_2(S), elements // block_c))
+    else:
+        block_s = min(next_power_of_2(S), 1024)
+        block_c = max(1, min(next_power_of_2(C), elements // block_s))
+    n_sblocks = cdiv(S, block_s)
+    n_cblocks = cdiv(C, block_c)
+    n_chunks = N * n_sblocks
+    splits = max(1, min(n_chunks, cdiv(program_count(device, s.bn_programs_per_sm), n_cblocks)))
+    per = cdiv(n_chunks, splits)
+    splits = cdiv(n_chunks, per)
+    reach = max(abs(s_s) * (S + block_s) + abs(s_c) * (C + block_c) for _, s_s, s_c in strides)
+    meta = {"BLOCK_S": block_s, "BLOCK_C": block_c, "OFF64": reach >= 2 ** 31,
+            "num_warps": _warps(block_s * block_c, itemsize)}
+    return n_sblocks, n_cblocks, n_chunks, per, splits, meta
+
+
+def _split_tile(splits, C):
+    """(BLOCK_P, BLOCK_C) of the kernels that add up the [splits, C] partials: all splits in
+    one tile up to 512 (one load each), channels filling about 4096 elements."""
+    block_p = min(next_power_of_2(max(splits, 1)), 512)
+    return block_p, max(1, min(next_power_of_2(C), 4096 // block_p))
+
+
+def bn_forward(y, x, weight, bias, running_mean, running_var, num_batches_tracked, training,
+               momentum, eps, activation, N, S, C, x_strides, y_strides, channels_inner, s):
+    """kernels/norm.py's batch_norm on the [N, S, C] views: fills y, returns (mean, rstd)."""
+    acc = acc_type(x.dtype)
+    mean = empty((C,), stat_dtype(x.dtype), x.device)
+    rstd = empty((C,), stat_dtype(x.dtype), x.device)
+    n_sblocks, n_cblocks, n_chunks, per, splits, meta = bn_tiles(
+        N, S, C, channels_inner, x.element_size(), x.device, s, x_strides, y_strides)
+    update = bool(training and running_mean is not None)
+    if training:
+        part = empty((2, splits, C), stat_dtype(x.dtype), x.device)
+        run(_bn_sums_kernel, (n_cblocks, splits), part, x, S, C, *x_strides, n_sblocks,
+            n_chunks, per, splits, ACC=acc, **meta)
+    else:
+        part = mean
+    has_nbt = update and num_batches_tracked is not None
+    block_p, block_c = _split_tile(splits if training else 1, C)
+    run(_bn_finish_kernel, (cdiv(C, block_c),), mean, rstd, part, x,
+        running_mean if running_mean is not None else mean,
+        running_var if running_var is not None else rstd,
+        num_batches_tracked if has_nbt else mean, C, x_strides[2], splits, float(N * S),
+        0.0 if momentum is None else float(momentum), float(eps),
+        TRAINING=bool(training), UPDATE=update, CUMULATIVE=momentum is None and has_nbt,
+        BLOCK_P=block_p, BLOCK_C=block_c, ACC=acc, num_warps=8)
+    run(_bn_apply_kernel, (n_chunks * n_cblocks,), y, x, mean, rstd,
+        weight if weight is not None else x, bias if bias is not None else x,
+        num_batches_tracked if has_nbt else mean, S, C, *x_strides, *y_strides, n_sblocks,
+        n_cblocks, ACT=activation, HAS_W=weight is not None, HAS_B=bias is not None,
+        HAS_NBT=has_nbt, ACC=acc, **meta)
+    return mean, rstd
+
+
+def bn_backward(dx, dw, db, dy, x, weight, bias, mean, rstd, training, activation, N, S, C,
+                x_strides, d_strides, o_strides, channels_inner, s):
+    """kernels/norm.py's batch_norm_backward on the [N, S, C] views: fills dx, dw, db (those
+    not None)."""
+    acc = acc_type(x.dtype)
+    n_sblocks, n_cblocks, n_chunks, per, splits, meta = bn_tiles(
+        N, S, C, channels_inner, x.element_size(), x.device, s, x_strides, d_strides, o_strides)
+    flags = dict(ACT=activation, HAS_W=weight is not None, HAS_B=bias is not None, ACC=acc,
+                 **meta)
+    w_arg = weight if weight is not None else x
+    b_arg = bias if bias is not None else x
+    sums = mean
+    if training and dx is not None or dw is not None or db is not None:
+        part = empty((2, splits, C), stat_dtype(x.dtype), x.device)
+        run(_bn_grad_sums_kernel, (n_cblocks, splits), part, dy, x, mean, rstd, w_arg, b_arg,
+            S, C, *x_strides, *d_strides, n_sblocks, n_chunks, per, splits, **flags)
+        sums = empty((2, C), stat_dtype(x.dtype), x.device)
+        block_p, block_c = _split_tile(splits, C)
+        run(_bn_grad_finish_kernel, (cdiv(C, block_c),), sums,
+            dw if dw is not None else sums, db if db is not None else sums, part, C, splits,
+            WRITE_DW=dw is not None, WRITE_DB=db is not None, BLOCK_P=block_p,
+            BLOCK_C=block_c, ACC=acc, num_warps=8)
+    if dx is not None:
+        run(_bn_dx_kernel, (n_chunks * n_cblocks,), dx, dy, x, mean, rstd, w_arg, b_arg, sums,
+            S, C, *x_strides, *d_strides, *o_strides, n_sblocks, n_cblocks,
+            1.0 / max(N * S, 1), TRAINING=bool(training), **flags)
