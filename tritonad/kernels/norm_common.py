@@ -10,6 +10,7 @@ that one GPU run can time both (bench norms --variant old,new).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -70,6 +71,17 @@ def use(**changes):
     SETTINGS = NormSettings.parse(",".join(f"{k}={v}" for k, v in
                                            {**dataclasses.asdict(SETTINGS), **changes}.items()))
     return previous
+
+
+@contextlib.contextmanager
+def using(**changes):
+    """use(**changes) for the block, the previous settings after it."""
+    global SETTINGS
+    previous = use(**changes)
+    try:
+        yield SETTINGS
+    finally:
+        SETTINGS = previous
 
 
 def acc_type(dtype):
