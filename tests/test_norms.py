@@ -444,42 +444,66 @@ def test_layer_norm_rows_have_zero_mean_unit_variance(rows, cols, scale, shift):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
-@pytest.mark.parametrize("shape", [(4096, 384), (1024, 4096), (257, 16384)])
-def test_gpu_row_norms_against_torch(dtype, shape):
+@pytest.mark.parametrize("shape", [(4096, 384), (1024, 4096), (257, 16384), (16384, 384),
+                                   (8192, 4096), (1000, 1000)])
+def test_gpu_row_norms_against_torch(dtype, shape, variant):
+    """The bench shapes and odd ones (a stripe of rows that is not a multiple of the rows a
+    step; 1000 columns in a 1024 block), each variant of the kernels."""
     rows, cols = shape
     x, w, b = arrays(50, shape, (cols,), (cols,))
-    compare(lambda x, w, b: F.layer_norm(x, (cols,), w, b),
-            lambda x, w, b: TF.layer_norm(x, (cols,), w, b),
-            [x, w, b], dtype=dtype, tol=(2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4))
-    compare(lambda x, w: F.rms_norm(x, (cols,), w), lambda x, w: TF.rms_norm(x, (cols,), w),
-            [x, w], dtype=dtype, tol=(2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4))
+    tol = (2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4)
+    with norm_common.using(variant=variant):
+        compare(lambda x, w, b: F.layer_norm(x, (cols,), w, b),
+                lambda x, w, b: TF.layer_norm(x, (cols,), w, b), [x, w, b], dtype=dtype,
+                tol=tol)
+        compare(lambda x, w: F.rms_norm(x, (cols,), w), lambda x, w: TF.rms_norm(x, (cols,), w),
+                [x, w], dtype=dtype, tol=tol)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
 @pytest.mark.parametrize("activation", [None, "gelu"])
-def test_gpu_batch_norm_against_torch(layout, dtype, activation):
+@pytest.mark.parametrize("shape", [(64, 128, 14, 14), (512, 256, 7, 7), (3, 300, 5, 7)])
+def test_gpu_batch_norm_against_torch(layout, dtype, activation, shape, variant):
+    """The bench shapes, and 300 channels (two channel blocks, a part-masked one) on an odd
+    plane; each variant of the kernels."""
     store, view = LAYOUTS[layout]
-    x, w, b = arrays(51, (64, 128, 14, 14), (128,), (128,), shift=1.0)
+    c = shape[1]
+    x, w, b = arrays(51, shape, (c,), (c,), shift=1.0)
     act = {None: lambda y: y, "gelu": TF.gelu}[activation]
     tol = (3e-2, 3e-2) if dtype is td.bfloat16 else (1e-3, 1e-4)
-    compare(lambda x, w, b: F.batch_norm_act(x, None, None, w, b, True, activation=activation),
-            lambda x, w, b: act(TF.batch_norm(x, None, None, w, b, training=True)),
-            [store(x), w, b], views=[view, None, None], dtype=dtype, tol=tol)
+    with norm_common.using(variant=variant):
+        compare(lambda x, w, b: F.batch_norm_act(x, None, None, w, b, True,
+                                                 activation=activation),
+                lambda x, w, b: act(TF.batch_norm(x, None, None, w, b, training=True)),
+                [store(x), w, b], views=[view, None, None], dtype=dtype, tol=tol)
 
 
 @pytest.mark.gpu
-def test_gpu_batch_norm_running_stats_under_cuda_graph():
+@pytest.mark.parametrize("variant", ["old", "new"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gpu_batch_norm_running_stats_under_cuda_graph(variant, channels_last):
     """A captured training step updates the running statistics at every replay."""
+    with norm_common.using(variant=variant):
+        _captured_running_stats(channels_last)
+
+
+def _captured_running_stats(channels_last):
     from tritonad.capture import CapturedStep
 
     ours, theirs = nn.BatchNorm2d(8, momentum=None), torch.nn.BatchNorm2d(8, momentum=None)
     ours = ours.to("cuda")
     theirs = theirs.cuda()
     (x,) = arrays(52, (4, 8, 5, 5), shift=2.0)
-    x_td = td.tensor(x, dtype=td.float32, device="cuda")
+    if channels_last:
+        x_td = td.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), dtype=td.float32,
+                         device="cuda").permute(0, 3, 1, 2)
+    else:
+        x_td = td.tensor(x, dtype=td.float32, device="cuda")
 
     def step(x):
         return ours(x, activation="relu").sum()

@@ -2,6 +2,12 @@
 gelu fused), forward and backward. These are the fused forms of the composites in
 autodiff/norm_ops.py (their oracle); the numpy backend runs the composites.
 
+The launchers here run one of two variants (kernels/norm_common.py settings, TRITONAD_NORM):
+"new" (the default) hands the row-norm backward and the batch-norm passes to
+kernels/norm_stream.py; "old" runs the first kernels below, kept so that one GPU run can time
+both (bench norms --variant old,new). The row-norm forward below serves both. What follows
+describes the old kernels; norm_stream.py's docstring says what the new ones change.
+
 Row norms (layer_norm, rms_norm; group_norm reuses them on rows of one group): x is [rows, cols]
 with any strides; a program holds BLOCK_M whole rows in registers (BLOCK_N = next power of two of
 cols, at most MAX_COLS), several rows a program for narrow rows so that a program moves about

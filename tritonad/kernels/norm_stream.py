@@ -13,9 +13,10 @@ torch at 16384x384 bf16; batch norm statistics 0.32x at 512x256x7x7 bf16 channel
   (the loads are issued at the top of the iteration, used in the next);
 - sums stay per lane in registers ([BLOCK_M, BLOCK_N] or [BLOCK_S, BLOCK_C]) and are reduced
   across lanes once at the end of a program, not once per tile;
-- batch-norm statistics are sums of x - p and (x - p)^2 with p = x[0, 0, c] (a value of the
-  channel, so the shift is about one standard deviation from the mean and float32 keeps the
-  digits: var = E[(x-p)^2] - E[x-p]^2), which a partial combines by adding;
+- a batch-norm statistics program sums x - p and (x - p)^2 per lane, p = the mean of its
+  first tile (so p lies near the mean and float32 keeps the digits of
+  M2 = sum (x-p)^2 - (sum (x-p))^2 / n); the programs' (mean, M2, count) combine by Chan's
+  formula;
 - the elementwise passes (normalise, dx) take one tile a program over a 1-D grid and let the
   hardware schedule many programs a multiprocessor.
 """
@@ -166,41 +167,46 @@ def rows_backward(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, s, 
 
 # ---------------------------------------------------------------------------------- batch_norm
 #
-# As kernels/norm.py: per channel c over its m = N * S values, p = x[0, 0, c]:
-#   training: s1 = sum(x - p), s2 = sum((x - p)^2) (per lane, then per program, then over the
-#             programs in a fixed order), mu = p + s1 / m, var = s2 / m - (s1 / m)^2,
-#             rstd = 1 / sqrt(var + eps); the running statistics as torch's (unbiased var)
+# As kernels/norm.py: per channel c over its m = N * S values:
+#   training: each program, over its n_i values, p_i = the mean of its first tile,
+#             s1 = sum(x - p_i), s2 = sum((x - p_i)^2) (per lane, then across lanes),
+#             mean_i = p_i + s1 / n_i, M2_i = s2 - s1^2 / n_i; then over the programs in a
+#             fixed order mu = sum n_i mean_i / m, M2 = sum M2_i + n_i (mean_i - mu)^2,
+#             var = M2 / m, rstd = 1 / sqrt(var + eps); running statistics as torch's
+#             (unbiased var M2 / (m - 1), momentum or the cumulative average)
 #   y = act(xhat w + b),  xhat = (x - mu) rstd
 # Backward, g = dy act'(xhat w + b):  db = sum(g), dw = sum(g xhat),
 #   training: dx = w rstd (g - (db + xhat dw) / m)      eval: dx = w rstd g
 # Memory traffic: forward reads x twice and writes y (3 x itemsize a element; the second read
 # often from L2: 12.8 MB at 512x256x7x7 bf16); backward reads x and dy twice and writes dx (5 x);
-# the [2, splits, C] float32 partials are 2 x splits x C x 4 bytes (0.5 MB at C = 256).
+# the [3, splits, C] float32 partials are 3 x splits x C x 4 bytes (0.8 MB at C = 256 and 264
+# splits).
 
 
 @triton.jit
-def _bn_sums_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
-                    chunks_per_program, n_splits,
-                    BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
-                    OFF64: tl.constexpr):
+def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
+                     chunks_per_program, n_splits,
+                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
+                     OFF64: tl.constexpr):
     # one program: BLOCK_C channels over chunks_per_program tiles, the next tile's load in flight;
-    # its sum(x - p), sum((x - p)^2) as row `split` of part[2, splits, C]
+    # sums of x - p and (x - p)^2 per lane, p = the mean of the program's first tile; writes its
+    # (mean, M2, count) as row `split` of part[3, splits, C]
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_ok = cols < C
-    pivot = tl.load(x_ptr + cols.to(tl.int64) * s_c, mask=c_ok, other=0.0).to(ACC)
     k0 = split * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
-    s1 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
-    s2 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
-    # (a tile past the program's last is loaded fully masked: positions below S_next = 0)
-    S_next = tl.where(k0 < k1, S, 0)
-    base, offs, s_ok = tile_offsets(k0, n_sblocks, S_next, cols, s_n, s_s, s_c, BLOCK_S, OFF64)
+    base, offs, s_ok = tile_offsets(k0, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S, OFF64)
     mask_next = s_ok[:, None] & c_ok[None, :]
     x_next = tl.load(x_ptr + base + offs, mask=mask_next, other=0.0)
+    pivot = tl.sum(x_next.to(ACC), 0) / tl.maximum(tl.sum(s_ok.to(ACC), 0), 1.0)
+    s1 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    s2 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    count = tl.zeros([], ACC)
     for k in range(k0, k1):
         x = x_next.to(ACC)
         mask = mask_next
+        # (a tile past the program's last is loaded fully masked: positions below S_next = 0)
         S_next = tl.where(k + 1 < k1, S, 0)
         base, offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, s_n, s_s, s_c,
                                         BLOCK_S, OFF64)
@@ -209,35 +215,51 @@ def _bn_sums_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
         d = tl.where(mask, x - pivot[None, :], 0.0)
         s1 += d
         s2 += d * d
+        count += tl.minimum(S - (k % n_sblocks) * BLOCK_S, BLOCK_S).to(ACC)
+    t1 = tl.sum(s1, 0)
     row = split.to(tl.int64) * C + cols
-    tl.store(part_ptr + row, tl.sum(s1, 0), mask=c_ok)
-    tl.store(part_ptr + n_splits * C + row, tl.sum(s2, 0), mask=c_ok)
+    tl.store(part_ptr + row, pivot + t1 / count, mask=c_ok)
+    tl.store(part_ptr + n_splits * C + row, tl.sum(s2, 0) - t1 * t1 / count, mask=c_ok)
+    tl.store(part_ptr + 2 * n_splits * C + row, tl.zeros([BLOCK_C], ACC) + count, mask=c_ok)
 
 
 @triton.jit
-def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, x_ptr, rm_ptr, rv_ptr, nbt_ptr, C, s_c,
-                      n_splits, count, momentum, eps,
+def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, rm_ptr, rv_ptr, nbt_ptr, C, n_splits,
+                      momentum, eps,
                       TRAINING: tl.constexpr, UPDATE: tl.constexpr, CUMULATIVE: tl.constexpr,
                       BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
-    # one program: BLOCK_C channels' mean and rstd from the splits' shifted sums (added in a
-    # fixed order, [BLOCK_P, BLOCK_C] at a time), and their running statistics' update.
-    # num_batches_tracked is read here (momentum=None: f = 1 / (its value + 1)) and incremented
-    # by the apply kernel, which runs after every program of this one.
+    # one program: BLOCK_C channels' mean and rstd, and their running statistics' update.
+    # The splits' (n_i, mean_i, M2_i) combine as n = sum n_i, mean = sum n_i mean_i / n,
+    # M2 = sum M2_i + sum n_i (mean_i - mean)^2 (Chan et al.; exact), in a fixed order,
+    # [BLOCK_P, BLOCK_C] at a time. num_batches_tracked is read here (momentum=None:
+    # f = 1 / (its value + 1)) and incremented by the apply kernel, which runs after this one.
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = cols < C
     if TRAINING:
-        s1 = tl.zeros([BLOCK_P, BLOCK_C], ACC)
-        s2 = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+        count = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+        total = tl.zeros([BLOCK_P, BLOCK_C], ACC)
         for p0 in range(0, n_splits, BLOCK_P):
             rows = p0 + tl.arange(0, BLOCK_P)
             mask = (rows < n_splits)[:, None] & c_ok[None, :]
             at = rows[:, None] * C + cols[None, :]
-            s1 += tl.load(part_ptr + at, mask=mask, other=0.0)
-            s2 += tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
-        pivot = tl.load(x_ptr + cols.to(tl.int64) * s_c, mask=c_ok, other=0.0).to(ACC)
-        shift = tl.sum(s1, 0) / count
-        var = tl.maximum(tl.sum(s2, 0) / count - shift * shift, 0.0)
-        mean = pivot + shift
+            p_mean = tl.load(part_ptr + at, mask=mask, other=0.0)
+            p_count = tl.load(part_ptr + 2 * n_splits * C + at, mask=mask, other=0.0)
+            count += p_count
+            total += p_count * p_mean
+        n = tl.sum(count, 0)
+        mean = tl.sum(total, 0) / n
+        m2 = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+        for p0 in range(0, n_splits, BLOCK_P):
+            rows = p0 + tl.arange(0, BLOCK_P)
+            mask = (rows < n_splits)[:, None] & c_ok[None, :]
+            at = rows[:, None] * C + cols[None, :]
+            p_mean = tl.load(part_ptr + at, mask=mask, other=0.0)
+            p_m2 = tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
+            p_count = tl.load(part_ptr + 2 * n_splits * C + at, mask=mask, other=0.0)
+            delta = p_mean - mean[None, :]
+            m2 += p_m2 + p_count * delta * delta
+        m2_total = tl.maximum(tl.sum(m2, 0), 0.0)
+        var = m2_total / n
         if UPDATE:
             factor = momentum
             if CUMULATIVE:
@@ -245,7 +267,7 @@ def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, x_ptr, rm_ptr, rv_ptr, nbt_p
             rm = tl.load(rm_ptr + cols, mask=c_ok, other=0.0).to(ACC)
             rv = tl.load(rv_ptr + cols, mask=c_ok, other=0.0).to(ACC)
             rm = rm * (1.0 - factor) + mean * factor
-            rv = rv * (1.0 - factor) + (var * (count / (count - 1.0))) * factor
+            rv = rv * (1.0 - factor) + (m2_total / (n - 1.0)) * factor
             tl.store(rm_ptr + cols, rm.to(rm_ptr.dtype.element_ty), mask=c_ok)
             tl.store(rv_ptr + cols, rv.to(rv_ptr.dtype.element_ty), mask=c_ok)
     else:
@@ -446,17 +468,17 @@ def bn_forward(y, x, weight, bias, running_mean, running_var, num_batches_tracke
         N, S, C, channels_inner, x.element_size(), x.device, s, x_strides, y_strides)
     update = bool(training and running_mean is not None)
     if training:
-        part = empty((2, splits, C), stat_dtype(x.dtype), x.device)
-        run(_bn_sums_kernel, (n_cblocks, splits), part, x, S, C, *x_strides, n_sblocks,
+        part = empty((3, splits, C), stat_dtype(x.dtype), x.device)
+        run(_bn_stats_kernel, (n_cblocks, splits), part, x, S, C, *x_strides, n_sblocks,
             n_chunks, per, splits, ACC=acc, **meta)
     else:
         part = mean
     has_nbt = update and num_batches_tracked is not None
     block_p, block_c = _split_tile(splits if training else 1, C)
-    run(_bn_finish_kernel, (cdiv(C, block_c),), mean, rstd, part, x,
+    run(_bn_finish_kernel, (cdiv(C, block_c),), mean, rstd, part,
         running_mean if running_mean is not None else mean,
         running_var if running_var is not None else rstd,
-        num_batches_tracked if has_nbt else mean, C, x_strides[2], splits, float(N * S),
+        num_batches_tracked if has_nbt else mean, C, splits,
         0.0 if momentum is None else float(momentum), float(eps),
         TRAINING=bool(training), UPDATE=update, CUMULATIVE=momentum is None and has_nbt,
         BLOCK_P=block_p, BLOCK_C=block_c, ACC=acc, num_warps=8)
