@@ -131,12 +131,13 @@ def variant(request, monkeypatch):
     loop takes several steps, with a masked tail (and, in the streaming kernels, a fully masked
     load past a program's last tile). Plans are cleared around it (their key does not see
     the program count)."""
-    name = getattr(request, "param", "new")
+    name = getattr(request, "param", "new")  # "new2": two steps in flight for every dtype
     monkeypatch.setattr(norm_common, "programs_override", 3)
     monkeypatch.setattr(norm_stream, "INTERPRET_MIN_TILE", 0)
     monkeypatch.setattr(kernels, "TILE", 64)  # the old kernels: 2 rows a step at 32 columns
     monkeypatch.setattr(norm_common, "SETTINGS", norm_common.NormSettings(
-        variant=name, row_tile_bytes=256, bn_tile_bytes=128))
+        variant=name[:3], row_tile=64, bn_reduce_tile=32, bn_tile=64,
+        depth=2 if name == "new2" else 1))
     clear_plans()
     yield name
     clear_plans()
@@ -152,8 +153,9 @@ def test_layer_norm_backward_sums_many_programs(variant):
 
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
 def test_streaming_row_backward_on_small_tiles(variant, dtype):
-    """The row backward with the next rows' loads in flight: 3 programs of 4 steps of 2 rows
-    (64 bytes a row of float32), the last step part masked; strided x for rms_norm."""
+    """The row backward with the next rows' loads in flight (one step ahead for float32, two
+    for bfloat16): 3 programs of 4 steps of 2 rows, the last step part masked; strided x for
+    rms_norm."""
     x, w, b = arrays(15, (23, 29), (29,), (29,), shift=2.0)
     with td.use_backend("triton"):
         compare(lambda x, w, b: F.layer_norm(x, (29,), w, b),
@@ -279,7 +281,7 @@ def test_batch_norm_half_channels_last():
                 [store(x), w, b], dtype=td.bfloat16, views=[view, None, None])
 
 
-@pytest.mark.parametrize("variant, layout", [("new", "nchw"), ("new", "channels_last"),
+@pytest.mark.parametrize("variant, layout", [("new2", "nchw"), ("new", "channels_last"),
                                              ("old", "channels_last")],
                          indirect=["variant"])
 def test_batch_norm_on_small_tiles(variant, layout):
@@ -301,8 +303,8 @@ def test_batch_norm_on_small_tiles(variant, layout):
 
 
 def test_norm_settings_parse():
-    s = norm_common.NormSettings.parse("variant=old, row_tile_bytes=32768")
-    assert (s.variant, s.row_tile_bytes, s.bn_tile_bytes) == ("old", 32768, 16384)
+    s = norm_common.NormSettings.parse("variant=old, row_tile=8192")
+    assert (s.variant, s.row_tile, s.bn_tile) == ("old", 8192, 4096)
     with pytest.raises(ValueError, match="unknown setting"):
         norm_common.NormSettings.parse("tile=3")
     with pytest.raises(ValueError, match="variant must be"):

@@ -8,9 +8,10 @@ flight per program and about one program per SM, so a bf16 tile put half the byt
 of an fp32 one, and the bf16 passes ran at the fp32 passes' speed (LayerNorm backward 0.57x
 torch at 16384x384 bf16; batch norm statistics 0.32x at 512x256x7x7 bf16 channels-last). Here:
 
-- tiles are sized in bytes (settings *_tile_bytes), so a bf16 tile holds twice the elements;
 - loops over tiles keep the next tile's loads in flight while the current one is reduced
-  (the loads are issued at the top of the iteration, used in the next);
+  (issued at the top of an iteration, used in the next), and for 2-byte dtypes the next two
+  tiles' (settings half_depth): a raw bf16 tile costs half the registers of a float32 one, so
+  bf16 keeps as many bytes in flight as float32 at 8 elements a thread;
 - sums stay per lane in registers ([BLOCK_M, BLOCK_N] or [BLOCK_S, BLOCK_C]) and are reduced
   across lanes once at the end of a program, not once per tile;
 - a batch-norm statistics program sums x - p and (x - p)^2 per lane, p = the mean of its
@@ -34,11 +35,6 @@ MAX_WARPS = 32
 # the interpreter runs a tile in about the time of an element: few large tiles there (tests set
 # 0 to walk many small tiles)
 INTERPRET_MIN_TILE = 1 << 14 if INTERPRET else 0
-
-
-def _warps(elements, itemsize, cap=16):
-    """Warps for a tile: about 1 KiB of each input a warp (8 fp32 or 16 bf16 elements a thread)."""
-    return max(4, min(cap, elements * itemsize // 1024))
 
 
 # ------------------------------------------------------------------------ row-norm backward
@@ -75,10 +71,10 @@ def _rows_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
                      RMS: tl.constexpr, HAS_W: tl.constexpr, COMPUTE_DX: tl.constexpr,
                      COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
-                     COL64: tl.constexpr):
-    # one program: a stripe of rows_per_program rows, BLOCK_M at a time, the next BLOCK_M rows'
-    # loads in flight while these are reduced; dx of the stripe and one row of the dweight /
-    # dbias partial sums (summed per lane over the stripe, across lanes once at the end)
+                     COL64: tl.constexpr, DEPTH: tl.constexpr):
+    # one program: a stripe of rows_per_program rows, BLOCK_M at a time, the next DEPTH steps'
+    # loads (1 or 2) in flight while these are reduced; dx of the stripe and one row of the
+    # dweight / dbias partial sums
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
@@ -86,13 +82,17 @@ def _rows_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
     d_cols = col_offsets(cols, stride_dn, COL64)
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)
-    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    dw_acc = tl.zeros([BLOCK_N], ACC)
+    db_acc = tl.zeros([BLOCK_N], ACC)
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
     x_raw, dy_raw, mean, rstd = _rows_load(
         x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start + tl.arange(0, BLOCK_M), row_end, x_cols,
         d_cols, col_ok, stride_xm, stride_dm, RMS)
+    if DEPTH == 2:
+        x_raw2, dy_raw2, mean2, rstd2 = _rows_load(
+            x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start + BLOCK_M + tl.arange(0, BLOCK_M),
+            row_end, x_cols, d_cols, col_ok, stride_xm, stride_dm, RMS)
     for start in range(row_start, row_end, BLOCK_M):
         x = x_raw.to(ACC)
         dy = dy_raw.to(ACC)
@@ -100,9 +100,15 @@ def _rows_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
         mean_t = mean
         rows = start + tl.arange(0, BLOCK_M)
         mask = (rows < row_end)[:, None] & col_ok[None, :]
-        x_raw, dy_raw, mean, rstd = _rows_load(
-            x_ptr, dy_ptr, mean_ptr, rstd_ptr, rows + BLOCK_M, row_end, x_cols, d_cols, col_ok,
-            stride_xm, stride_dm, RMS)
+        if DEPTH == 2:
+            x_raw, dy_raw, mean, rstd = x_raw2, dy_raw2, mean2, rstd2
+            x_raw2, dy_raw2, mean2, rstd2 = _rows_load(
+                x_ptr, dy_ptr, mean_ptr, rstd_ptr, rows + 2 * BLOCK_M, row_end, x_cols, d_cols,
+                col_ok, stride_xm, stride_dm, RMS)
+        else:
+            x_raw, dy_raw, mean, rstd = _rows_load(
+                x_ptr, dy_ptr, mean_ptr, rstd_ptr, rows + BLOCK_M, row_end, x_cols, d_cols,
+                col_ok, stride_xm, stride_dm, RMS)
         if RMS:
             xhat = x * rstd_t[:, None]
         else:
@@ -121,31 +127,36 @@ def _rows_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
             tl.store((dx_ptr + rows.to(tl.int64) * n_cols)[:, None] + cols[None, :],
                      dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
-            dw_acc += dy * xhat
+            dw_acc += tl.sum(dy * xhat, 0)
         if COMPUTE_DB:
-            db_acc += dy
+            db_acc += tl.sum(dy, 0)
     part = pid.to(tl.int64) * n_cols
     if COMPUTE_DW:
-        tl.store(dw_part_ptr + part + cols, tl.sum(dw_acc, 0), mask=col_ok)
+        tl.store(dw_part_ptr + part + cols, dw_acc, mask=col_ok)
     if COMPUTE_DB:
-        tl.store(db_part_ptr + part + cols, tl.sum(db_acc, 0), mask=col_ok)
+        tl.store(db_part_ptr + part + cols, db_acc, mask=col_ok)
 
 
-def row_blocks(n_rows, n_cols, itemsize, s):
-    """(BLOCK_M, BLOCK_N, num_warps) of the row backward: whole rows, about s.row_tile_bytes of
-    x a step."""
+def depth(itemsize, s):
+    """Steps of loads in flight ahead: s.half_depth for 2-byte dtypes, s.depth for wider."""
+    return s.half_depth if itemsize <= 2 else s.depth
+
+
+def row_blocks(n_rows, n_cols, s):
+    """(BLOCK_M, BLOCK_N, num_warps) of the row backward: whole rows, about s.row_tile
+    elements a step, 8 a thread (16 warps for 4096: about 110 registers a thread, no spills,
+    sm_90 cubins of Triton 3.9 by cuobjdump --dump-resource-usage, 2026-12-02)."""
     block_n = next_power_of_2(max(n_cols, 1))
-    elements = max(1, s.row_tile_bytes // itemsize)
-    elements = max(elements, INTERPRET_MIN_TILE)
+    elements = max(s.row_tile, INTERPRET_MIN_TILE)
     block_m = max(1, min(next_power_of_2(max(n_rows, 1)), elements // block_n))
-    return block_m, block_n, _warps(block_m * block_n, itemsize, MAX_WARPS)
+    return block_m, block_n, max(4, min(MAX_WARPS, block_m * block_n // 256))
 
 
 def rows_backward(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, s, col64):
     """dx (or None) and the [need_dw + need_db, programs, cols] float32 partial sums of dweight
     and dbias (or None) of layer_norm / rms_norm; kernels/norm.py sums the partials."""
     n_rows, n_cols = x.shape
-    block_m, block_n, warps = row_blocks(n_rows, n_cols, x.element_size(), s)
+    block_m, block_n, warps = row_blocks(n_rows, n_cols, s)
     blocks = cdiv(n_rows, block_m)
     programs = max(1, min(blocks, program_count(x.device, s.row_programs_per_sm)))
     rows_per = cdiv(blocks, programs) * block_m
@@ -161,7 +172,8 @@ def rows_backward(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, s, 
             x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
             RMS=bool(rms), HAS_W=weight is not None, COMPUTE_DX=bool(need_dx),
             COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
-            ACC=acc_type(x.dtype), COL64=col64, num_warps=warps)
+            ACC=acc_type(x.dtype), COL64=col64, DEPTH=depth(x.element_size(), s),
+            num_warps=warps)
     return dx, parts
 
 
@@ -184,34 +196,48 @@ def rows_backward(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, s, 
 
 
 @triton.jit
+def _tile_load(ptr, k, k1, n_sblocks, S, cols, c_ok, s_n, s_s, s_c, BLOCK_S: tl.constexpr,
+               OFF64: tl.constexpr):
+    # (the raw [BLOCK_S, BLOCK_C] tile k of an [N, S, C] array, its mask): issued, not waited
+    # on; a tile k >= k1 (past the program's last) is all masked, no memory touched
+    base, offs, s_ok = tile_offsets(k, n_sblocks, tl.where(k < k1, S, 0), cols, s_n, s_s, s_c,
+                                    BLOCK_S, OFF64)
+    mask = s_ok[:, None] & c_ok[None, :]
+    return tl.load(ptr + base + offs, mask=mask, other=0.0), mask
+
+
+@triton.jit
 def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
                      chunks_per_program, n_splits,
                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
-                     OFF64: tl.constexpr):
-    # one program: BLOCK_C channels over chunks_per_program tiles, the next tile's load in flight;
-    # sums of x - p and (x - p)^2 per lane, p = the mean of the program's first tile; writes its
-    # (mean, M2, count) as row `split` of part[3, splits, C]
+                     OFF64: tl.constexpr, DEPTH: tl.constexpr):
+    # one program: BLOCK_C channels over chunks_per_program tiles, the next DEPTH tiles' loads
+    # in flight; sums of x - p and (x - p)^2 per lane, p = the mean of the program's first
+    # tile; writes its (mean, M2, count) as row `split` of part[3, splits, C]
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_ok = cols < C
     k0 = split * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
-    base, offs, s_ok = tile_offsets(k0, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S, OFF64)
-    mask_next = s_ok[:, None] & c_ok[None, :]
-    x_next = tl.load(x_ptr + base + offs, mask=mask_next, other=0.0)
-    pivot = tl.sum(x_next.to(ACC), 0) / tl.maximum(tl.sum(s_ok.to(ACC), 0), 1.0)
+    x_next, mask_next = _tile_load(x_ptr, k0, k1, n_sblocks, S, cols, c_ok, s_n, s_s, s_c,
+                                   BLOCK_S, OFF64)
+    if DEPTH == 2:
+        x_next2, mask_next2 = _tile_load(x_ptr, k0 + 1, k1, n_sblocks, S, cols, c_ok, s_n, s_s,
+                                         s_c, BLOCK_S, OFF64)
+    pivot = tl.sum(x_next.to(ACC), 0) / tl.maximum(tl.sum(mask_next.to(ACC), 0), 1.0)
     s1 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
     s2 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
     count = tl.zeros([], ACC)
     for k in range(k0, k1):
         x = x_next.to(ACC)
         mask = mask_next
-        # (a tile past the program's last is loaded fully masked: positions below S_next = 0)
-        S_next = tl.where(k + 1 < k1, S, 0)
-        base, offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, s_n, s_s, s_c,
-                                        BLOCK_S, OFF64)
-        mask_next = s_ok[:, None] & c_ok[None, :]
-        x_next = tl.load(x_ptr + base + offs, mask=mask_next, other=0.0)
+        if DEPTH == 2:
+            x_next, mask_next = x_next2, mask_next2
+            x_next2, mask_next2 = _tile_load(x_ptr, k + 2, k1, n_sblocks, S, cols, c_ok, s_n,
+                                             s_s, s_c, BLOCK_S, OFF64)
+        else:
+            x_next, mask_next = _tile_load(x_ptr, k + 1, k1, n_sblocks, S, cols, c_ok, s_n,
+                                           s_s, s_c, BLOCK_S, OFF64)
         d = tl.where(mask, x - pivot[None, :], 0.0)
         s1 += d
         s2 += d * d
@@ -314,9 +340,9 @@ def _bn_grad_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_p
                          chunks_per_program, n_splits,
                          ACT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                          BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
-                         OFF64: tl.constexpr):
-    # one program: BLOCK_C channels over chunks_per_program tiles, the next tile's x and dy in
-    # flight; its sum(g), sum(g xhat) as row `split` of part[2, splits, C]
+                         OFF64: tl.constexpr, DEPTH: tl.constexpr):
+    # one program: BLOCK_C channels over chunks_per_program tiles, the next DEPTH tiles' x and
+    # dy in flight; its sum(g), sum(g xhat) as row `split` of part[2, splits, C]
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_ok = cols < C
@@ -332,26 +358,30 @@ def _bn_grad_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_p
     sum_gx = tl.zeros([BLOCK_S, BLOCK_C], ACC)
     k0 = split * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
-    S_next = tl.where(k0 < k1, S, 0)
-    x_base, x_offs, s_ok = tile_offsets(k0, n_sblocks, S_next, cols, sx_n, sx_s, sx_c, BLOCK_S,
-                                        OFF64)
-    d_base, d_offs, s_ok = tile_offsets(k0, n_sblocks, S_next, cols, sd_n, sd_s, sd_c, BLOCK_S,
-                                        OFF64)
-    mask_next = s_ok[:, None] & c_ok[None, :]
-    x_next = tl.load(x_ptr + x_base + x_offs, mask=mask_next, other=0.0)
-    g_next = tl.load(dy_ptr + d_base + d_offs, mask=mask_next, other=0.0)
+    x_next, mask_next = _tile_load(x_ptr, k0, k1, n_sblocks, S, cols, c_ok, sx_n, sx_s, sx_c,
+                                   BLOCK_S, OFF64)
+    g_next, mask_next = _tile_load(dy_ptr, k0, k1, n_sblocks, S, cols, c_ok, sd_n, sd_s, sd_c,
+                                   BLOCK_S, OFF64)
+    if DEPTH == 2:
+        x_next2, mask_next2 = _tile_load(x_ptr, k0 + 1, k1, n_sblocks, S, cols, c_ok, sx_n,
+                                         sx_s, sx_c, BLOCK_S, OFF64)
+        g_next2, mask_next2 = _tile_load(dy_ptr, k0 + 1, k1, n_sblocks, S, cols, c_ok, sd_n,
+                                         sd_s, sd_c, BLOCK_S, OFF64)
     for k in range(k0, k1):
         x = x_next.to(ACC)
         g = g_next.to(ACC)
         mask = mask_next
-        S_next = tl.where(k + 1 < k1, S, 0)
-        x_base, x_offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, sx_n, sx_s, sx_c,
-                                            BLOCK_S, OFF64)
-        d_base, d_offs, s_ok = tile_offsets(k + 1, n_sblocks, S_next, cols, sd_n, sd_s, sd_c,
-                                            BLOCK_S, OFF64)
-        mask_next = s_ok[:, None] & c_ok[None, :]
-        x_next = tl.load(x_ptr + x_base + x_offs, mask=mask_next, other=0.0)
-        g_next = tl.load(dy_ptr + d_base + d_offs, mask=mask_next, other=0.0)
+        if DEPTH == 2:
+            x_next, g_next, mask_next = x_next2, g_next2, mask_next2
+            x_next2, mask_next2 = _tile_load(x_ptr, k + 2, k1, n_sblocks, S, cols, c_ok, sx_n,
+                                             sx_s, sx_c, BLOCK_S, OFF64)
+            g_next2, mask_next2 = _tile_load(dy_ptr, k + 2, k1, n_sblocks, S, cols, c_ok, sd_n,
+                                             sd_s, sd_c, BLOCK_S, OFF64)
+        else:
+            x_next, mask_next = _tile_load(x_ptr, k + 1, k1, n_sblocks, S, cols, c_ok, sx_n,
+                                           sx_s, sx_c, BLOCK_S, OFF64)
+            g_next, mask_next = _tile_load(dy_ptr, k + 1, k1, n_sblocks, S, cols, c_ok, sd_n,
+                                           sd_s, sd_c, BLOCK_S, OFF64)
         xhat = (x - mean[None, :]) * rstd[None, :]
         if ACT != 0:
             g = activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
@@ -426,12 +456,11 @@ def _bn_dx_kernel(dx_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, sums_
     tl.store(dx_ptr + o_base + o_offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-def bn_tiles(N, S, C, channels_inner, itemsize, device, s, *strides):
-    """Tiling of an [N, S, C] pass: (block_s, block_c, n_sblocks, n_cblocks, n_chunks, per,
-    splits, meta). Tiles of about s.bn_tile_bytes of one input along the contiguous axis; the
-    reductions spread over about s.bn_programs_per_sm programs an SM (splits of per tiles each
-    a channel block); int32 offsets in a sample unless some array's reach passes 2**31."""
-    elements = max(256, s.bn_tile_bytes // itemsize)
+def bn_tiles(N, S, C, channels_inner, elements, programs, *strides):
+    """Tiling of an [N, S, C] pass: (n_sblocks, n_cblocks, n_chunks, per, splits, meta). Tiles
+    of about `elements` along the contiguous axis, 8 a thread; a reduction spreads over about
+    `programs` programs (splits of `per` tiles each a channel block); int32 offsets in a sample
+    unless some array's reach passes 2**31."""
     elements = max(elements, INTERPRET_MIN_TILE)
     if channels_inner:
         block_c = min(next_power_of_2(C), 256)
@@ -442,13 +471,21 @@ def bn_tiles(N, S, C, channels_inner, itemsize, device, s, *strides):
     n_sblocks = cdiv(S, block_s)
     n_cblocks = cdiv(C, block_c)
     n_chunks = N * n_sblocks
-    splits = max(1, min(n_chunks, cdiv(program_count(device, s.bn_programs_per_sm), n_cblocks)))
+    splits = max(1, min(n_chunks, cdiv(programs, n_cblocks)))
     per = cdiv(n_chunks, splits)
     splits = cdiv(n_chunks, per)
     reach = max(abs(s_s) * (S + block_s) + abs(s_c) * (C + block_c) for _, s_s, s_c in strides)
     meta = {"BLOCK_S": block_s, "BLOCK_C": block_c, "OFF64": reach >= 2 ** 31,
-            "num_warps": _warps(block_s * block_c, itemsize)}
+            "num_warps": max(1, min(16, block_s * block_c // 256))}
     return n_sblocks, n_cblocks, n_chunks, per, splits, meta
+
+
+def _bn_passes(N, S, C, channels_inner, device, s, per_sm, *strides):
+    """(the reduction's tiling, the elementwise pass's tiling): bn_tiles of s.bn_reduce_tile
+    elements over per_sm programs an SM, and of s.bn_tile elements."""
+    programs = program_count(device, per_sm)
+    return (bn_tiles(N, S, C, channels_inner, s.bn_reduce_tile, programs, *strides),
+            bn_tiles(N, S, C, channels_inner, s.bn_tile, programs, *strides))
 
 
 def _split_tile(splits, C):
@@ -464,17 +501,19 @@ def bn_forward(y, x, weight, bias, running_mean, running_var, num_batches_tracke
     acc = acc_type(x.dtype)
     mean = empty((C,), stat_dtype(x.dtype), x.device)
     rstd = empty((C,), stat_dtype(x.dtype), x.device)
-    n_sblocks, n_cblocks, n_chunks, per, splits, meta = bn_tiles(
-        N, S, C, channels_inner, x.element_size(), x.device, s, x_strides, y_strides)
+    reduce, apply = _bn_passes(N, S, C, channels_inner, x.device, s, s.bn_programs_per_sm,
+                               x_strides, y_strides)
+    n_sblocks, n_cblocks, n_chunks, per, splits, meta = reduce
     update = bool(training and running_mean is not None)
     if training:
         part = empty((3, splits, C), stat_dtype(x.dtype), x.device)
         run(_bn_stats_kernel, (n_cblocks, splits), part, x, S, C, *x_strides, n_sblocks,
-            n_chunks, per, splits, ACC=acc, **meta)
+            n_chunks, per, splits, ACC=acc, DEPTH=depth(x.element_size(), s), **meta)
     else:
         part = mean
     has_nbt = update and num_batches_tracked is not None
     block_p, block_c = _split_tile(splits if training else 1, C)
+    n_sblocks, n_cblocks, n_chunks, _, _, meta = apply
     run(_bn_finish_kernel, (cdiv(C, block_c),), mean, rstd, part,
         running_mean if running_mean is not None else mean,
         running_var if running_var is not None else rstd,
@@ -495,17 +534,18 @@ def bn_backward(dx, dw, db, dy, x, weight, bias, mean, rstd, training, activatio
     """kernels/norm.py's batch_norm_backward on the [N, S, C] views: fills dx, dw, db (those
     not None)."""
     acc = acc_type(x.dtype)
-    n_sblocks, n_cblocks, n_chunks, per, splits, meta = bn_tiles(
-        N, S, C, channels_inner, x.element_size(), x.device, s, x_strides, d_strides, o_strides)
-    flags = dict(ACT=activation, HAS_W=weight is not None, HAS_B=bias is not None, ACC=acc,
-                 **meta)
+    reduce, apply = _bn_passes(N, S, C, channels_inner, x.device, s, s.bn_grad_programs_per_sm,
+                               x_strides, d_strides, o_strides)
+    n_sblocks, n_cblocks, n_chunks, per, splits, meta = reduce
+    flags = dict(ACT=activation, HAS_W=weight is not None, HAS_B=bias is not None, ACC=acc)
     w_arg = weight if weight is not None else x
     b_arg = bias if bias is not None else x
     sums = mean
     if training and dx is not None or dw is not None or db is not None:
         part = empty((2, splits, C), stat_dtype(x.dtype), x.device)
         run(_bn_grad_sums_kernel, (n_cblocks, splits), part, dy, x, mean, rstd, w_arg, b_arg,
-            S, C, *x_strides, *d_strides, n_sblocks, n_chunks, per, splits, **flags)
+            S, C, *x_strides, *d_strides, n_sblocks, n_chunks, per, splits,
+            DEPTH=depth(x.element_size(), s), **flags, **meta)
         sums = empty((2, C), stat_dtype(x.dtype), x.device)
         block_p, block_c = _split_tile(splits, C)
         run(_bn_grad_finish_kernel, (cdiv(C, block_c),), sums,
@@ -513,6 +553,7 @@ def bn_backward(dx, dw, db, dy, x, weight, bias, mean, rstd, training, activatio
             WRITE_DW=dw is not None, WRITE_DB=db is not None, BLOCK_P=block_p,
             BLOCK_C=block_c, ACC=acc, num_warps=8)
     if dx is not None:
+        n_sblocks, n_cblocks, n_chunks, _, _, meta = apply
         run(_bn_dx_kernel, (n_chunks * n_cblocks,), dx, dy, x, mean, rstd, w_arg, b_arg, sums,
             S, C, *x_strides, *d_strides, *o_strides, n_sblocks, n_cblocks,
-            1.0 / max(N * S, 1), TRAINING=bool(training), **flags)
+            1.0 / max(N * S, 1), TRAINING=bool(training), **flags, **meta)
