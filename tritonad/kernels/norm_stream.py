@@ -172,8 +172,9 @@ def rows_backward(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, s, 
             x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
             RMS=bool(rms), HAS_W=weight is not None, COMPUTE_DX=bool(need_dx),
             COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
-            ACC=acc_type(x.dtype), COL64=col64, DEPTH=depth(x.element_size(), s),
-            num_warps=warps)
+            ACC=acc_type(x.dtype), COL64=col64,
+            # (rows past 4096 columns spill registers at one step ahead already)
+            DEPTH=depth(x.element_size(), s) if block_n <= 4096 else 1, num_warps=warps)
     return dx, parts
 
 
