@@ -1,7 +1,7 @@
 """Normalisation: tritonad's fused kernels against PyTorch on the same GPU in the same run.
 
     python benchmarks/bench_norms.py --out bench-results [--quick] [--case ln|rms|bn|bn-gelu]
-        [--variant new|old|old,new]
+        [--variant new|old|old,new|old,new,new/row_tile=8192/half_depth=1]
 
 Cases (each forward, and forward + backward of the input, weight and bias gradients):
 - ln:      F.layer_norm at [16384, 384] and [8192, 4096], fp32 and bf16, against torch's
@@ -19,8 +19,10 @@ GB/s at the minimum traffic: forward reads x and writes y (2 x numel x itemsize)
 backward also reads x and dy and writes dx (5 x). Ratio = torch time / tritonad time.
 Targets (H200): ln, rms >= 1.5x torch (>= 2x its composite); bn >= 1.2x cuDNN; bn-gelu >= 1.5x.
 --variant old,new times each variant of tritonad's kernels (kernels/norm_common.py: "old" the
-first kernels, "new" the streaming ones) in the same run, one row each; every tritonad row's
-ratios are against the torch rows of its case (rms: "vs composite" against the composite).
+first kernels, "new" the streaming ones) in the same run, one row each; a variant may change
+settings after slashes (new/row_programs_per_sm=2/bn_tile=8192: NormSettings fields). Every
+tritonad row's ratios are against the torch rows of its case (rms: "vs composite" against the
+composite).
 """
 from __future__ import annotations
 
@@ -140,6 +142,15 @@ def _time(fwd, fwd_bwd, nbytes, row):
     return row
 
 
+def _settings(variant):
+    """NormSettings changes of a --variant item: "new" or "old", then /key=value items."""
+    name, *items = variant.split("/")
+    changes = dict(item.split("=", 1) for item in items)
+    changes["variant"] = name
+    norm_common.NormSettings.parse(",".join(f"{k}={v}" for k, v in changes.items()))
+    return changes
+
+
 def measure(case, shape, dtype, layout="", variants=("new",)):
     """Rows of one case: the torch sides, then tritonad under each settings variant (its ratios
     against torch's rows)."""
@@ -156,7 +167,7 @@ def measure(case, shape, dtype, layout="", variants=("new",)):
             rows.append(theirs[label])
     fwd, fwd_bwd = sides["tritonad"]
     for variant in variants:
-        with norm_common.using(variant=variant):
+        with norm_common.using(**_settings(variant)):
             row = _time(fwd, fwd_bwd, nbytes, dict(base, impl=f"tritonad ({variant})"))
         torch_row = theirs["torch"]
         row["fwd_ratio"] = torch_row["fwd_ms"] / row["fwd_ms"]
@@ -184,7 +195,8 @@ COLUMNS = [
 def _extra(parser):
     parser.add_argument("--case", choices=CASES + ("all",), default="all")
     parser.add_argument("--variant", default="new",
-                        help="tritonad kernel variants to time, comma-separated: new, old")
+                        help="tritonad kernel variants to time, comma-separated: new, old, "
+                             "new/key=value/... (NormSettings fields)")
 
 
 def _plan(args):
@@ -208,7 +220,7 @@ def main(argv=None):
     plan = _plan(args)
     variants = tuple(v.strip() for v in args.variant.split(",") if v.strip())
     for v in variants:
-        norm_common.NormSettings.parse(f"variant={v}")  # (an unknown one stops here)
+        _settings(v)  # (an unknown variant or setting stops here, before any timing)
     common.require_gpu("bench_norms")
     td.set_backend("triton")
     rows = []
