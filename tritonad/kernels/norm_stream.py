@@ -261,24 +261,17 @@ def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, rm_ptr, rv_ptr, nbt_ptr, C, 
                       BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr):
     # one program: BLOCK_C channels' mean and rstd, and their running statistics' update.
     # The splits' (n_i, mean_i, M2_i) combine as n = sum n_i, mean = sum n_i mean_i / n,
-    # M2 = sum M2_i + sum n_i (mean_i - mean)^2 (Chan et al.; exact), in a fixed order,
-    # [BLOCK_P, BLOCK_C] at a time. num_batches_tracked is read here (momentum=None:
+    # M2 = sum M2_i + sum n_i (mean_i - mean)^2 (Chan et al.; exact), in a fixed order, in one
+    # pass of [BLOCK_P, BLOCK_C] loads (one load each for up to BLOCK_P splits: the finish
+    # costs one memory round trip). num_batches_tracked is read here (momentum=None:
     # f = 1 / (its value + 1)) and incremented by the apply kernel, which runs after this one.
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = cols < C
     if TRAINING:
+        # per lane (a row of the [BLOCK_P, BLOCK_C] tile), the splits it meets combine as they
+        # come; then the lanes combine: one pass over the partials
         count = tl.zeros([BLOCK_P, BLOCK_C], ACC)
-        total = tl.zeros([BLOCK_P, BLOCK_C], ACC)
-        for p0 in range(0, n_splits, BLOCK_P):
-            rows = p0 + tl.arange(0, BLOCK_P)
-            mask = (rows < n_splits)[:, None] & c_ok[None, :]
-            at = rows[:, None] * C + cols[None, :]
-            p_mean = tl.load(part_ptr + at, mask=mask, other=0.0)
-            p_count = tl.load(part_ptr + 2 * n_splits * C + at, mask=mask, other=0.0)
-            count += p_count
-            total += p_count * p_mean
-        n = tl.sum(count, 0)
-        mean = tl.sum(total, 0) / n
+        mean_l = tl.zeros([BLOCK_P, BLOCK_C], ACC)
         m2 = tl.zeros([BLOCK_P, BLOCK_C], ACC)
         for p0 in range(0, n_splits, BLOCK_P):
             rows = p0 + tl.arange(0, BLOCK_P)
@@ -287,8 +280,16 @@ def _bn_finish_kernel(mean_ptr, rstd_ptr, part_ptr, rm_ptr, rv_ptr, nbt_ptr, C, 
             p_mean = tl.load(part_ptr + at, mask=mask, other=0.0)
             p_m2 = tl.load(part_ptr + n_splits * C + at, mask=mask, other=0.0)
             p_count = tl.load(part_ptr + 2 * n_splits * C + at, mask=mask, other=0.0)
-            delta = p_mean - mean[None, :]
-            m2 += p_m2 + p_count * delta * delta
+            total = count + p_count
+            share = p_count / tl.maximum(total, 1.0)
+            delta = p_mean - mean_l
+            mean_l += delta * share
+            m2 += p_m2 + delta * delta * count * share
+            count = total
+        n = tl.sum(count, 0)
+        mean = tl.sum(count * mean_l, 0) / n
+        delta = mean_l - mean[None, :]
+        m2 = m2 + count * delta * delta
         m2_total = tl.maximum(tl.sum(m2, 0), 0.0)
         var = m2_total / n
         if UPDATE:
@@ -495,9 +496,10 @@ def _bn_passes(N, S, C, channels_inner, device, s, per_sm, *strides):
 
 def _split_tile(splits, C):
     """(BLOCK_P, BLOCK_C) of the kernels that add up the [splits, C] partials: all splits in
-    one tile up to 512 (one load each), channels filling about 4096 elements."""
+    one tile up to 512 (one load each), channels filling about 2048 elements (8 a thread at
+    8 warps: the finish's three running sums fit without spills in float64 too)."""
     block_p = min(next_power_of_2(max(splits, 1)), 512)
-    return block_p, max(1, min(next_power_of_2(C), 4096 // block_p))
+    return block_p, max(1, min(next_power_of_2(C), 2048 // block_p))
 
 
 def bn_forward(y, x, weight, bias, running_mean, running_var, num_batches_tracked, training,
