@@ -31,17 +31,18 @@ class NormSettings:
     kernels, kept for A/B timing). *_tile: elements of one input a program takes a step, 8 a
     thread (the registers a thread needs follow from it, whatever the dtype): row_tile for the
     row backward, bn_reduce_tile for the batch-norm statistics and gradient sums, bn_tile for
-    its normalise and dx passes (one tile a program); depth, half_depth: steps of loads in
-    flight ahead of the one being reduced (1 or 2) for 4- and 8-byte dtypes, and for 2-byte
-    ones (2: bf16 keeps as many bytes in flight as float32 for a few registers more);
-    *_programs_per_sm:
-    programs of a pass over the whole tensor per SM (the stripes of the row backward, the
+    its normalise and dx passes (one tile a program) unless bn_l2_order (1: those passes take
+    the reduction's tiles, the last read first; 0: bn_tile tiles in order); depth, half_depth:
+    steps of loads in flight ahead of the one being reduced (1 or 2) for 4- and 8-byte dtypes,
+    and for 2-byte ones (2: bf16 keeps as many bytes in flight as float32 for a few registers
+    more); *_programs_per_sm: programs of a pass over the whole tensor per SM (the stripes of the row backward, the
     splits of the batch-norm reductions)."""
     variant: str = "new"
     row_tile: int = 4096
     row_programs_per_sm: int = 1
     bn_reduce_tile: int = 2048
     bn_tile: int = 4096
+    bn_l2_order: int = 1
     bn_programs_per_sm: int = 3
     bn_grad_programs_per_sm: int = 2
     depth: int = 1
