@@ -471,10 +471,12 @@ def test_gpu_row_norms_against_torch(dtype, shape, variant):
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("shape", [(64, 128, 14, 14), (512, 256, 7, 7), (3, 300, 5, 7)])
+@pytest.mark.parametrize("shape", [(64, 128, 14, 14), (512, 256, 7, 7), (3, 300, 5, 7),
+                                   (100, 64, 17, 19)])
 def test_gpu_batch_norm_against_torch(layout, dtype, activation, shape, variant):
-    """The bench shapes, and 300 channels (two channel blocks, a part-masked one) on an odd
-    plane; each variant of the kernels."""
+    """The bench shapes; 300 channels (two channel blocks, a part-masked one) on an odd plane;
+    an odd plane whose tiles do not split evenly over the programs (channels-last: 1010 tiles,
+    337 stripes of 3, the last of 2); each variant of the kernels."""
     store, view = LAYOUTS[layout]
     c = shape[1]
     x, w, b = arrays(51, shape, (c,), (c,), shift=1.0)
