@@ -56,6 +56,7 @@ for step in "$@"; do
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
         gpt-steps=*)  run "$step" 200 python3 -m tritonad train --model gpt --steps "${step#gpt-steps=}" ;;
         resnet-epochs=*) run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-epochs=}" ;;
+        profile-gpt)  run profile-gpt 200 python3 benchmarks/profile_gpt.py ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
     esac
