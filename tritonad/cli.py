@@ -551,7 +551,7 @@ def _train_gpt(args):
     say(f"corpus: {text.path} ({len(text)} characters, {text.vocab_size} distinct)")
     precision = args.precision or "bf16"
     say(f"model: gpt | precision {precision} | "
-        f"{'eager' if not _recipe_graph(args, device) else 'captured CUDA graph'} steps")
+        f"{'captured CUDA graph' if _recipe_captures(args, device) else 'eager'} steps")
     model, history = gpt.train(
         text, device, steps=args.steps, batch=args.batch_size, precision=precision,
         seed=args.seed or 0, graph=_recipe_graph(args, device), startup=startup,
@@ -593,7 +593,7 @@ def _train_resnet(args):
         say(note)
     precision = args.precision or "bf16"
     say(f"model: resnet | precision {precision} | "
-        f"{'eager' if not _recipe_graph(args, device) else 'captured CUDA graph'} steps")
+        f"{'captured CUDA graph' if _recipe_captures(args, device) else 'eager'} steps")
     seen = []
     model, history = resnet.train(
         device, epochs=args.epochs, batch=args.batch_size, precision=precision,
@@ -615,6 +615,14 @@ def _train_resnet(args):
 def _recipe_graph(args, device):
     """gpt and resnet: capture the step (None: the recipe's default, on a GPU) or not."""
     return False if args.no_graph or not device.startswith("cuda") else None
+
+
+def _recipe_captures(args, device):
+    """Whether the gpt or resnet step will run as a captured graph (for the log line)."""
+    from tritonad.capture import capture_default
+
+    graph = _recipe_graph(args, device)
+    return capture_default(device) if graph is None else graph
 
 
 def cmd_generate(args):
