@@ -1,0 +1,273 @@
+"""The network operators of tritonad.torch_backend (torch_backend/nn_ops.py, attention_ops.py,
+optim_ops.py) against PyTorch's own kernels.
+
+Each check runs a PyTorch function twice on the same inputs, with the plugin off and on (only
+the operators under test enabled, so a pass cannot come from a fallback), compares the forward
+outputs and the gradients under a random cotangent, and asserts through coverage() that every
+operator under test ran on tritonad and none fell back. On a CPU machine the plugin runs CPU
+tensors on our kernels under Triton's interpreter (tiny shapes); the gpu-marked tests run the
+same checks on CUDA tensors at real sizes.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tritonad.torch_backend as tb
+from tritonad.torch_backend.nn_ops import B
+
+from conftest import DEVICE
+
+TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9),
+       torch.bfloat16: dict(atol=2e-2, rtol=1.6e-2), torch.float16: dict(atol=2e-3, rtol=1e-3)}
+
+
+def _clone(args):
+    return [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
+            else a for a in args]
+
+
+def _outputs(out):
+    return [o for o in (out if isinstance(out, (tuple, list)) else (out,))
+            if isinstance(o, torch.Tensor)]
+
+
+def _run(fn, args, seeds):
+    args = _clone(args)
+    outs = _outputs(fn(*args))
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    grads = []
+    if leaves:
+        float_outs = [(o, s) for o, s in zip(outs, seeds) if o.dtype.is_floating_point
+                      and o.requires_grad]
+        grads = torch.autograd.grad([o for o, _ in float_outs], leaves,
+                                    [s for _, s in float_outs], allow_unused=True)
+    return outs, list(grads), args
+
+
+def compare(fn, args, ops, dtype=None, check_format=True, **tol):
+    """fn(*args) and its gradients with the plugin on (only `ops` enabled) against off.
+    Returns (reference, plugin) (outputs, grads, args) triples."""
+    torch.manual_seed(1)
+    probe = _outputs(fn(*_clone(args)))
+    seeds = [torch.randn(o.shape, dtype=o.dtype, device=o.device) if o.dtype.is_floating_point
+             else None for o in probe]
+    ref = _run(fn, args, seeds)
+    tb.reset_coverage()
+    with tb.use(include=ops):
+        got = _run(fn, args, seeds)
+    cov = tb.coverage()
+    for op in ops:
+        assert cov.get(op, {}).get("tritonad", 0) >= 1, f"{op} did not run on tritonad: {cov}"
+        assert cov[op]["pytorch"] == 0, f"{op} fell back to PyTorch: {cov}"
+    tol = tol or TOL[dtype or args[0].dtype]
+    for kind, r_list, g_list in (("forward", ref[0], got[0]), ("backward", ref[1], got[1])):
+        for i, (r, g) in enumerate(zip(r_list, g_list)):
+            if r is None:
+                assert g is None
+                continue
+            assert g.shape == r.shape and g.dtype == r.dtype, \
+                f"{kind} {i}: {tuple(g.shape)} {g.dtype} against {tuple(r.shape)} {r.dtype}"
+            if check_format and r.dim() == 4 and kind == "forward":
+                last = torch.channels_last
+                assert g.is_contiguous(memory_format=last) == r.is_contiguous(
+                    memory_format=last), f"{kind} {i}: memory format differs"
+            torch.testing.assert_close(g, r, **tol, msg=lambda m: f"{kind} {i}: {m}")
+    return ref, got
+
+
+def rnd(*shape, dtype=torch.float32, grad=True, device=DEVICE):
+    return torch.randn(*shape, dtype=dtype, device=device).requires_grad_(grad)
+
+
+CONV = ["aten::convolution.default", "aten::convolution_backward.default"]
+
+
+# ---------------------------------------------------------------------------------- convolution
+
+
+@pytest.mark.parametrize("case", [
+    dict(stride=2, padding=1),
+    dict(padding=2, dilation=2, groups=2, bias=False),
+    dict(channels_last=True, padding=1),
+], ids=["stride", "groups-dilation", "channels-last"])
+def test_conv2d(case):
+    torch.manual_seed(0)
+    case = dict(case)
+    last, has_bias = case.pop("channels_last", False), case.pop("bias", True)
+    x, w = rnd(2, 4, 7, 5), rnd(6, 4 // case.get("groups", 1), 3, 3)
+    if last:
+        x = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    b = rnd(6) if has_bias else None
+    compare(lambda x, w, b: F.conv2d(x, w, b, **case), [x, w, b], CONV)
+
+
+def test_conv1d_and_transposed():
+    torch.manual_seed(0)
+    compare(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1),
+            [rnd(2, 3, 9), rnd(4, 3, 3), rnd(4)], CONV)
+    compare(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+            [rnd(2, 4, 3, 4), rnd(4, 3, 3, 3), rnd(3)], CONV)
+
+
+def test_conv_3d_falls_back():
+    x, w = rnd(1, 2, 3, 3, 3, grad=False), rnd(2, 2, 1, 1, 1, grad=False)
+    tb.reset_coverage()
+    with tb.use(include=CONV):
+        y = F.conv3d(x, w)
+    torch.testing.assert_close(y, F.conv3d(x, w))
+    assert tb.coverage()["aten::convolution.default"] == {"tritonad": 0, "pytorch": 1}
+    with pytest.raises(NotImplementedError, match="convolution"):
+        with tb.use(include=CONV, strict=True):
+            F.conv3d(x, w)
+
+
+# -------------------------------------------------------------------------------------- pooling
+
+
+def test_max_pool2d():
+    torch.manual_seed(0)
+    ops = ["aten::max_pool2d_with_indices.default",
+           "aten::max_pool2d_with_indices_backward.default"]
+    x = rnd(2, 3, 7, 6)
+    ref, got = compare(lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
+                       [x], ops)
+    assert torch.equal(ref[0][1], got[0][1])  # the indices, exactly
+    last = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    compare(lambda x: F.max_pool2d(x, 2), [last], ops)
+
+
+def test_avg_pools():
+    torch.manual_seed(0)
+    ops = ["aten::avg_pool2d.default", "aten::avg_pool2d_backward.default"]
+    compare(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), [rnd(2, 3, 7, 6)], ops)
+    compare(lambda x: F.avg_pool2d(x, 2, divisor_override=3), [rnd(3, 4, 6)], ops)
+    ops = ["aten::_adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d_backward.default"]
+    compare(lambda x: F.adaptive_avg_pool2d(x, (2, 3)), [rnd(2, 3, 4, 6)], ops)
+
+
+# -------------------------------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm(dtype):
+    torch.manual_seed(0)
+    ops = ["aten::native_layer_norm.default", "aten::native_layer_norm_backward.default"]
+    x = rnd(3, 10, 6, dtype=dtype).detach().transpose(0, 1).requires_grad_()  # non-contiguous
+    compare(lambda x, w, b: F.layer_norm(x, (6,), w, b), [x, rnd(6, dtype=dtype),
+                                                         rnd(6, dtype=dtype)], ops)
+    if dtype == torch.float32:
+        compare(lambda x: F.layer_norm(x, (3, 5)), [rnd(4, 3, 5)], ops)
+
+
+def test_group_norm():
+    torch.manual_seed(0)
+    ops = ["aten::native_group_norm.default", "aten::native_group_norm_backward.default"]
+    compare(lambda x, w, b: F.group_norm(x, 2, w, b), [rnd(3, 4, 3, 5), rnd(4), rnd(4)], ops,
+            atol=5e-5, rtol=1e-4)
+
+
+BN = ["aten::native_batch_norm.default", "aten::native_batch_norm_backward.default"]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels-last", "2d", "eval"])
+def test_batch_norm(layout):
+    torch.manual_seed(0)
+    x = rnd(4, 3, 5, 3) if layout != "2d" else rnd(6, 3)
+    if layout == "channels-last":
+        x = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    training = layout != "eval"
+    stats = [torch.randn(3, device=DEVICE), torch.rand(3, device=DEVICE) + 0.5]
+    runs = {}
+
+    def fn(x, w, b, tag=None):
+        rm, rv = (s.clone() for s in stats)
+        y = F.batch_norm(x, rm, rv, w, b, training, 0.3, 1e-5)
+        runs.setdefault("stats", []).append((rm, rv))
+        return y
+    compare(fn, [x, rnd(3), rnd(3)], BN)
+    (rm_ref, rv_ref), (rm_got, rv_got) = runs["stats"][-2], runs["stats"][-1]
+    torch.testing.assert_close(rm_got, rm_ref)  # the running statistics' update too
+    torch.testing.assert_close(rv_got, rv_ref)
+
+
+def test_batch_norm_bf16_input_float32_parameters():
+    torch.manual_seed(0)
+    compare(lambda x, w, b: F.batch_norm(x, None, None, w, b, True),
+            [rnd(4, 3, 4, 4, dtype=torch.bfloat16), rnd(3), rnd(3)], BN, dtype=torch.bfloat16)
+
+
+# ------------------------------------------------------------------------- embedding and losses
+
+
+def test_embedding():
+    torch.manual_seed(0)
+    ops = ["aten::embedding.default", "aten::embedding_dense_backward.default"]
+    index = torch.tensor([[1, 4, 1], [0, 2, 4]], device=DEVICE)
+    compare(lambda w: F.embedding(index, w, padding_idx=4), [rnd(6, 5)], ops)
+    with pytest.raises(IndexError):
+        with tb.use(include=ops):
+            F.embedding(torch.tensor([6], device=DEVICE), rnd(6, 5, grad=False))
+            B.check_errors(torch.device(DEVICE))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss(reduction):
+    torch.manual_seed(0)
+    ops = ["aten::nll_loss_forward.default", "aten::nll_loss_backward.default"]
+    target = torch.tensor([1, 0, 3, 3, -100], device=DEVICE)
+    weight = torch.rand(4, device=DEVICE) + 0.5
+    compare(lambda x: F.nll_loss(x, target, weight, reduction=reduction), [rnd(5, 4)], ops)
+    if reduction == "mean":
+        ops = ["aten::nll_loss2d_forward.default", "aten::nll_loss2d_backward.default"]
+        t2 = torch.tensor([[[0, 2], [1, 1], [2, -100]]], device=DEVICE)
+        compare(lambda x: F.nll_loss(x, t2), [rnd(1, 3, 3, 2)], ops)
+
+
+def test_regression_losses():
+    torch.manual_seed(0)
+    t = torch.rand(3, 4, device=DEVICE)
+    compare(lambda x: F.mse_loss(x, t), [rnd(3, 4)],
+            ["aten::mse_loss.default", "aten::mse_loss_backward.default"])
+    p = (torch.rand(3, 4, device=DEVICE) * 0.9 + 0.05).requires_grad_()
+    compare(lambda x: F.binary_cross_entropy(x, t, reduction="sum"), [p],
+            ["aten::binary_cross_entropy.default",
+             "aten::binary_cross_entropy_backward.default"])
+    compare(lambda x: F.binary_cross_entropy_with_logits(x, t, pos_weight=t[0] + 1),
+            [rnd(3, 4, grad=False)], ["aten::binary_cross_entropy_with_logits.default"])
+
+
+def test_native_dropout():
+    torch.manual_seed(0)
+    ops = ["aten::native_dropout.default", "aten::native_dropout_backward.default"]
+    x = torch.ones(64, 8, device=DEVICE, requires_grad=True)
+    tb.reset_coverage()
+    with tb.use(include=ops):
+        y, mask = torch.ops.aten.native_dropout(x, 0.25, True)
+        dx = torch.ops.aten.native_dropout_backward(torch.full_like(y, 3.0), mask, 1 / 0.75)
+    assert tb.coverage()[ops[0]]["tritonad"] == 1 and tb.coverage()[ops[1]]["tritonad"] == 1
+    assert mask.dtype == torch.bool and 0.6 < mask.float().mean().item() < 0.9
+    torch.testing.assert_close(y, mask.float() / 0.75)
+    torch.testing.assert_close(dx, mask.float() * 4.0)
+
+
+# ----------------------------------------------------------------------------------- gpu sizes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_network_ops_full_size_gpu(dtype):
+    torch.manual_seed(0)
+    tol = dict(atol=2e-3, rtol=2e-3) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
+    x = rnd(32, 64, 56, 56, dtype=dtype).detach().to(
+        memory_format=torch.channels_last).requires_grad_()
+    compare(lambda x, w: F.conv2d(x, w, padding=1), [x, rnd(64, 64, 3, 3, dtype=dtype)], CONV,
+            **tol)
+    compare(lambda x, w, b: F.batch_norm(x, None, None, w, b, True), [x, rnd(64), rnd(64)], BN,
+            dtype=dtype, **tol)
+    compare(lambda x: F.max_pool2d(x, 3, 2, 1), [x],
+            ["aten::max_pool2d_with_indices.default",
+             "aten::max_pool2d_with_indices_backward.default"], **tol)
+    compare(lambda x, w, b: F.layer_norm(x, (768,), w, b),
+            [rnd(8, 256, 768, dtype=dtype), rnd(768, dtype=dtype), rnd(768, dtype=dtype)],
+            ["aten::native_layer_norm.default", "aten::native_layer_norm_backward.default"],
+            **tol)
