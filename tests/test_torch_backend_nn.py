@@ -271,3 +271,41 @@ def test_network_ops_full_size_gpu(dtype):
             [rnd(8, 256, 768, dtype=dtype), rnd(768, dtype=dtype), rnd(768, dtype=dtype)],
             ["aten::native_layer_norm.default", "aten::native_layer_norm_backward.default"],
             **tol)
+
+
+# ------------------------------------------------------------------------------------ attention
+
+SDPA_CPU = ["aten::_scaled_dot_product_flash_attention_for_cpu.default",
+            "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"]
+
+
+@pytest.mark.parametrize("case", ["causal", "mask-gqa"])
+def test_sdpa_cpu(case):
+    torch.manual_seed(0)
+    if case == "causal":
+        q, k, v = (rnd(2, 2, 5, 8) for _ in range(3))
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa
+    else:
+        q, k, v = rnd(1, 4, 6, 8), rnd(1, 2, 7, 8), rnd(1, 2, 7, 8)
+        mask = torch.randn(6, 7) > -0.5
+        fn = lambda q, k, v: F.scaled_dot_product_attention(  # noqa: E731
+            q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
+    ref, got = compare(fn, [q, k, v], SDPA_CPU)
+    assert got[0][0].stride() == ref[0][0].stride()  # [B, L, H, E] underneath, as PyTorch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_gpu(dtype):
+    """Whichever CUDA form PyTorch picks (flash for bf16, memory-efficient for float32) runs on
+    tritonad's flash attention, forward and backward, with the log-sum-exp in PyTorch's shape."""
+    torch.manual_seed(0)
+    q, k, v = (rnd(4, 12, 256, 64, dtype=dtype) for _ in range(3))
+    tol = dict(atol=2e-3, rtol=2e-3) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    ops = (["aten::_scaled_dot_product_flash_attention.default",
+            "aten::_scaled_dot_product_flash_attention_backward.default"]
+           if dtype == torch.bfloat16 else
+           ["aten::_scaled_dot_product_efficient_attention.default",
+            "aten::_scaled_dot_product_efficient_attention_backward.default"])
+    compare(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            [q, k, v], ops, **tol)

@@ -1,0 +1,173 @@
+"""Handlers for the attention operators `F.scaled_dot_product_attention` dispatches to: on CUDA
+the flash, memory-efficient and cuDNN forms (whichever PyTorch's selection picks), on a CPU the
+flash form for CPU; each forward and backward on tritonad's flash attention
+(kernels/attention.py: FlashAttention-2, O and the log-sum-exp written, P recomputed per tile in
+the backward).
+
+Each returns aten's tuple: the output in the memory layout PyTorch's kernel gives it
+([B, L, H, Ev] underneath a [B, H, L, Ev] view; the flash forms: q's layout), and the
+log-sum-exp in natural log, in the shape the form keeps ([B, H, L]; the memory-efficient form
+pads L to a multiple of 32, cuDNN's is [B, H, L, 1]), so PyTorch's backward formula (ours, or
+its own kernel after a fallback) reads what it expects. tritonad keeps the log-sum-exp in base
+2; the handlers convert it (one multiply each way).
+
+Dropout on the attention weights falls back (PyTorch's Philox state travels in the returned
+seed and offset tensors, which our stream does not fill), as does a bias that needs a gradient
+and a head dimension above kernels/attention.py's MAX_HEAD_DIM.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..kernels.attention import MAX_HEAD_DIM
+from .nn_ops import B, handler
+from .registry import Fallback
+
+LN2 = math.log(2.0)
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check(op, q, k, v, mask, dropout_p):
+    if dropout_p:
+        raise Fallback(f"{op}: dropout_p={dropout_p} (PyTorch's Philox state)")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise Fallback(f"{op}: {q.dim()}-d operands")
+    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise Fallback(f"{op}: dtypes {q.dtype}, {k.dtype}, {v.dtype}")
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM or q.shape[1] % k.shape[1]:
+        raise Fallback(f"{op}: head dims {q.shape[-1]}, {v.shape[-1]}, heads {q.shape[1]} over "
+                       f"{k.shape[1]}")
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool and mask.dtype != q.dtype:
+        raise Fallback(f"{op}: a {mask.dtype} mask on {q.dtype} operands")
+    b, h, l_q = q.shape[:3]
+    return mask.expand(b, h, l_q, k.shape[2])
+
+
+def _scale(q, scale):
+    return float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+
+
+def _blhe(shape, dtype, device):
+    """Empty [B, H, L, E] memory laid out as [B, L, H, E] (PyTorch's attention outputs)."""
+    b, h, l_q, e = shape
+    return torch.empty_strided(shape, (l_q * h * e, e, h * e, 1), dtype=dtype, device=device)
+
+
+def _forward(q, k, v, mask, scale, causal, out):
+    o, lse2 = B.flash_attention(q, k, v, mask, _scale(q, scale), bool(causal))
+    if out is not None:
+        o = B.copy_(out, o)
+    return o, B.mul(lse2, LN2)  # base 2 -> natural log
+
+
+def _backward(do, q, k, v, o, lse, mask, scale, causal):
+    b, h, l_q = q.shape[:3]
+    lse = lse[..., 0] if lse.dim() == 4 else lse[:, :, :l_q]  # (cuDNN's; the padded one)
+    lse2 = B.mul(lse, 1.0 / LN2)
+    dq, dk, dv = B.flash_attention_backward(do, q, k, v, o, lse2, mask, _scale(q, scale),
+                                            bool(causal))
+    return tuple(g if t.is_contiguous() else B.copy_(torch.empty_like(t), g)
+                 for g, t in ((dq, q), (dk, k), (dv, v)))
+
+
+def _out_shape(q, v):
+    return tuple(q.shape[:3]) + (v.shape[-1],)
+
+
+def _like_q(q, v):
+    """The flash forms' output: q's layout where the head dims agree (empty_like), else
+    [B, L, H, Ev] underneath."""
+    if q.shape[-1] == v.shape[-1] and q.stride(-1) == 1:
+        return torch.empty_like(q)
+    return _blhe(_out_shape(q, v), q.dtype, q.device)
+
+
+@handler("aten::_scaled_dot_product_flash_attention_for_cpu.default")
+def flash_for_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    mask = _check("sdpa_flash_cpu", q, k, v, attn_mask, dropout_p)
+    o, lse = _forward(q, k, v, mask, scale, is_causal, _like_q(q, v))
+    b, h, l_q = lse.shape
+    lse_out = torch.empty_strided((b, h, l_q), (l_q * h, 1, h), dtype=lse.dtype, device=q.device)
+    return o, B.copy_(lse_out, lse)
+
+
+@handler("aten::_scaled_dot_product_flash_attention_for_cpu_backward.default")
+def flash_for_cpu_backward(do, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None,
+                           scale=None):
+    mask = _check("sdpa_flash_cpu_backward", q, k, v, attn_mask, dropout_p)
+    return _backward(do, q, k, v, out, lse, mask, scale, is_causal)
+
+
+def _empty(device, dtype=torch.int64):
+    return torch.empty((0,), dtype=dtype, device=device)
+
+
+@handler("aten::_scaled_dot_product_flash_attention.default")
+def flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    _check("sdpa_flash", q, k, v, None, dropout_p)
+    if return_debug_mask:
+        raise Fallback("sdpa_flash: return_debug_mask")
+    o, lse = _forward(q, k, v, None, scale, is_causal, _like_q(q, v))
+    rng = _empty(q.device)
+    return (o, lse, _empty(q.device, torch.int32), _empty(q.device, torch.int32), q.shape[2],
+            k.shape[2], rng, _empty(q.device), _empty(q.device, q.dtype))
+
+
+@handler("aten::_scaled_dot_product_flash_attention_backward.default")
+def flash_backward(do, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+                   is_causal, philox_seed, philox_offset, *, scale=None):
+    _check("sdpa_flash_backward", q, k, v, None, dropout_p)
+    return _backward(do, q, k, v, out, lse, None, scale, is_causal)
+
+
+@handler("aten::_scaled_dot_product_efficient_attention.default")
+def efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,
+              scale=None):
+    mask = _check("sdpa_efficient", q, k, v, attn_bias, dropout_p)
+    o, lse = _forward(q, k, v, mask, scale, is_causal, _blhe(_out_shape(q, v), q.dtype,
+                                                            q.device))
+    b, h, l_q = lse.shape
+    if compute_log_sumexp:  # the memory-efficient kernel's [B, H, L rounded up to 32]
+        padded = torch.empty((b, h, -(-l_q // 32) * 32), dtype=lse.dtype, device=q.device)
+        B.copy_(padded[:, :, :l_q], lse)
+        lse = padded
+    else:
+        lse = torch.empty((b, h, 0), dtype=lse.dtype, device=q.device)
+    seed = torch.empty((), dtype=torch.int64, device=q.device)
+    return o, lse, seed, torch.empty((), dtype=torch.int64, device=q.device)
+
+
+@handler("aten::_scaled_dot_product_efficient_attention_backward.default")
+def efficient_backward(do, q, k, v, attn_bias, out, lse, philox_seed, philox_offset, dropout_p,
+                       grad_input_mask, is_causal=False, *, scale=None):
+    mask = _check("sdpa_efficient_backward", q, k, v, attn_bias, dropout_p)
+    if len(grad_input_mask) > 3 and grad_input_mask[3]:
+        raise Fallback("sdpa_efficient_backward: the bias's gradient")
+    if lse.shape[-1] < q.shape[2]:
+        raise Fallback("sdpa_efficient_backward: no log-sum-exp saved")
+    return _backward(do, q, k, v, out, lse, mask, scale, is_causal) + (None,)
+
+
+@handler("aten::_scaled_dot_product_cudnn_attention.default")
+def cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+          return_debug_mask=False, *, scale=None):
+    mask = _check("sdpa_cudnn", q, k, v, attn_bias, dropout_p)
+    if return_debug_mask:
+        raise Fallback("sdpa_cudnn: return_debug_mask")
+    o, lse = _forward(q, k, v, mask, scale, is_causal, _blhe(_out_shape(q, v), q.dtype,
+                                                            q.device))
+    lse = lse.unsqueeze(-1)  # cuDNN's softmax statistics: [B, H, L, 1]
+    return (o, lse, _empty(q.device, torch.int32), _empty(q.device, torch.int32), q.shape[2],
+            k.shape[2], _empty(q.device), _empty(q.device), _empty(q.device, q.dtype))
+
+
+@handler("aten::_scaled_dot_product_cudnn_attention_backward.default")
+def cudnn_backward(do, q, k, v, out, lse, philox_seed, philox_offset, attn_bias, cum_seq_q,
+                   cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale=None):
+    mask = _check("sdpa_cudnn_backward", q, k, v,
+                  attn_bias if attn_bias is not None and attn_bias.numel() else None, dropout_p)
+    return _backward(do, q, k, v, out, lse, mask, scale, is_causal)
