@@ -282,16 +282,18 @@ SDPA_CPU = ["aten::_scaled_dot_product_flash_attention_for_cpu.default",
 @pytest.mark.parametrize("case", ["causal", "mask-gqa"])
 def test_sdpa_cpu(case):
     torch.manual_seed(0)
-    if case == "causal":
-        q, k, v = (rnd(2, 2, 5, 8) for _ in range(3))
-        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa
+    if case == "causal":  # q, k, v as a GPT's attention cuts them from one projection
+        def fn(qkv):
+            q, k, v = (z.view(2, 5, 2, 8).transpose(1, 2) for z in qkv.split(16, dim=2))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        args = [rnd(2, 5, 48)]
     else:
-        q, k, v = rnd(1, 4, 6, 8), rnd(1, 2, 7, 8), rnd(1, 2, 7, 8)
+        args = [rnd(1, 4, 6, 8), rnd(1, 2, 7, 8), rnd(1, 2, 7, 8)]
         mask = torch.randn(6, 7) > -0.5
         fn = lambda q, k, v: F.scaled_dot_product_attention(  # noqa: E731
             q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3)
-    ref, got = compare(fn, [q, k, v], SDPA_CPU)
-    assert got[0][0].stride() == ref[0][0].stride()  # [B, L, H, E] underneath, as PyTorch
+    ref, got = compare(fn, args, SDPA_CPU)
+    assert got[0][0].stride() == ref[0][0].stride()  # the output's layout, as PyTorch's
 
 
 @pytest.mark.gpu

@@ -68,10 +68,9 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal):
     b, h, l_q = q.shape[:3]
     lse = lse[..., 0] if lse.dim() == 4 else lse[:, :, :l_q]  # (cuDNN's; the padded one)
     lse2 = B.mul(lse, 1.0 / LN2)
-    dq, dk, dv = B.flash_attention_backward(do, q, k, v, o, lse2, mask, _scale(q, scale),
-                                            bool(causal))
-    return tuple(g if t.is_contiguous() else B.copy_(torch.empty_like(t), g)
-                 for g, t in ((dq, q), (dk, k), (dv, v)))
+    # (the gradients contiguous: autograd takes any layout)
+    return B.flash_attention_backward(do, q, k, v, o, lse2, mask, _scale(q, scale),
+                                      bool(causal))
 
 
 def _out_shape(q, v):
@@ -79,10 +78,10 @@ def _out_shape(q, v):
 
 
 def _like_q(q, v):
-    """The flash forms' output: q's layout where the head dims agree (empty_like), else
-    [B, L, H, Ev] underneath."""
-    if q.shape[-1] == v.shape[-1] and q.stride(-1) == 1:
-        return torch.empty_like(q)
+    """The flash forms' output: PyTorch's empty_like of q as [B, L, H, E] (q's own layout where
+    that is dense, [B, L, H, E] underneath otherwise), where the head dims agree."""
+    if q.shape[-1] == v.shape[-1]:
+        return torch.empty_like(q.transpose(1, 2)).transpose(1, 2)
     return _blhe(_out_shape(q, v), q.dtype, q.device)
 
 
