@@ -384,3 +384,31 @@ def test_clip_grad_norm():
         assert tb.coverage()[op]["tritonad"] == 1, tb.coverage()
     for r, g in zip(ref, got):
         torch.testing.assert_close(g, r)
+
+
+def test_sdpa_dropout_backward_regenerates_the_mask():
+    """Attention dropout (the memory-efficient form's handlers, called directly): the forward's
+    draw is found again by the backward, which gives the gradients of softmax(q k^T s) * keep /
+    (1 - p) @ v for the keep mask of that draw (Philox, the weights' element order)."""
+    from tritonad.torch_backend import attention_ops
+    torch.manual_seed(0)
+    ops = ["aten::_scaled_dot_product_efficient_attention.default",
+           "aten::_scaled_dot_product_efficient_attention_backward.default"]
+    q, k, v = rnd(1, 2, 6, 8), rnd(1, 2, 6, 8), rnd(1, 2, 6, 8)
+    g = torch.randn(1, 2, 6, 8, device=DEVICE)
+    p, scale = 0.3, 8 ** -0.5
+    tb.reset_coverage()
+    with tb.use(include=ops):
+        out = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, p,
+                                                                     True)
+        grads = torch.autograd.grad(out[0], (q, k, v), g)
+    assert tb.coverage()[ops[1]]["tritonad"] == 1
+    seed, offset = attention_ops._DRAWS[(out[2].device, out[2].data_ptr())]
+    keep = B.dropout(torch.ones(1, 2, 6, 6, device=DEVICE), p, seed, offset)[1]
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    causal = torch.ones(6, 6, dtype=torch.bool, device=DEVICE).tril()
+    w = torch.softmax((qr @ kr.transpose(-1, -2) * scale).masked_fill(~causal, -torch.inf), -1)
+    ref = (w * keep / (1 - p)) @ vr
+    torch.testing.assert_close(out[0], ref, **TOL[torch.float32])
+    for got, want in zip(grads, torch.autograd.grad(ref, (qr, kr, vr), g)):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])

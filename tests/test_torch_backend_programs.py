@@ -156,7 +156,7 @@ GPT_OPS = ["aten::embedding.default", "aten::embedding_dense_backward.default",
 def _gpt(bench, batch, context, device, dtype, **sizes):
     def make():
         torch.manual_seed(0)
-        model = bench.GPT(context=context, **sizes).to(device)
+        model = bench.GPT(context=context, **sizes).to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
         idx = torch.randint(0, 65, (batch, context), device=device)
         targets = torch.randint(0, 65, (batch, context), device=device)
@@ -191,6 +191,20 @@ def test_gpt_step_strict_gpu(bench):
                      rel=3e-2)
     _assert_ran(GPT_OPS + ["aten::_scaled_dot_product_flash_attention.default",
                            "aten::_scaled_dot_product_flash_attention_backward.default"])
+
+
+@pytest.mark.gpu
+def test_gpt_recipe_with_dropout_strict_gpu(bench):
+    """The recipe's dropout 0.2 (on the embeddings, the attention weights and after the
+    projections) runs on tritonad too; other masks than PyTorch's, so the losses agree to
+    dropout's noise only."""
+    make = _gpt(bench, 16, 256, "cuda", torch.bfloat16, dropout=0.2)
+    ref = train_losses(make, 5)
+    tb.reset_coverage()
+    got = train_losses(make, 5, dict(strict=True))
+    assert got == pytest.approx(ref, rel=0.1), (got, ref)
+    _assert_ran(["aten::native_dropout.default", "aten::native_dropout_backward.default",
+                 "aten::_scaled_dot_product_flash_attention_backward.default"])
 
 
 def test_benchmark_parses_and_refuses_without_gpu(bench):

@@ -11,12 +11,18 @@ pads L to a multiple of 32, cuDNN's is [B, H, L, 1]), so PyTorch's backward form
 its own kernel after a fallback) reads what it expects. tritonad keeps the log-sum-exp in base
 2; the handlers convert it (one multiply each way).
 
-Dropout on the attention weights falls back (PyTorch's Philox state travels in the returned
-seed and offset tensors, which our stream does not fill), as does a bias that needs a gradient
-and a head dimension above kernels/attention.py's MAX_HEAD_DIM.
+Dropout on the attention weights draws its keep mask from tritonad's Philox stream
+(td.manual_seed; the same law as PyTorch's, not the same bits). aten hands the forward's random
+state to the backward as the tensors the forward returned (flash: rng_state; memory-efficient:
+philox_seed), so a forward with dropout returns a small device tensor of its own there and keeps
+(seed, offset) in a table under that tensor's address; the backward reads the table, not the
+device (no host synchronisation). The CPU flash form has no such tensor (PyTorch runs dropout on
+a CPU through its math path) and falls back with dropout, as do a bias that needs a gradient and
+a head dimension above kernels/attention.py's MAX_HEAD_DIM.
 """
 from __future__ import annotations
 
+import collections
 import math
 
 import torch
@@ -29,9 +35,40 @@ LN2 = math.log(2.0)
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _check(op, q, k, v, mask, dropout_p):
-    if dropout_p:
-        raise Fallback(f"{op}: dropout_p={dropout_p} (PyTorch's Philox state)")
+# (seed, offset) of the forwards with dropout, under (device, address) of the tensor they
+# returned for it; the oldest entries go first (a step's forwards outlive their backwards)
+_DRAWS: collections.OrderedDict = collections.OrderedDict()
+_DRAWS_KEPT = 4096
+
+
+def _draw(q, k, dropout_p):
+    """(seed, offset, rng tensor) for a forward's dropout: the weights' B * H * L * S draws
+    taken from tritonad's stream, remembered under a new 2-element device tensor."""
+    from .. import generator
+    if not dropout_p:
+        return 0, 0, torch.empty((2,), dtype=torch.int64, device=q.device)
+    b, h, l_q = q.shape[:3]
+    seed, offset = generator.take(b * h * l_q * k.shape[2])
+    rng = torch.empty((2,), dtype=torch.int64, device=q.device)
+    _DRAWS[(rng.device, rng.data_ptr())] = (seed, offset)
+    while len(_DRAWS) > _DRAWS_KEPT:
+        _DRAWS.popitem(last=False)
+    return seed, offset, rng
+
+
+def _drawn(op, rng, dropout_p):
+    """(seed, offset) a forward with dropout kept under its rng tensor."""
+    if not dropout_p:
+        return 0, 0
+    found = _DRAWS.get((rng.device, rng.data_ptr())) if rng is not None and rng.numel() else None
+    if found is None:
+        raise Fallback(f"{op}: dropout from a forward tritonad did not run")
+    return found
+
+
+def _check(op, q, k, v, mask, dropout_p, dropout_ok=True):
+    if dropout_p and not dropout_ok:
+        raise Fallback(f"{op}: dropout_p={dropout_p} (PyTorch runs it through its math path)")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise Fallback(f"{op}: {q.dim()}-d operands")
     if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
@@ -57,20 +94,20 @@ def _blhe(shape, dtype, device):
     return torch.empty_strided(shape, (l_q * h * e, e, h * e, 1), dtype=dtype, device=device)
 
 
-def _forward(q, k, v, mask, scale, causal, out):
-    o, lse2 = B.flash_attention(q, k, v, mask, _scale(q, scale), bool(causal))
+def _forward(q, k, v, mask, scale, causal, out, dropout=(0.0, 0, 0)):
+    o, lse2 = B.flash_attention(q, k, v, mask, _scale(q, scale), bool(causal), *dropout)
     if out is not None:
         o = B.copy_(out, o)
     return o, B.mul(lse2, LN2)  # base 2 -> natural log
 
 
-def _backward(do, q, k, v, o, lse, mask, scale, causal):
+def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout=(0.0, 0, 0)):
     b, h, l_q = q.shape[:3]
     lse = lse[..., 0] if lse.dim() == 4 else lse[:, :, :l_q]  # (cuDNN's; the padded one)
     lse2 = B.mul(lse, 1.0 / LN2)
     # (the gradients contiguous: autograd takes any layout)
     return B.flash_attention_backward(do, q, k, v, o, lse2, mask, _scale(q, scale),
-                                      bool(causal))
+                                      bool(causal), *dropout)
 
 
 def _out_shape(q, v):
@@ -87,7 +124,7 @@ def _like_q(q, v):
 
 @handler("aten::_scaled_dot_product_flash_attention_for_cpu.default")
 def flash_for_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    mask = _check("sdpa_flash_cpu", q, k, v, attn_mask, dropout_p)
+    mask = _check("sdpa_flash_cpu", q, k, v, attn_mask, dropout_p, dropout_ok=False)
     o, lse = _forward(q, k, v, mask, scale, is_causal, _like_q(q, v))
     b, h, l_q = lse.shape
     lse_out = torch.empty_strided((b, h, l_q), (l_q * h, 1, h), dtype=lse.dtype, device=q.device)
@@ -97,7 +134,7 @@ def flash_for_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, sc
 @handler("aten::_scaled_dot_product_flash_attention_for_cpu_backward.default")
 def flash_for_cpu_backward(do, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None,
                            scale=None):
-    mask = _check("sdpa_flash_cpu_backward", q, k, v, attn_mask, dropout_p)
+    mask = _check("sdpa_flash_cpu_backward", q, k, v, attn_mask, dropout_p, dropout_ok=False)
     return _backward(do, q, k, v, out, lse, mask, scale, is_causal)
 
 
@@ -110,8 +147,9 @@ def flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, s
     _check("sdpa_flash", q, k, v, None, dropout_p)
     if return_debug_mask:
         raise Fallback("sdpa_flash: return_debug_mask")
-    o, lse = _forward(q, k, v, None, scale, is_causal, _like_q(q, v))
-    rng = _empty(q.device)
+    seed, offset, rng = _draw(q, k, dropout_p)
+    o, lse = _forward(q, k, v, None, scale, is_causal, _like_q(q, v),
+                      (float(dropout_p), seed, offset))
     return (o, lse, _empty(q.device, torch.int32), _empty(q.device, torch.int32), q.shape[2],
             k.shape[2], rng, _empty(q.device), _empty(q.device, q.dtype))
 
@@ -120,15 +158,18 @@ def flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, s
 def flash_backward(do, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
                    is_causal, philox_seed, philox_offset, *, scale=None):
     _check("sdpa_flash_backward", q, k, v, None, dropout_p)
-    return _backward(do, q, k, v, out, lse, None, scale, is_causal)
+    seed, offset = _drawn("sdpa_flash_backward", philox_seed, dropout_p)
+    return _backward(do, q, k, v, out, lse, None, scale, is_causal,
+                     (float(dropout_p), seed, offset))
 
 
 @handler("aten::_scaled_dot_product_efficient_attention.default")
 def efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,
               scale=None):
     mask = _check("sdpa_efficient", q, k, v, attn_bias, dropout_p)
-    o, lse = _forward(q, k, v, mask, scale, is_causal, _blhe(_out_shape(q, v), q.dtype,
-                                                            q.device))
+    seed, offset, rng = _draw(q, k, dropout_p)
+    out = _blhe(_out_shape(q, v), q.dtype, q.device)
+    o, lse = _forward(q, k, v, mask, scale, is_causal, out, (float(dropout_p), seed, offset))
     b, h, l_q = lse.shape
     if compute_log_sumexp:  # the memory-efficient kernel's [B, H, L rounded up to 32]
         padded = torch.empty((b, h, -(-l_q // 32) * 32), dtype=lse.dtype, device=q.device)
@@ -136,8 +177,7 @@ def efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=F
         lse = padded
     else:
         lse = torch.empty((b, h, 0), dtype=lse.dtype, device=q.device)
-    seed = torch.empty((), dtype=torch.int64, device=q.device)
-    return o, lse, seed, torch.empty((), dtype=torch.int64, device=q.device)
+    return o, lse, rng[0], rng[1]  # (philox_seed: the draw's key)
 
 
 @handler("aten::_scaled_dot_product_efficient_attention_backward.default")
@@ -148,13 +188,15 @@ def efficient_backward(do, q, k, v, attn_bias, out, lse, philox_seed, philox_off
         raise Fallback("sdpa_efficient_backward: the bias's gradient")
     if lse.shape[-1] < q.shape[2]:
         raise Fallback("sdpa_efficient_backward: no log-sum-exp saved")
-    return _backward(do, q, k, v, out, lse, mask, scale, is_causal) + (None,)
+    seed, offset = _drawn("sdpa_efficient_backward", philox_seed, dropout_p)
+    return _backward(do, q, k, v, out, lse, mask, scale, is_causal,
+                     (float(dropout_p), seed, offset)) + (None,)
 
 
 @handler("aten::_scaled_dot_product_cudnn_attention.default")
 def cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
           return_debug_mask=False, *, scale=None):
-    mask = _check("sdpa_cudnn", q, k, v, attn_bias, dropout_p)
+    mask = _check("sdpa_cudnn", q, k, v, attn_bias, dropout_p, dropout_ok=False)
     if return_debug_mask:
         raise Fallback("sdpa_cudnn: return_debug_mask")
     o, lse = _forward(q, k, v, mask, scale, is_causal, _blhe(_out_shape(q, v), q.dtype,
@@ -168,5 +210,6 @@ def cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False
 def cudnn_backward(do, q, k, v, out, lse, philox_seed, philox_offset, attn_bias, cum_seq_q,
                    cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale=None):
     mask = _check("sdpa_cudnn_backward", q, k, v,
-                  attn_bias if attn_bias is not None and attn_bias.numel() else None, dropout_p)
+                  attn_bias if attn_bias is not None and attn_bias.numel() else None, dropout_p,
+                  dropout_ok=False)
     return _backward(do, q, k, v, out, lse, mask, scale, is_causal)
