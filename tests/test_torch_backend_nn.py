@@ -412,3 +412,83 @@ def test_sdpa_dropout_backward_regenerates_the_mask():
     torch.testing.assert_close(out[0], ref, **TOL[torch.float32])
     for got, want in zip(grads, torch.autograd.grad(ref, (qr, kr, vr), g)):
         torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
+# --------------------------------------------------------------------- PyTorch's OpInfo samples
+
+OPINFO_OPS = {  # OpInfo name -> the aten operators of ours its samples reach
+    "nn.functional.conv1d": CONV, "nn.functional.conv2d": CONV,
+    "nn.functional.conv_transpose2d": CONV,
+    "nn.functional.max_pool2d": ["aten::max_pool2d_with_indices.default"],
+    "nn.functional.avg_pool2d": ["aten::avg_pool2d.default"],
+    "nn.functional.adaptive_avg_pool2d": ["aten::_adaptive_avg_pool2d.default"],
+    "nn.functional.layer_norm": ["aten::native_layer_norm.default"],
+    "nn.functional.group_norm": ["aten::native_group_norm.default"],
+    "nn.functional.batch_norm": ["aten::native_batch_norm.default",
+                                 "aten::cudnn_batch_norm.default"],
+    "nn.functional.embedding": ["aten::embedding.default"],
+    "nn.functional.nll_loss": ["aten::nll_loss_forward.default",
+                               "aten::nll_loss2d_forward.default"],
+    "nn.functional.mse_loss": ["aten::mse_loss.default"],
+    "nn.functional.binary_cross_entropy": ["aten::binary_cross_entropy.default"],
+    "nn.functional.scaled_dot_product_attention": [
+        "aten::_scaled_dot_product_flash_attention.default",
+        "aten::_scaled_dot_product_efficient_attention.default"],
+}
+
+
+def _opinfo(name):
+    pytest.importorskip("expecttest")  # (torch.testing._internal needs it)
+    from torch.testing._internal.common_methods_invocations import op_db
+    return next(op for op in op_db if op.name == name and op.variant_test_name == "")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(OPINFO_OPS))
+def test_opinfo_samples_gpu(name, dtype):
+    """Every sample PyTorch's OpInfo gives for the op: forward and gradients (all-ones
+    cotangent) with the plugin on against off. A sample a handler leaves to PyTorch must still
+    agree; at least one sample must run on tritonad."""
+    check_opinfo(name, dtype, "cuda")
+
+
+def check_opinfo(name, dtype, device, limit=None):
+    info = _opinfo(name)
+    if dtype not in info.supported_dtypes(device):
+        pytest.skip(f"{name} does not take {dtype}")
+    tol = TOL[dtype] if dtype != torch.float32 else dict(atol=1e-4, rtol=1e-4)
+    samples = list(info.sample_inputs(device, dtype,
+                                      requires_grad=info.supports_autograd))[:limit]
+    ops = OPINFO_OPS[name]
+    tb.reset_coverage()
+    for sample in samples:
+        def run(plugin):
+            args = [sample.input] + list(sample.args)
+            args = [a.detach().clone().requires_grad_(a.requires_grad)
+                    if isinstance(a, torch.Tensor) else a for a in args]
+            with (tb.use(include=_all_ours()) if plugin else _nothing()):
+                torch.manual_seed(0)
+                outs = _outputs(info.op(*args, **sample.kwargs))
+                leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+                diff = [o for o in outs if o.requires_grad]
+                grads = torch.autograd.grad(diff, leaves, [torch.ones_like(o) for o in diff],
+                                            allow_unused=True) if leaves and diff else []
+            return outs, grads
+        for r, g in zip(*(sum(map(list, run(p)), []) for p in (False, True))):
+            if r is not None and g is not None:
+                torch.testing.assert_close(g, r, **tol, equal_nan=True,
+                                           msg=lambda m: f"{name} {sample}: {m}")
+    cov = tb.coverage()
+    assert any(cov.get(op, {}).get("tritonad", 0) for op in ops), (name, cov)
+
+
+def _all_ours():
+    from tritonad.torch_backend import attention_ops, nn_ops, optim_ops, registry
+    mine = {nn_ops.__name__, attention_ops.__name__, optim_ops.__name__}
+    return [op for op, fn in registry.IMPLS.items() if fn.__module__ in mine]
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()

@@ -242,19 +242,46 @@ def avg_pool2d_backward(dy, x, kernel_size, stride, padding, ceil_mode, count_in
 
 def _adaptive_kernel(x4, output_size):
     """The window of an adaptive average pool whose bins are equal (the input plane a multiple
-    of the output plane): kernel = stride = H / oh; other bins fall back."""
+    of the output plane): kernel = stride = H / oh; None for unequal bins."""
     (h, w), (oh, ow) = x4.shape[2:], tuple(int(s) for s in output_size)
-    if oh <= 0 or ow <= 0 or h % oh or w % ow:
-        raise Fallback(f"_adaptive_avg_pool2d: plane {(h, w)} to {(oh, ow)} (unequal bins)")
-    return (h // oh, w // ow)
+    if oh <= 0 or ow <= 0:
+        raise Fallback(f"_adaptive_avg_pool2d: output plane {(oh, ow)}")
+    return None if h % oh or w % ow else (h // oh, w // ow)
+
+
+def composite(fn, arrays, grad_of=None, dy=None):
+    """fn over tritonad Tensors wrapping `arrays` on the triton backend: the raw result, or,
+    with grad_of (indices into arrays) and dy, the raw gradients of fn's result for dy (the
+    forward recomputed; for the rare cases a primitive does not cover, written once as a
+    tritonad composite)."""
+    from ..autodiff import grad, no_grad
+    from ..tensor import Tensor
+    with _backend.use_backend("triton"):
+        wrapped = [Tensor._wrap(a, requires_grad=grad_of is not None and i in grad_of)
+                   if isinstance(a, torch.Tensor) else a for i, a in enumerate(arrays)]
+        if grad_of is None:
+            with no_grad():
+                return fn(*wrapped)._data
+        y = fn(*wrapped)
+        grads = grad(y, [wrapped[i] for i in grad_of], Tensor._wrap(dy))
+        return [g._data for g in grads]
+
+
+def _adaptive_bins(x4, size):
+    from ..autodiff.tensor_ops import adaptive_avg_pool2d as bins
+    return composite(lambda x: bins(x, size), [x4])
 
 
 @handler("aten::_adaptive_avg_pool2d.default")
 def adaptive_avg_pool2d(x, output_size):
+    # equal bins: avg_pool2d; unequal ones (5 from 8): tritonad's composite of window means
     _pool_float("adaptive_avg_pool2d", x)
     x4, unbatched = _batched(x)
     kernel = _adaptive_kernel(x4, output_size)
-    y = B.avg_pool2d(x4, kernel, kernel)
+    if kernel is None:
+        y = _adaptive_bins(x4, tuple(int(s) for s in output_size))
+    else:
+        y = B.avg_pool2d(x4, kernel, kernel)
     return y[0] if unbatched else in_format(y, channels_last(x4))
 
 
@@ -264,7 +291,12 @@ def adaptive_avg_pool2d_backward(dy, x):
     x4, unbatched = _batched(x)
     dy4 = dy.unsqueeze(0) if unbatched else dy
     kernel = _adaptive_kernel(x4, dy4.shape[2:])
-    dx = B.avg_pool2d_backward(dy4, tuple(x4.shape), kernel, kernel)
+    if kernel is None:
+        from ..autodiff.tensor_ops import adaptive_avg_pool2d as bins
+        size = tuple(dy4.shape[2:])
+        dx = composite(lambda t: bins(t, size), [x4], (0,), dy4)[0]
+    else:
+        dx = B.avg_pool2d_backward(dy4, tuple(x4.shape), kernel, kernel)
     return dx[0] if unbatched else in_format(dx, channels_last(x4))
 
 
