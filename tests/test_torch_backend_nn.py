@@ -492,3 +492,28 @@ def _all_ours():
 def _nothing():
     import contextlib
     return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("found", [0.0, 1.0])
+def test_fused_steps_with_a_grad_scaler(found):
+    """grad_scale and found_inf as a GradScaler passes them: the gradients unscaled in place,
+    the update skipped when found_inf is set."""
+    def step(plugin):
+        torch.manual_seed(0)
+        params = [torch.randn(4, 3, device=DEVICE), torch.randn(5, device=DEVICE)]
+        grads = [torch.randn_like(p) * 64 for p in params]
+        m, v = [torch.zeros_like(p) for p in params], [torch.rand_like(p) for p in params]
+        steps = [torch.full((), 3.0, device=DEVICE) for _ in params]
+        scale = torch.full((1,), 64.0, device=DEVICE)
+        found_inf = torch.full((1,), found, device=DEVICE)
+        with (tb.use(include=["aten::_fused_adamw_.default"]) if plugin else _nothing()):
+            torch.ops.aten._fused_adamw_(params, grads, m, v, [], steps, lr=0.1, beta1=0.9,
+                                         beta2=0.99, weight_decay=0.1, eps=1e-8, amsgrad=False,
+                                         maximize=False, grad_scale=scale, found_inf=found_inf)
+        return params + m + v
+    ref = step(False)
+    tb.reset_coverage()
+    got = step(True)
+    assert tb.coverage()["aten::_fused_adamw_.default"]["tritonad"] == 1
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-5)

@@ -1,6 +1,8 @@
 """Handlers for the optimizer operators torch.optim calls: the fused steps (`_fused_adam_`,
 `_fused_adamw_`, `_fused_sgd_`: one launch of kernels/optim.py's update per parameter) and the
 `_foreach_*` operators of its foreach paths (one elementwise launch, or a few, per tensor).
+A GradScaler's grad_scale and found_inf are read on the device: the gradients unscaled in
+place, the update skipped where found_inf is set.
 
 A foreach or fused operator updates a list of tensors in place, so every case a handler does not
 cover is found before the first write (a fallback after a partial update would apply the update
@@ -189,9 +191,9 @@ def _device_scalar(value, device):
 
 
 def _check_fused(op, lists, grad_scale, found_inf):
+    """The skip flag of the update (found_inf as a [1] view, or None), once every array is
+    checked; Fallback for a case the update kernels do not take."""
     params = lists[0]
-    if grad_scale is not None:
-        raise Fallback(f"{op}: grad_scale (an unscaling step)")
     for i, p in enumerate(params):
         for group in lists:
             t = group[i]
@@ -199,9 +201,22 @@ def _check_fused(op, lists, grad_scale, found_inf):
                     t.numel() != p.numel():
                 raise Fallback(f"{op}: {t.dtype} {tuple(t.shape)} against parameter "
                                f"{p.dtype} {tuple(p.shape)}")
-    if found_inf is not None and (found_inf.numel() != 1 or found_inf.dtype != torch.float32):
-        raise Fallback(f"{op}: found_inf {found_inf.dtype} {tuple(found_inf.shape)}")
+    for name, flag in (("grad_scale", grad_scale), ("found_inf", found_inf)):
+        if flag is not None and (flag.numel() != 1 or flag.dtype != torch.float32 or
+                                 (params and flag.device != params[0].device)):
+            raise Fallback(f"{op}: {name} {flag.dtype} {tuple(flag.shape)} on {flag.device}")
     return found_inf.view(1) if found_inf is not None else None
+
+
+def _unscale(grads, grad_scale, skip):
+    """A GradScaler's step: the gradients divided by its scale in place (kernels/optim.py's
+    amp_unscale_, as PyTorch's fused kernels read them), before the update. found_inf, computed
+    by the scaler from the same gradients, already says whether any is inf or NaN."""
+    if grad_scale is None or not grads:
+        return
+    flag = skip if skip is not None else B.fill_(
+        torch.empty((1,), dtype=torch.float32, device=grads[0].device), 0.0)
+    B.amp_unscale_([g.view(-1) for g in grads], grad_scale.view(1), flag)
 
 
 def _fused_adam(op, decoupled):
@@ -214,6 +229,7 @@ def _fused_adam(op, decoupled):
         skip = _check_fused(op, (params, grads, exp_avgs, exp_avg_sqs), grad_scale, found_inf)
         rate = _device_scalar(lr, params[0].device) if params else lr
         counts = [_device_scalar(s, p.device) for s, p in zip(state_steps, params)]
+        _unscale(grads, grad_scale, skip)
         for p, g, m, v, count in zip(params, grads, exp_avgs, exp_avg_sqs, counts):
             B.adam_step_(p.view(-1), g.view(-1), m.view(-1), v.view(-1), count, rate, beta1,
                          beta2, eps, weight_decay, decoupled, maximize, skip)
@@ -234,6 +250,7 @@ def fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, l
     if skip is not None and any(p.dtype != torch.float32 for p in params):
         raise Fallback("_fused_sgd_: found_inf with float64 parameters")
     rate = _device_scalar(lr, params[0].device) if params else lr
+    _unscale(grads, grad_scale, skip)
     for i, (p, g) in enumerate(zip(params, grads)):
         buf = momentum_buffer_list[i].view(-1) if momentum else None
         B.sgd_step_(p.view(-1), g.view(-1), buf, rate, momentum, dampening, weight_decay,
