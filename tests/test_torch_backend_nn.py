@@ -484,8 +484,8 @@ def check_opinfo(name, dtype, device, limit=None):
 
 
 def _all_ours():
-    from tritonad.torch_backend import attention_ops, nn_ops, optim_ops, registry
-    mine = {nn_ops.__name__, attention_ops.__name__, optim_ops.__name__}
+    from tritonad.torch_backend import ops, registry
+    mine = {m.__name__ for m in ops.NETWORK_MODULES}
     return [op for op, fn in registry.IMPLS.items() if fn.__module__ in mine]
 
 

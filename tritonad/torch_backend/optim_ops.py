@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .nn_ops import B
+from .nn_ops import B, dtype_of
 from .registry import Fallback, register
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -168,13 +168,8 @@ def foreach_norm(selfs, ord=2, dtype=None):
         n = B.total_norm([s], float(ord)) if s.numel() else None
         if n is None:
             raise Fallback("_foreach_norm: an empty tensor")
-        outs.append(n if s.dtype == torch.float32 else B.cast(n, _dtype(s.dtype)))
+        outs.append(n if s.dtype == torch.float32 else B.cast(n, dtype_of(s.dtype)))
     return outs
-
-
-def _dtype(torch_dtype):
-    from ..dtypes import get_dtype
-    return get_dtype(torch_dtype)
 
 
 # ------------------------------------------------------------------------ fused optimizer steps
