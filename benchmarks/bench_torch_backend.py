@@ -125,9 +125,10 @@ class GPT(nn.Module):
         self.blocks = nn.Sequential(*[Block(width, heads, dropout) for _ in range(layers)])
         self.ln = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab)
+        self.register_buffer("positions", torch.arange(context), persistent=False)
 
     def forward(self, idx):
-        pos = torch.arange(idx.shape[1], device=idx.device)
+        pos = self.positions[:idx.shape[1]]
         x = self.blocks(self.drop(self.tok(idx) + self.pos(pos)))
         return self.head(self.ln(x))
 
