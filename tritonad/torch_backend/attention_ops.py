@@ -167,6 +167,8 @@ def flash_backward(do, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dr
 def efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *,
               scale=None):
     mask = _check("sdpa_efficient", q, k, v, attn_bias, dropout_p)
+    if attn_bias is not None and attn_bias.requires_grad:  # (its backward would fall back)
+        raise Fallback("sdpa_efficient: a bias that needs a gradient")
     seed, offset, rng = _draw(q, k, dropout_p)
     out = _blhe(_out_shape(q, v), q.dtype, q.device)
     o, lse = _forward(q, k, v, mask, scale, is_causal, out, (float(dropout_p), seed, offset))
@@ -197,6 +199,8 @@ def efficient_backward(do, q, k, v, attn_bias, out, lse, philox_seed, philox_off
 def cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
           return_debug_mask=False, *, scale=None):
     mask = _check("sdpa_cudnn", q, k, v, attn_bias, dropout_p, dropout_ok=False)
+    if attn_bias is not None and attn_bias.requires_grad:
+        raise Fallback("sdpa_cudnn: a bias that needs a gradient")
     if return_debug_mask:
         raise Fallback("sdpa_cudnn: return_debug_mask")
     o, lse = _forward(q, k, v, mask, scale, is_causal, _blhe(_out_shape(q, v), q.dtype,
