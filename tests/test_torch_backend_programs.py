@@ -41,6 +41,12 @@ def bench():
     return bench_torch_backend
 
 
+def _assert_any_ran(*ops):
+    """At least one of the operators (the forms PyTorch picks among) ran on tritonad."""
+    cov = tb.coverage()
+    assert any(cov.get(op, {}).get("tritonad", 0) for op in ops), (ops, cov)
+
+
 def _assert_ran(ops):
     cov = tb.coverage()
     for op in ops:
@@ -179,8 +185,9 @@ def test_resnet18_step_strict_gpu(bench):
     every operator on tritonad, the losses within bf16 noise of PyTorch's."""
     compare_training(_cnn(bench, 32, 224, 64, (2, 2, 2, 2), 1000, "cuda", fused=True), 5,
                      dict(strict=True), rel=5e-2)
-    _assert_ran(CNN_OPS[:2] + ["aten::cudnn_batch_norm.default",
-                               "aten::cudnn_batch_norm_backward.default"])
+    _assert_ran(CNN_OPS[:2])  # (strict: nothing fell back; the batch norm form is PyTorch's pick)
+    _assert_any_ran("aten::cudnn_batch_norm_backward.default",
+                    "aten::native_batch_norm_backward.default")
 
 
 @pytest.mark.gpu
@@ -189,8 +196,9 @@ def test_gpt_step_strict_gpu(bench):
     steps with every operator on tritonad."""
     compare_training(_gpt(bench, 16, 256, "cuda", torch.bfloat16), 5, dict(strict=True),
                      rel=3e-2)
-    _assert_ran(GPT_OPS + ["aten::_scaled_dot_product_flash_attention.default",
-                           "aten::_scaled_dot_product_flash_attention_backward.default"])
+    _assert_ran(GPT_OPS)
+    _assert_any_ran(*(f"aten::_scaled_dot_product_{form}_attention_backward.default"
+                      for form in ("flash", "efficient", "cudnn")))
 
 
 @pytest.mark.gpu
@@ -203,8 +211,7 @@ def test_gpt_recipe_with_dropout_strict_gpu(bench):
     tb.reset_coverage()
     got = train_losses(make, 5, dict(strict=True))
     assert got == pytest.approx(ref, rel=0.1), (got, ref)
-    _assert_ran(["aten::native_dropout.default", "aten::native_dropout_backward.default",
-                 "aten::_scaled_dot_product_flash_attention_backward.default"])
+    _assert_ran(["aten::native_dropout.default", "aten::native_dropout_backward.default"])
 
 
 def test_benchmark_parses_and_refuses_without_gpu(bench):
