@@ -179,6 +179,20 @@ def test_group_norm():
             atol=5e-5, rtol=1e-4)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_gpu(dtype):
+    """F.rms_norm where PyTorch runs it as _fused_rms_norm (its CUDA kernel)."""
+    ops = ["aten::_fused_rms_norm.default", "aten::_fused_rms_norm_backward.default"]
+    tb.reset_coverage()
+    with tb.use(include=[]):  # (nothing of ours: records which operators PyTorch calls)
+        F.rms_norm(rnd(4, 64, dtype=dtype), (64,), rnd(64, dtype=dtype))
+    if ops[0] not in tb.coverage():
+        pytest.skip("this PyTorch composes rms_norm of smaller operators")
+    compare(lambda x, w: F.rms_norm(x, (64,), w), [rnd(33, 64, dtype=dtype),
+                                                   rnd(64, dtype=dtype)], ops)
+
+
 BN = ["aten::native_batch_norm.default", "aten::native_batch_norm_backward.default"]
 
 
