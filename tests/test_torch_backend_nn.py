@@ -466,6 +466,79 @@ def _nothing():
     return contextlib.nullcontext()
 
 
+# ----------------------------------------------------------------------------------- optimizers
+
+OPTIMIZERS = {
+    "adamw-fused": (lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.1, fused=True),
+                    ["aten::_fused_adamw_.default"]),
+    "adam-fused": (lambda p: torch.optim.Adam(p, lr=0.1, weight_decay=0.1, fused=True),
+                   ["aten::_fused_adam_.default"]),
+    "sgd-fused": (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True,
+                                            weight_decay=0.01, fused=True),
+                  ["aten::_fused_sgd_.default"]),
+    "adamw-foreach": (lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.1, foreach=True),
+                      ["aten::_foreach_lerp_.Scalar", "aten::_foreach_addcmul_.Scalar",
+                       "aten::_foreach_sqrt.default", "aten::_foreach_addcdiv_.ScalarList",
+                       "aten::_foreach_div_.ScalarList", "aten::_foreach_add_.Scalar",
+                       "aten::_foreach_mul_.Scalar"]),
+    "sgd-foreach": (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True),
+                    ["aten::_foreach_add_.List", "aten::_foreach_mul_.Scalar"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+def test_optimizer_steps(kind):
+    """Three steps of torch.optim's fused or foreach path, the plugin on against off."""
+    make, ops = OPTIMIZERS[kind]
+
+    def trajectory(plugin):
+        torch.manual_seed(0)
+        params = [torch.randn(4, 3, device=DEVICE, requires_grad=True),
+                  torch.randn(3, device=DEVICE, requires_grad=True)]
+        opt = make(params)
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn_like(p)
+            if plugin:
+                with tb.use(include=ops + ["aten::_foreach_add_.Tensor"]):
+                    opt.step()
+            else:
+                opt.step()
+        return [p.detach() for p in params]
+    ref = trajectory(False)
+    tb.reset_coverage()
+    got = trajectory(True)
+    cov = tb.coverage()
+    for op in ops:
+        assert cov.get(op, {}).get("tritonad", 0) >= 1 and cov[op]["pytorch"] == 0, (op, cov)
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-5)
+
+
+def test_clip_grad_norm():
+    ops = ["aten::_foreach_norm.Scalar", "aten::_foreach_mul_.Tensor"]
+    torch.manual_seed(0)
+    grads = [torch.randn(5, 3, device=DEVICE) * 3, torch.randn(7, device=DEVICE)]
+
+    def clip(plugin):
+        params = [torch.zeros_like(g, requires_grad=True) for g in grads]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        if plugin:
+            with tb.use(include=ops):
+                norm = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        return [norm] + [p.grad for p in params]
+    ref = clip(False)
+    tb.reset_coverage()
+    got = clip(True)
+    for op in ops:
+        assert tb.coverage()[op]["tritonad"] == 1, tb.coverage()
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r)
+
+
 @pytest.mark.parametrize("found", [0.0, 1.0])
 def test_fused_steps_with_a_grad_scaler(found):
     """grad_scale and found_inf as a GradScaler passes them: the gradients unscaled in place,
