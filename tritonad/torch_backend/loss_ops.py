@@ -58,8 +58,12 @@ def _nll_parts(op, x, target, weight, ignore_index):
     if x.dim() != 2 or target.dim() != 1 or x.shape[0] == 0:
         raise Fallback(f"{op}: input {tuple(x.shape)}, target {tuple(target.shape)}")
     B.check_targets(target, x.shape[1], int(ignore_index), "nll_loss")
+    if x.device.type == "cpu":  # a bad target now (PyTorch then raises its own IndexError)
+        B.check_errors(x.device)
     kept = B.ne(target, int(ignore_index))
-    safe = B.where(kept, target, 0)
+    # (clamped: a bad target on a GPU is reported by the error flags at the next host read,
+    # and never reads outside the row meanwhile)
+    safe = B.clamp(B.where(kept, target, 0), 0, x.shape[1] - 1)
     if weight is not None:
         w_t = B.mul(B.gather_rows(weight, safe), kept)
     else:
