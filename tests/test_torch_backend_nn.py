@@ -245,6 +245,9 @@ def test_nll_loss(reduction):
     weight = torch.rand(4, device=DEVICE) + 0.5
     compare(lambda x: F.nll_loss(x, target, weight, reduction=reduction), [rnd(5, 4)], ops)
     if reduction == "mean":
+        with pytest.raises(IndexError, match="out of bounds"):  # PyTorch's own error
+            with tb.use(include=ops):
+                F.nll_loss(rnd(2, 3, grad=False), torch.tensor([0, 3], device=DEVICE))
         ops = ["aten::nll_loss2d_forward.default", "aten::nll_loss2d_backward.default"]
         t2 = torch.tensor([[[0, 2], [1, 1], [2, -100]]], device=DEVICE)
         compare(lambda x: F.nll_loss(x, t2), [rnd(1, 3, 3, 2)], ops)
