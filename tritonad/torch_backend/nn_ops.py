@@ -15,11 +15,13 @@ error for it, with its own message and type, exactly as without the plugin.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
 
 from .. import backend as _backend
+from .. import settings as _settings
 from ..dtypes import get_dtype
 from .registry import Fallback, register
 
@@ -129,8 +131,30 @@ def _transposed_out_shape(x, w, stride, padding, dilation, output_padding, group
         zip(x.shape[2:], stride, padding, dilation, w.shape[2:], output_padding))
 
 
+@contextlib.contextmanager
+def _pytorch_precision(x):
+    """A float32 convolution at the precision PyTorch's flag asks of cuDNN: TF32 where
+    torch.backends.cudnn.allow_tf32 (its default), float32 accuracy (3xTF32) where not."""
+    want = "high" if torch.backends.cudnn.allow_tf32 else "highest"
+    saved = _settings.conv_precision()
+    if x.dtype != torch.float32 or saved == want:
+        yield
+        return
+    _settings.set_conv_precision(want)
+    try:
+        yield
+    finally:
+        _settings.set_conv_precision(saved)
+
+
 @handler("aten::convolution.default")
 def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    with _pytorch_precision(x):
+        return _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding,
+                            groups)
+
+
+def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     _conv_checks(x, w, bias)
     last = channels_last(x) or channels_last(w)  # cuDNN's rule for the output's format
     x2, w2, stride, padding, dilation, output_padding = _as_2d(x, w, stride, padding, dilation,
@@ -153,6 +177,13 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
 @handler("aten::convolution_backward.default")
 def convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
+    with _pytorch_precision(x):
+        return _convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation,
+                                     transposed, output_padding, groups, output_mask)
+
+
+def _convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
     _conv_checks(x, w, None)
     _float_args("convolution_backward", dy, x, w)
     last = channels_last(x) or channels_last(w)
