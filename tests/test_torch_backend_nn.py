@@ -455,6 +455,9 @@ def check_opinfo(name, dtype, device, limit=None):
     ops = OPINFO_OPS[name]
     tb.reset_coverage()
     for sample in samples:
+        if sample.kwargs.get("dropout_p") or sample.kwargs.get("training") and "dropout" in name:
+            continue  # (other random masks than PyTorch's: test_sdpa_dropout_* checks those)
+
         def run(plugin):
             args = [sample.input] + list(sample.args)
             args = [a.detach().clone().requires_grad_(a.requires_grad)
