@@ -15,7 +15,6 @@ error for it, with its own message and type, exactly as without the plugin.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -131,27 +130,25 @@ def _transposed_out_shape(x, w, stride, padding, dilation, output_padding, group
         zip(x.shape[2:], stride, padding, dilation, w.shape[2:], output_padding))
 
 
-@contextlib.contextmanager
-def _pytorch_precision(x):
-    """A float32 convolution at the precision PyTorch's flag asks of cuDNN: TF32 where
-    torch.backends.cudnn.allow_tf32 (its default), float32 accuracy (3xTF32) where not."""
+def _at_pytorch_precision(fn, x, *args):
+    """fn(x, *args), a float32 convolution at the precision PyTorch's flag asks of cuDNN: TF32
+    where torch.backends.cudnn.allow_tf32 (its default), float32 accuracy (3xTF32) where not;
+    tritonad's own setting is restored after."""
     want = "high" if torch.backends.cudnn.allow_tf32 else "highest"
     saved = _settings.conv_precision()
     if x.dtype != torch.float32 or saved == want:
-        yield
-        return
+        return fn(x, *args)
     _settings.set_conv_precision(want)
     try:
-        yield
+        return fn(x, *args)
     finally:
         _settings.set_conv_precision(saved)
 
 
 @handler("aten::convolution.default")
 def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    with _pytorch_precision(x):
-        return _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding,
-                            groups)
+    return _at_pytorch_precision(_convolution, x, w, bias, stride, padding, dilation,
+                                 transposed, output_padding, groups)
 
 
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -177,12 +174,11 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
 @handler("aten::convolution_backward.default")
 def convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
-    with _pytorch_precision(x):
-        return _convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation,
-                                     transposed, output_padding, groups, output_mask)
+    return _at_pytorch_precision(_convolution_backward, x, dy, w, bias_sizes, stride, padding,
+                                 dilation, transposed, output_padding, groups, output_mask)
 
 
-def _convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed,
+def _convolution_backward(x, dy, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
     _conv_checks(x, w, None)
     _float_args("convolution_backward", dy, x, w)
