@@ -12,6 +12,10 @@ pooling, scale_grad_by_freq, rows wider than the fused row norms hold, ...
 A handler also falls back where tritonad's argument check refuses the call (ValueError or
 TypeError from a primitive: an impossible window, a dtype mix): PyTorch then raises its own
 error for it, with its own message and type, exactly as without the plugin.
+
+A channels-last output costs one copy here: the convolution and pooling kernels write NCHW
+(a launcher that wrote the output's strides directly would save that pass). Float32
+convolutions run at the precision PyTorch's torch.backends.cudnn.allow_tf32 asks.
 """
 from __future__ import annotations
 
