@@ -8,6 +8,9 @@ operator under test ran on tritonad and none fell back. On a CPU machine the plu
 tensors on our kernels under Triton's interpreter (tiny shapes); the gpu-marked tests run the
 same checks on CUDA tensors at real sizes.
 """
+import importlib
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -430,7 +433,14 @@ OPINFO_OPS = {  # OpInfo name -> the aten operators of ours its samples reach
 
 
 def _opinfo(name):
-    pytest.importorskip("expecttest")  # (torch.testing._internal needs it)
+    try:
+        importlib.import_module("expecttest")  # (torch.testing._internal imports it)
+    except ImportError:  # (only for its TestCase base and ACCEPT flag: a stand-in does)
+        import types
+        import unittest
+        stand_in = types.ModuleType("expecttest")
+        stand_in.TestCase, stand_in.ACCEPT = unittest.TestCase, False
+        sys.modules["expecttest"] = stand_in
     from torch.testing._internal.common_methods_invocations import op_db
     return next(op for op in op_db if op.name == name and op.variant_test_name == "")
 
