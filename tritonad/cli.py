@@ -19,6 +19,7 @@ BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "co
               "optim", "mnist", "augment", "host", "ddp",
               "norms", "attention", "embedding", "scan", "rnn", "losses")
 BENCHMARKS += ("gpt", "resnet")  # the recipes end to end against PyTorch (bench_gpt, bench_resnet)
+BENCHMARKS += ("torch-backend",)  # tritonad.torch_backend: unmodified PyTorch on our kernels
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
