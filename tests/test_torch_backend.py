@@ -6,9 +6,6 @@ run a target operator on tritonad in at least one sample. In CPU CI the mode run
 under Triton's interpreter: a few samples of a few dtypes per op (CI_SAMPLES); the GPU tier
 (`pytest -m gpu`) runs every sample of every supported dtype on CUDA tensors.
 """
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -82,3 +79,153 @@ def test_every_registered_operator_reaches_the_mode():
                 torch._C._dispatch_has_kernel_for_dispatch_key(op.name(),
                                                                "CompositeImplicitAutograd")]
     assert not implicit
+
+
+# ---------------------------------------------------------------------------- the mode itself
+
+def _x(*shape):
+    return torch.randn(*shape, device=DEVICE)
+
+
+def test_coverage_counts_calls_on_tritonad_and_fallbacks():
+    x, y = _x(3, 5), _x(3, 5)
+    tb.reset_coverage()
+    with tb.use(note=False):
+        z = x + y
+        c = torch.cumsum(x, 0)   # no handler: PyTorch's kernel, counted
+    torch.testing.assert_close(z, x + y)
+    torch.testing.assert_close(c, torch.cumsum(x, 0))
+    cov = tb.coverage()
+    assert cov["aten::add.Tensor"] == {"tritonad": 1, "pytorch": 0}
+    assert cov["aten::cumsum.default"] == {"tritonad": 0, "pytorch": 1}
+    tb.reset_coverage()
+    assert tb.coverage() == {}
+
+
+def test_views_and_allocation_are_neither_counted_nor_refused():
+    x = _x(4, 6)
+    tb.reset_coverage()
+    with tb.use(strict=True):
+        v = x.t().reshape(6, 4)[1:, :2].unsqueeze(0).squeeze(0).expand(5, 2).detach()
+        e = torch.empty_like(x)
+        n = x[0, 0].item()
+    assert v.shape == (5, 2) and e.shape == x.shape and n == x[0, 0].item()
+    assert tb.coverage() == {}
+
+
+def test_strict_names_the_operator_and_argument_types():
+    x = _x(3, 4)
+    with pytest.raises(NotImplementedError, match=r"aten::cumsum\.default.*float32\[3, 4\]"):
+        with tb.use(strict=True):
+            torch.cumsum(x, 1)
+
+
+def test_strict_refuses_a_deliberate_fallback_with_its_reason():
+    a = torch.arange(6, device=DEVICE)
+    with pytest.raises(NotImplementedError, match=r"aten::div\.Tensor_mode.*rounding_mode"):
+        with tb.use(strict=True):
+            torch.div(a, 4, rounding_mode="floor")
+
+
+def test_the_fallback_note_lists_each_operator_once(capsys):
+    x = _x(2, 3)
+    registry.COUNTS.noted.discard(torch.ops.aten.cummax.default)
+    for _ in range(2):
+        with tb.use():
+            torch.cummax(x, 1)
+            torch.cummax(x, 0)
+    err = capsys.readouterr().err
+    assert err.count("aten::cummax.default: 2") == 1 and "fell back" in err
+
+
+def test_the_note_at_exit_covers_a_mode_still_enabled(capsys):
+    x = _x(2, 3)
+    registry.COUNTS.noted.discard(torch.ops.aten.cummin.default)
+    tb.enable()
+    try:
+        torch.cummin(x, 1)
+        tb._note_at_exit()
+    finally:
+        tb.disable()
+    assert "aten::cummin.default: 1" in capsys.readouterr().err
+
+
+def test_include_and_exclude_choose_operators():
+    x, y = _x(3), _x(3)
+    tb.reset_coverage()
+    with tb.use(exclude=["add"], note=False):
+        x + y
+        x * y
+    with tb.use(include=["aten::sub.Tensor"], note=False):
+        x - y
+        x * y
+    cov = tb.coverage()
+    assert cov["aten::add.Tensor"] == {"tritonad": 0, "pytorch": 1}
+    assert cov["aten::mul.Tensor"] == {"tritonad": 1, "pytorch": 1}
+    assert cov["aten::sub.Tensor"] == {"tritonad": 1, "pytorch": 0}
+
+
+def test_a_small_training_step_matches_pytorch_with_no_fallback():
+    """nn.Linear, relu, an MSE written out, SGD without foreach: forward, autograd's backward
+    operators and the update all on tritonad (strict), to PyTorch's values."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(7, 9), torch.nn.ReLU(), torch.nn.Linear(9, 3))
+    model = model.to(DEVICE)
+    twin = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    x, y = _x(5, 7), _x(5, 3)
+
+    def step(params, plugin):
+        w1, b1, w2, b2 = params
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False)
+        with tb.use(strict=True) if plugin else _nothing():
+            h = torch.relu(torch.nn.functional.linear(x, w1, b1))
+            loss = ((torch.nn.functional.linear(h, w2, b2) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+        return loss
+
+    ours = step(list(model.parameters()), True)
+    theirs = step(twin, False)
+    torch.testing.assert_close(ours, theirs)
+    for p, q in zip(model.parameters(), twin):
+        torch.testing.assert_close(p, q)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_unsupported_dtypes_fall_back_to_the_right_answer():
+    a = torch.arange(-4, 4, dtype=torch.int8, device=DEVICE)
+    tb.reset_coverage()
+    with tb.use(note=False):
+        r = a + a
+    assert r.dtype == torch.int8 and r.tolist() == (a.to(torch.int64) * 2).tolist()
+    assert tb.coverage()["aten::add.Tensor"] == {"tritonad": 0, "pytorch": 1}
+
+
+@pytest.mark.gpu
+def test_cpu_tensors_on_a_gpu_machine_pass_through_uncounted():
+    x = torch.randn(3, 4)
+    tb.reset_coverage()
+    with tb.use(strict=True):
+        y = (x + 1).sum()
+    assert tb.coverage() == {} and y.device.type == "cpu"
+
+
+@pytest.mark.gpu
+def test_a_host_scalar_beside_cuda_tensors_runs_on_tritonad():
+    x = torch.randn(3, 4, device="cuda")
+    s = torch.tensor(2.5)
+    tb.reset_coverage()
+    with tb.use(strict=True):
+        y = x * s
+    with tb.use(note=False):   # a float64 0-d tensor decides the type: PyTorch's kernel
+        z = x.to(torch.int32) + torch.tensor(1.5, dtype=torch.float64)
+    torch.testing.assert_close(y, x * s)
+    assert z.dtype == torch.float64
+    assert tb.coverage()["aten::mul.Tensor"]["tritonad"] == 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import sys
 import types
 import unittest
@@ -39,9 +40,8 @@ import torch
 import tritonad.torch_backend as tb
 from tritonad.torch_backend import registry
 
-try:  # common_utils imports expecttest (a test-only package) for its TestCase base
-    import expecttest  # noqa: F401
-except ImportError:
+if importlib.util.find_spec("expecttest") is None:
+    # common_utils imports expecttest (a test-only package) for its TestCase base
     _stub = types.ModuleType("expecttest")
     _stub.TestCase = unittest.TestCase
     sys.modules["expecttest"] = _stub
@@ -165,8 +165,10 @@ def _reduce_size(inputs, outputs):
 
 
 def assert_close(ours, ref, dtype, reduce, what):
-    rtol, atol = tolerances(dtype, reduce)
+    """Compare at the tolerances of each output's own dtype (exp of an int64 sample is float32);
+    `dtype` is the sample's, named in messages."""
     if isinstance(ref, torch.Tensor):
+        rtol, atol = tolerances(ref.dtype, reduce)
         if not isinstance(ours, torch.Tensor):
             raise AssertionError(f"{what}: expected a tensor, got {type(ours).__name__}")
         torch.testing.assert_close(ours, ref, rtol=rtol, atol=atol, equal_nan=True,

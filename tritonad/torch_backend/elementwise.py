@@ -28,6 +28,7 @@ _Tensor = torch.Tensor
 OK = frozenset(d.torch for d in dtypes.ALL)          # the types tritonad's kernels hold
 FLOATS = frozenset(d.torch for d in dtypes.FLOATING)
 _CATEGORY = {d.torch: d.category for d in dtypes.ALL}
+STRIDED = torch.empty(0).layout                       # the layout of ordinary tensors
 
 
 # ------------------------------------------------------------------------------ shared helpers
@@ -39,7 +40,7 @@ def check(*xs):
         if isinstance(x, _Tensor):
             if x.dtype not in OK:
                 raise Fallback(f"dtype {x.dtype}")
-            if x.layout is not torch.strided:
+            if x.layout is not STRIDED:
                 raise Fallback(f"layout {x.layout}")
         elif isinstance(x, complex):
             raise Fallback("a complex number")
@@ -102,7 +103,7 @@ def in_place(fn, self, *others):
     tensors = [o for o in others if isinstance(o, _Tensor)]
     result_type = dtypes.result_type(self, *others).torch
     if result_type == self.dtype and not any(_overlaps(self, o) for o in tensors):
-        shape = _broadcast(self, *tensors)
+        shape = broadcast(self, *tensors)
         if shape != tuple(self.shape):
             raise Fallback("in-place result does not have self's shape")
         if self.numel():
@@ -111,7 +112,8 @@ def in_place(fn, self, *others):
     return write_into(self, fn(self, *others))
 
 
-def _broadcast(*xs):
+def broadcast(*xs):
+    """numpy's broadcast of the tensors' shapes (no check)."""
     shape = ()
     for x in xs:
         s = tuple(x.shape)
@@ -281,8 +283,7 @@ family("div", _div, suffix="Tensor_mode")
 family("div", _div, suffix="Scalar_mode", out=False)
 family("rsub", _rsub, suffix="Tensor", inplace=False)
 family("rsub", _rsub, suffix="Scalar", inplace=False, out=False)
-family("true_divide", _div, suffix="Tensor")
-family("true_divide", _div, suffix="Scalar", out=False)
+family("true_divide", _div, suffix="Tensor", functional=False, inplace=False)  # the rest: div
 
 
 def _scalar_out(name, fn):
@@ -361,9 +362,6 @@ def where_out(condition, a, b, *, out):
     return write_into(out, _where(*host_scalars(condition, a, b)))
 
 
-family("where", _where, suffix="ScalarOther", inplace=False, out=False)
-family("where", _where, suffix="ScalarSelf", inplace=False, out=False)
-family("where", _where, suffix="Scalar", inplace=False, out=False)
 
 
 def _lerp(a, end, weight, out=None):
@@ -509,8 +507,12 @@ _backward("sigmoid_backward", table.sigmoid, reads_output=True)
 _backward("tanh_backward", table.tanh, reads_output=True)
 _gelu_exact = _backward("gelu_backward", table.gelu, register_as=False)
 _gelu_tanh = _backward("gelu_backward", table.gelu_tanh, register_as=False)
-_backward("silu_backward", table.silu)
-_backward("mish_backward", table.mish)
+# silu_backward and mish_backward decompose above the mode (CompositeImplicitAutograd): their
+# grad_input overloads only
+register("aten::silu_backward.grad_input")(_backward("silu_backward", table.silu,
+                                                     register_as=False))
+register("aten::mish_backward.grad_input")(_backward("mish_backward", table.mish,
+                                                     register_as=False))
 _backward("hardswish_backward", table.hardswish)
 _backward("hardtanh_backward", table.hardtanh, params=("min_val", "max_val"))
 _backward("softplus_backward", table.softplus, params=("beta", "threshold"))

@@ -1,2 +1,13 @@
-"""Handlers: aten operators on tritonad's primitives. One module per family is imported here."""
-from . import elementwise  # noqa: F401
+"""Handlers: aten operators on tritonad's primitives. Each module below registers its handlers
+when imported (one line per module)."""
+import importlib
+
+for _module in (
+    "elementwise",
+    "reductions",
+    "linalg",
+    "copies",
+    "softmax",
+    "indexing",
+):
+    importlib.import_module(f".{_module}", __package__)

@@ -83,7 +83,9 @@ _NOT_KERNELS = ("_unsafe_view.default", "empty.memory_format", "empty_like.defau
                 "is_pinned.default", "_has_compatible_shallow_copy_type.default",
                 "sym_size.int", "sym_stride.int", "sym_numel.default",
                 "sym_storage_offset.default", "dim.default", "size.int", "stride.int",
-                "_nested_tensor_size.default", "_make_dep_token.default")
+                "_nested_tensor_size.default", "_make_dep_token.default",
+                "_record_function_enter.default", "_record_function_enter_new.default",
+                "_record_function_exit.default", "_record_function_exit._RecordFunction")
 NOT_KERNELS: set = set()
 for _name in _NOT_KERNELS:
     try:
@@ -93,8 +95,12 @@ for _name in _NOT_KERNELS:
 
 
 def computes(op) -> bool:
-    """False for an operator that computes nothing: a view, metadata, allocation, a host read."""
-    return not (op in NOT_KERNELS or op.is_view)
+    """False for an operator that computes nothing: a view, metadata, allocation, a host read,
+    an operator of no tensors at all (the profiler's record_function)."""
+    if op in NOT_KERNELS or op.is_view:
+        return False
+    schema = op._schema
+    return any("Tensor" in str(a.type) for a in list(schema.arguments) + list(schema.returns))
 
 
 class _Counts:

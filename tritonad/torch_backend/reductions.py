@@ -1,0 +1,210 @@
+"""Handlers: reductions (sum, mean, amax/amin, max/min with and without dim, argmax/argmin,
+var/std with correction, var_mean/std_mean, all/any, linalg_vector_norm) on tritonad's reduction
+kernels (kernels/reduce.py). Dims are normalised as PyTorch does (negative, a list, None or []
+for all); empty reductions whose result PyTorch defines (a sum of nothing is 0) run, those it
+refuses (the max of nothing) fall back so that PyTorch raises its own error.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes
+from .elementwise import B, FLOATS, check, write_into
+from .registry import Fallback, register
+
+
+def _dims(x, dim):
+    """PyTorch's dim argument as tritonad's: None for all (None, [] or ()), else a tuple."""
+    if dim is None:
+        return None
+    if isinstance(dim, int):
+        return (dim,)
+    dim = tuple(dim)
+    return dim or None
+
+
+def _dtype(dtype):
+    if dtype is None:
+        return None
+    try:
+        return dtypes.get_dtype(dtype)
+    except TypeError:
+        raise Fallback(f"dtype {dtype}") from None
+
+
+def _finish(result, out):
+    return result if out is None else write_into(out, result)
+
+
+# ------------------------------------------------------------------------------ sum and mean
+
+@register("aten::sum.default", "aten::sum.dim_IntList", "aten::sum.IntList_out",
+          "aten::sum.out")
+def sum_(x, dim=None, keepdim=False, *, dtype=None, out=None):
+    check(x, out)
+    return _finish(B.sum(x, _dims(x, dim), keepdim, _dtype(dtype)), out)
+
+
+@register("aten::mean.default", "aten::mean.dim", "aten::mean.out")
+def mean(x, dim=None, keepdim=False, *, dtype=None, out=None):
+    check(x, out)
+    if dtype is not None and dtype != x.dtype:
+        if dtype not in FLOATS:
+            raise Fallback(f"mean with dtype {dtype}")
+        x = B.cast(x, dtypes.get_dtype(dtype))
+    if x.dtype not in FLOATS:
+        raise Fallback(f"mean of {x.dtype}")
+    return _finish(B.mean(x, _dims(x, dim), keepdim), out)
+
+
+# ------------------------------------------------------------------------------ extremes
+
+def _nonempty(x, dims, name):
+    if x.numel() == 0:
+        raise Fallback(f"{name} of an empty tensor")
+    if x.dtype is torch.bool:
+        raise Fallback(f"{name} of bool")
+
+
+@register("aten::amax.default", "aten::amax.out")
+def amax(x, dim=(), keepdim=False, *, out=None):
+    check(x, out)
+    _nonempty(x, dim, "amax")
+    return _finish(B.max(x, _dims(x, dim), keepdim), out)
+
+
+@register("aten::amin.default", "aten::amin.out")
+def amin(x, dim=(), keepdim=False, *, out=None):
+    check(x, out)
+    _nonempty(x, dim, "amin")
+    return _finish(B.min(x, _dims(x, dim), keepdim), out)
+
+
+def _extreme_dim(values, index):
+    def handler(x, dim, keepdim=False):
+        check(x)
+        _nonempty(x, dim, "max")
+        return values(x, (dim,), keepdim), index(x, dim, keepdim)
+    return handler
+
+
+register("aten::max.dim")(_extreme_dim(B.max, B.argmax))
+register("aten::min.dim")(_extreme_dim(B.min, B.argmin))
+
+
+@register("aten::max.default", "aten::max.unary_out")
+def max_(x, *, out=None):
+    check(x, out)
+    _nonempty(x, None, "max")
+    return _finish(B.max(x, None, False), out)
+
+
+@register("aten::min.default", "aten::min.unary_out")
+def min_(x, *, out=None):
+    check(x, out)
+    _nonempty(x, None, "min")
+    return _finish(B.min(x, None, False), out)
+
+
+@register("aten::argmax.default", "aten::argmax.out")
+def argmax(x, dim=None, keepdim=False, *, out=None):
+    check(x, out)
+    _nonempty(x, dim, "argmax")
+    return _finish(B.argmax(x, dim, keepdim), out)
+
+
+@register("aten::argmin.default", "aten::argmin.out")
+def argmin(x, dim=None, keepdim=False, *, out=None):
+    check(x, out)
+    _nonempty(x, dim, "argmin")
+    return _finish(B.argmin(x, dim, keepdim), out)
+
+
+# ------------------------------------------------------------------------------ var and std
+
+def _var(x, dim, correction, keepdim):
+    check(x)
+    if x.dtype not in FLOATS:
+        raise Fallback(f"var of {x.dtype}")
+    correction = 1 if correction is None else correction
+    return B.var(x, _dims(x, dim), correction, keepdim)
+
+
+@register("aten::var.correction", "aten::var.correction_out")
+def var(x, dim=None, *, correction=None, keepdim=False, out=None):
+    return _finish(_var(x, dim, correction, keepdim), out)
+
+
+@register("aten::std.correction", "aten::std.correction_out")
+def std(x, dim=None, *, correction=None, keepdim=False, out=None):
+    return _finish(B.sqrt(_var(x, dim, correction, keepdim)), out)
+
+
+@register("aten::var_mean.correction")
+def var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return _var(x, dim, correction, keepdim), B.mean(x, _dims(x, dim), keepdim)
+
+
+@register("aten::std_mean.correction")
+def std_mean(x, dim=None, *, correction=None, keepdim=False):
+    return B.sqrt(_var(x, dim, correction, keepdim)), B.mean(x, _dims(x, dim), keepdim)
+
+
+# ------------------------------------------------------------------------------ all and any
+# all: no element is zero (the count of zeros is 0); any: some element is nonzero.
+
+def _truth(x, dim, keepdim, every):
+    check(x)
+    if x.dtype is torch.uint8:
+        raise Fallback("all/any of uint8 (a uint8 result)")
+    if every:
+        return B.eq(B.sum(B.logical_not(x), _dims(x, dim), keepdim), 0)
+    return B.ne(B.sum(B.ne(x, 0), _dims(x, dim), keepdim), 0)
+
+
+def _truth_handler(every):
+    def handler(x, dim=None, keepdim=False, *, out=None):
+        check(out)
+        return _finish(_truth(x, dim, keepdim, every), out)
+    return handler
+
+
+register("aten::all.default", "aten::all.dim", "aten::all.dims", "aten::all.out",
+         "aten::all.dims_out", "aten::all.all_out")(_truth_handler(True))
+register("aten::any.default", "aten::any.dim", "aten::any.dims", "aten::any.out",
+         "aten::any.dims_out", "aten::any.all_out")(_truth_handler(False))
+
+
+# ------------------------------------------------------------------------------ norms
+
+@register("aten::linalg_vector_norm.default", "aten::linalg_vector_norm.out")
+def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    """||x||_ord over dim: sqrt(sum x^2), sum |x|, max |x|, min |x|, count of nonzeros, or
+    (sum |x|^p)^(1/p)."""
+    check(x, out)
+    if dtype is not None and dtype != x.dtype:
+        if dtype not in FLOATS:
+            raise Fallback(f"norm with dtype {dtype}")
+        x = B.cast(x, dtypes.get_dtype(dtype))
+    if x.dtype not in FLOATS:
+        raise Fallback(f"norm of {x.dtype}")
+    dims = _dims(x, dim)
+    if ord == 2:
+        result = B.sqrt(B.sum(B.mul(x, x), dims, keepdim))
+    elif ord == 1:
+        result = B.sum(B.abs(x), dims, keepdim)
+    elif ord == math.inf or ord == -math.inf:
+        if x.numel() == 0:
+            raise Fallback("an infinity norm of an empty tensor")
+        reduce = B.max if ord > 0 else B.min
+        result = reduce(B.abs(x), dims, keepdim)
+    elif ord == 0:
+        result = B.sum(B.ne(x, 0), dims, keepdim, dtypes.get_dtype(x.dtype))
+    else:
+        if ord < 0:
+            raise Fallback("a negative norm order")
+        powered = B.sum(B.pow_scalar(B.abs(x), float(ord)), dims, keepdim)
+        result = B.pow_scalar(powered, 1.0 / ord)
+    return _finish(result, out)
