@@ -223,3 +223,137 @@ def masked_fill_(self, mask, value):
     if tuple(shape) != tuple(self.shape):
         raise Fallback("masked_fill_ with a mask that broadcasts self")
     return _masked_fill(self, mask, value, self)
+
+
+# ------------------------------------------------------------------------------ more factories
+
+def _check_factory(dtype, layout, pin_memory):
+    if (layout is not None and layout is not STRIDED) or pin_memory:
+        raise Fallback("a layout or pinned memory")
+    if dtype is not None and dtype not in dtypes._BY_TORCH:
+        raise Fallback(f"dtype {dtype}")
+
+
+@register("aten::arange.default", "aten::arange.start", "aten::arange.start_step")
+def arange(*numbers, dtype=None, layout=None, device=None, pin_memory=None):
+    """[start, end) by step: int64 when every number is an integer, else the default float."""
+    _check_factory(dtype, layout, pin_memory)
+    start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else \
+        (numbers[0], numbers[1], numbers[2] if len(numbers) > 2 else 1)
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in (start, end, step)):
+        raise Fallback("arange of other numbers")
+    if step == 0 or (end - start) * step < 0:
+        raise Fallback("arange with a step of the wrong sign")   # PyTorch's error
+    integral = all(isinstance(v, int) for v in (start, end, step))
+    if dtype is None:
+        dtype = torch.int64 if integral else torch.empty(0).dtype
+    if not integral and dtype not in (torch.float32, torch.float64):
+        raise Fallback("a float arange of another type")  # PyTorch counts in the target type
+    if device is None:
+        device = torch.empty(0).device
+    return B.arange(start, end, step, dtypes.get_dtype(dtype), device)
+
+
+@register("aten::arange.start_out", "aten::arange.out")
+def arange_out(*numbers, out):
+    check(out)
+    return write_into(out, arange(*numbers, dtype=out.dtype, device=out.device))
+
+
+@register("aten::scalar_tensor.default")
+def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_factory(dtype, layout, pin_memory)
+    check(value)
+    return _fill(torch.empty((), dtype=dtype, device=device), value)
+
+
+def _new_factory(value_of):
+    def handler(x, size, *args, dtype=None, layout=None, device=None, pin_memory=None):
+        check(x)
+        _check_factory(dtype, layout, pin_memory)
+        out = torch.empty(size, dtype=dtype or x.dtype, device=device or x.device)
+        return _fill(out, value_of(*args))
+    return handler
+
+
+register("aten::new_zeros.default")(_new_factory(lambda: 0))
+register("aten::new_ones.default")(_new_factory(lambda: 1))
+register("aten::new_full.default")(_new_factory(lambda value: value))
+
+
+@register("aten::eye.default", "aten::eye.m")
+def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """Zeros, then ones written through the diagonal's view (stride m + 1)."""
+    _check_factory(dtype, layout, pin_memory)
+    m = n if m is None else m
+    out = _fill(torch.empty((n, m), dtype=dtype, device=device), 0)
+    k = min(n, m)
+    if k:
+        _fill(out.as_strided((k,), (m + 1,)), 1)
+    return out
+
+
+@register("aten::repeat.default")
+def repeat(x, repeats):
+    """out[i * d + j] = x[j] per dim: x viewed as (1, d0, 1, d1, ...), broadcast to
+    (r0, d0, r1, d1, ...) and copied once."""
+    check(x)
+    repeats = list(repeats)
+    if len(repeats) < x.dim():
+        raise Fallback("fewer repeats than dims")   # PyTorch's error
+    shape = [1] * (len(repeats) - x.dim()) + list(x.shape)
+    paired = [v for d in shape for v in (1, d)]
+    expanded = [v for r, d in zip(repeats, shape) for v in (r, d)]
+    out = torch.empty(expanded, dtype=x.dtype, device=x.device)
+    if out.numel():
+        B.copy_(out, x.reshape(paired).expand(expanded))
+    return out.reshape([r * d for r, d in zip(repeats, shape)])
+
+
+# ------------------------------------------------------------------------------ tril and triu
+
+def _triangle(x, diagonal, lower):
+    """where(keep, x, 0) with keep = (j - i <= diagonal) for tril, (j - i >= diagonal) for
+    triu over the last two dims: the offsets j - i from two aranges (broadcast [M, 1], [1, N]),
+    one compare, one where."""
+    check(x)
+    if x.dim() < 2:
+        raise Fallback("tril/triu of fewer than 2 dims")   # PyTorch's error
+    m, n = x.shape[-2], x.shape[-1]
+    rows = B.arange(0, m, 1, dtypes.int64, x.device).reshape(m, 1)
+    cols = B.arange(0, n, 1, dtypes.int64, x.device).reshape(1, n)
+    offsets = B.sub(cols, rows)
+    keep = B.le(offsets, diagonal) if lower else B.ge(offsets, diagonal)
+    zero = False if x.dtype is torch.bool else 0
+    return keep, zero
+
+
+def _tri_handler(lower):
+    def handler(x, diagonal=0, *, out=None):
+        check(out)
+        if x.numel() == 0:
+            result = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        else:
+            keep, zero = _triangle(x, diagonal, lower)
+            result = B.where(keep, x, zero)
+            if result.dtype != x.dtype:
+                result = B.cast(result, dtypes.get_dtype(x.dtype))
+        return result if out is None else write_into(out, result)
+    return handler
+
+
+def _tri_inplace(lower):
+    def handler(self, diagonal=0):
+        if self_overlaps(self):
+            raise Fallback("tril_/triu_ of a broadcast tensor")
+        if self.numel():
+            keep, zero = _triangle(self, diagonal, lower)
+            B.where(keep, self, zero, out=self)
+        return self
+    return handler
+
+
+register("aten::tril.default", "aten::tril.out")(_tri_handler(True))
+register("aten::triu.default", "aten::triu.out")(_tri_handler(False))
+register("aten::tril_.default")(_tri_inplace(True))
+register("aten::triu_.default")(_tri_inplace(False))

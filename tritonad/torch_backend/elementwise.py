@@ -21,6 +21,7 @@ from .. import dtypes
 from .. import elementwise as table
 from ..backend import _instance
 from ..kernels.launch import INTERPRET
+from . import registry
 from .registry import Fallback, register
 
 B = _instance("triton")          # the triton backend: its primitives take torch tensors
@@ -29,6 +30,7 @@ OK = frozenset(d.torch for d in dtypes.ALL)          # the types tritonad's kern
 FLOATS = frozenset(d.torch for d in dtypes.FLOATING)
 _CATEGORY = {d.torch: d.category for d in dtypes.ALL}
 STRIDED = torch.empty(0).layout                       # the layout of ordinary tensors
+registry.check_errors = lambda: B.check_errors(None)   # every device's flags
 
 
 # ------------------------------------------------------------------------------ shared helpers
@@ -46,16 +48,33 @@ def check(*xs):
             raise Fallback("a complex number")
 
 
+def operands(xs):
+    """check(*xs), then xs with 0-d cpu tensors beside device tensors read as Python numbers
+    (host_scalars); one pass over xs in the common case."""
+    host = False
+    for x in xs:
+        if isinstance(x, _Tensor):
+            if x.dtype not in OK:
+                raise Fallback(f"dtype {x.dtype}")
+            if x.layout is not STRIDED:
+                raise Fallback(f"layout {x.layout}")
+            if x.is_cpu and not INTERPRET:
+                host = True
+        elif isinstance(x, complex):
+            raise Fallback("a complex number")
+    return host_scalars(*xs) if host else xs
+
+
 def host_scalars(*xs):
     """The operands with 0-d cpu tensors beside device tensors read as Python numbers (on a GPU;
     under the interpreter every tensor is a cpu tensor and runs as it is). Falls back when the
     number would change the result type (int32 tensor + float64 0-d tensor is float64)."""
     if INTERPRET:
         return xs
-    found = [isinstance(x, _Tensor) and x.dim() == 0 and x.device.type == "cpu" for x in xs]
+    found = [isinstance(x, _Tensor) and x.dim() == 0 and x.is_cpu for x in xs]
     if not any(found):
         return xs
-    if all(found or not isinstance(x, _Tensor) for x in xs):
+    if all(found[i] or not isinstance(x, _Tensor) for i, x in enumerate(xs)):
         raise Fallback("only cpu tensors")
     numbers = tuple(x.item() if f else x for x, f in zip(xs, found))
     if dtypes.result_type(*xs) is not dtypes.result_type(*numbers):
@@ -141,17 +160,16 @@ def family(name, fn, functional=True, inplace=True, out=True, suffix=""):
     """Register fn (operands -> a new result) for `name`'s functional, in-place and out=
     overloads: one handler, the overload told apart by the `out` keyword or the aten op."""
     def functional_handler(*args, **kw):
-        check(*args)
-        return fn(*host_scalars(*args), **kw)
+        return fn(*operands(args), **kw)
 
     def inplace_handler(self, *args, **kw):
-        check(self, *args)
-        args = host_scalars(*args)
+        check(self)
+        args = operands(args)
         return in_place(lambda *ops, out=None: fn(*ops, out=out, **kw), self, *args)
 
     def out_handler(*args, out, **kw):
-        check(out, *args)
-        return write_into(out, fn(*host_scalars(*args), **kw))
+        check(out)
+        return write_into(out, fn(*operands(args), **kw))
 
     dot = f".{suffix}" if suffix else ".default"
     if functional:
@@ -194,6 +212,7 @@ for _name in ("exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos", "e
 for _name in ("neg", "abs", "relu"):
     family(_name, _no_bool(_name))
 family("sign", _direct("sign"))
+family("sgn", _direct("sign"))          # sgn is sign on real types
 for _name in ("floor", "ceil", "trunc"):
     family(_name, _float_only(_name))
 family("round", _float_only("round"))
@@ -374,6 +393,22 @@ family("lerp", _lerp, suffix="Scalar")
 family("lerp", _lerp, suffix="Tensor")
 
 
+def _addc(combine):
+    """self + value * combine(t1, t2): value * t1 first, as PyTorch's kernels order it."""
+    def fn(self, t1, t2, *, value=1, out=None):
+        if _is_bool(self) or _is_bool(t1) or _is_bool(t2):
+            raise Fallback("addcmul/addcdiv of bools")
+        if combine is B.div and dtypes.result_type(t1, t2).category < 2:
+            raise Fallback("addcdiv of integers")  # PyTorch's error
+        scaled = t1 if value == 1 else B.mul(t1, value)
+        return B.add(self, combine(scaled, t2), out=out)
+    return fn
+
+
+family("addcmul", _addc(B.mul))
+family("addcdiv", _addc(B.div))
+
+
 # ------------------------------------------------------------------------------ clamp
 
 def _finite_bounds(*bounds):
@@ -453,7 +488,7 @@ def _hardtanh(x, min_val=-1.0, max_val=1.0, out=None):
     if x.dtype is torch.bool:
         raise Fallback("hardtanh of bool")
     if x.dtype not in FLOATS:
-        return _clamp(x, min_val, max_val, out)
+        raise Fallback("hardtanh of integers (bounds truncated)")
     return B.hardtanh(x, min_val, max_val, out=out)
 
 

@@ -46,8 +46,11 @@ def index_select(x, dim, index, *, out=None):
     _index(index)
     if index.dim() > 1:
         raise Fallback("index_select with a multi-dimensional index")
-    if x.dim() == 0:
-        raise Fallback("index_select of a 0-d tensor")
+    if x.dim() == 0:   # a 0-d input: index [0] (or [-1]) selects the value, 0-d
+        if index.numel() != 1 or dim not in (0, -1):
+            raise Fallback("index_select of a 0-d tensor")
+        result = B.gather_rows(x.reshape(1), index.reshape(1)).reshape(())
+        return result if out is None else write_into(out, result)
     result = _rows_first(x, _dim(x, dim), index.reshape(-1))
     return result if out is None else write_into(out, result)
 
@@ -79,6 +82,8 @@ def scatter_add(x, dim, index, src, *, out=None):
     dim = _dim(x, dim)
     if any(i != s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
         raise Fallback("scatter_add with an index narrower than self")
+    if x.dtype is torch.bool:
+        raise Fallback("scatter_add of bools")
     if any(i > s for i, s in zip(index.shape, src.shape)) or src.dtype != x.dtype:
         raise Fallback("scatter_add with a smaller src or another type")
     if index.numel() == 0:

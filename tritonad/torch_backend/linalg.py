@@ -5,8 +5,11 @@ keep float32 accuracy as PyTorch's default (no TF32 unless `td.set_matmul_precis
 """
 from __future__ import annotations
 
+from .. import dtypes
 from .elementwise import B, FLOATS, check, write_into
 from .registry import Fallback, register
+
+_HALF = (dtypes.float16.torch, dtypes.bfloat16.torch)
 
 
 def _operands(*xs):
@@ -24,7 +27,8 @@ def _finish(result, out):
 
 
 def _scaled_add(product, self, beta, alpha):
-    """beta * self + alpha * product (self broadcast; ignored when beta is 0, as PyTorch)."""
+    """beta * self + alpha * product (self broadcast; ignored when beta is 0, as PyTorch).
+    Half types: the product and the sum in float32, rounded once, as PyTorch's epilogue."""
     if alpha != 1:
         product = B.mul(product, alpha)
     if beta == 0:
@@ -49,7 +53,16 @@ def addmm(self, a, b, *, beta=1, alpha=1, out=None):
     if beta == 1 and alpha == 1 and self.shape[-1:] == (n,) and \
             (self.dim() == 1 or (self.dim() == 2 and self.shape[0] == 1)):
         return _finish(B.matmul(a, b, bias=self.reshape(n)), out)   # a bias row: fused
-    return _finish(_scaled_add(B.matmul(a, b), self, beta, alpha), out)
+    return _finish(_product_plus(self, a, b, beta, alpha), out)
+
+
+def _product_plus(self, a, b, beta, alpha):
+    """beta * self + alpha * (a @ b); half types in float32, rounded once (as PyTorch)."""
+    if a.dtype in _HALF and beta != 0:
+        wide = [B.cast(t, dtypes.float32) for t in (self, a, b)]
+        return B.cast(_scaled_add(B.matmul(wide[1], wide[2]), wide[0], beta, alpha),
+                      dtypes.get_dtype(a.dtype))
+    return _scaled_add(B.matmul(a, b), self, beta, alpha)
 
 
 @register("aten::bmm.default", "aten::bmm.out")
@@ -65,7 +78,7 @@ def baddbmm(self, a, b, *, beta=1, alpha=1, out=None):
     if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise Fallback("baddbmm of mismatched shapes")
     _operands(self, a, b)
-    return _finish(_scaled_add(B.matmul(a, b), self, beta, alpha), out)
+    return _finish(_product_plus(self, a, b, beta, alpha), out)
 
 
 @register("aten::dot.default", "aten::dot.out")

@@ -208,3 +208,77 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=Non
         powered = B.sum(B.pow_scalar(B.abs(x), float(ord)), dims, keepdim)
         result = B.pow_scalar(powered, 1.0 / ord)
     return _finish(result, out)
+
+
+# ------------------------------------------------------------------------------ scans and sorting
+# kernels/scan.py: scans with a carry across tiles; a bitonic sort in registers, merged across
+# tiles in memory (stable: ties keep their order, NaN the largest, as PyTorch's CPU sort).
+
+def _scan_input(x, dim):
+    check(x)
+    rank = max(x.dim(), 1)
+    if not -rank <= dim < rank:
+        raise Fallback("dim out of range")
+    return (x.reshape(1) if x.dim() == 0 else x), dim % rank
+
+
+def _cumulative(op):
+    def handler(x, dim, *, dtype=None, out=None):
+        check(out)
+        shape = x.shape
+        x, dim = _scan_input(x, dim)
+        if x.dtype is torch.bool and dtype is None and op == "prod":
+            raise Fallback("cumprod of bools")
+        result = B.cumulative(x, dim, op, False, _dtype(dtype)).reshape(shape)
+        return _finish(result, out)
+    return handler
+
+
+register("aten::cumsum.default", "aten::cumsum.out")(_cumulative("sum"))
+register("aten::cumprod.default", "aten::cumprod.out")(_cumulative("prod"))
+
+
+def _extremes(largest):
+    def handler(x, dim):
+        shape = x.shape
+        x, dim = _scan_input(x, dim)
+        if x.dtype is torch.bool:
+            raise Fallback("cummax of bools")
+        values, indices = B.cumulative_extreme(x, dim, largest)
+        return values.reshape(shape), indices.reshape(shape)
+    return handler
+
+
+register("aten::cummax.default")(_extremes(True))
+register("aten::cummin.default")(_extremes(False))
+
+
+def _sort(x, dim=-1, descending=False):
+    shape = x.shape
+    x, dim = _scan_input(x, dim)
+    if x.dtype is torch.bool:
+        raise Fallback("sort of bools")
+    values, indices = B.sort(x, dim, descending, True)
+    return values.reshape(shape), indices.reshape(shape)
+
+
+@register("aten::sort.default")
+def sort(x, dim=-1, descending=False):
+    return _sort(x, dim, descending)
+
+
+@register("aten::sort.stable")
+def sort_stable(x, *, stable=None, dim=-1, descending=False):
+    return _sort(x, dim, descending)
+
+
+@register("aten::topk.default")
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    shape = x.shape
+    x, dim = _scan_input(x, dim)
+    if x.dtype is torch.bool or not 0 <= k <= x.shape[dim]:
+        raise Fallback("topk of bools or k out of range")
+    values, indices = B.topk(x, k, dim, largest, sorted)
+    if len(shape) == 0:
+        return values.reshape(shape), indices.reshape(shape)
+    return values, indices

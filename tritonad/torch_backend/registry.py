@@ -94,6 +94,17 @@ for _name in _NOT_KERNELS:
         pass
 
 
+# host reads: where the device's error flags are read (an index out of range found by a kernel
+# is raised there, as tritonad raises it at .item() / .cpu(); kernels/errors.py)
+HOST_READS: set = set()
+for _name in ("_local_scalar_dense.default", "equal.default", "is_nonzero.default"):
+    try:
+        HOST_READS.add(_overload(_name))
+    except AttributeError:
+        pass
+check_errors = None      # set by the handlers' modules: check_errors() raises a pending error
+
+
 def computes(op) -> bool:
     """False for an operator that computes nothing: a view, metadata, allocation, a host read,
     an operator of no tensors at all (the profiler's record_function)."""
@@ -131,12 +142,13 @@ def _devices_ok(args, kwargs, cpu_ok):
                 a = a[0]
             elif not isinstance(a, _Tensor):
                 continue
-            kind = a.device.type
-            if kind == "cuda":
+            if a.is_cuda:
                 return True
-            if kind == "cpu" and (cpu_ok or a.dim() != 0):
-                return cpu_ok
-            if kind != "cpu":
+            if not a.is_cpu:
+                return False          # meta, or another device
+            if cpu_ok:
+                return True
+            if a.dim() != 0:
                 return False
     device = kwargs.get("device")
     if device is None:
@@ -181,6 +193,8 @@ class _Mode(TorchDispatchMode):
             except Fallback as e:
                 why = str(e) or "a case tritonad does not cover"
             except Passthrough:
+                if check_errors is not None:
+                    check_errors()        # a transfer reads the device
                 return func(*args, **kwargs)
             else:
                 ours = COUNTS.ours
@@ -191,6 +205,8 @@ class _Mode(TorchDispatchMode):
             if computing is None:
                 computing = self.passes[func] = computes(func)
             if not computing or not _devices_ok(args, kwargs, self.cpu_ok):
+                if func in HOST_READS and check_errors is not None:
+                    check_errors()
                 return func(*args, **kwargs)   # a view, metadata, allocation: no kernel
             why = "no tritonad kernel"
         if self.strict:
