@@ -156,11 +156,42 @@ def overloads(name, functional=True, inplace=True, out=True, suffix=""):
     return names
 
 
-def family(name, fn, functional=True, inplace=True, out=True, suffix=""):
+def _result_dtype(entry, args):
+    """The dtype of the table entry's result on these operands (as the kernel types it)."""
+    n = len(entry.operands)
+    promoted = dtypes.result_type(*(args[1:n] if entry.condition else args[:n]))
+    if entry.result == "bool":
+        return torch.bool
+    if entry.result == "float" and not promoted.is_floating_point:
+        return dtypes.default_float.torch
+    return promoted.torch
+
+
+def layout_out(entry, args):
+    """A new output laid out as the first tensor operand when that is a dense, non-contiguous
+    tensor of the result's shape (channels-last activations stay channels-last, as PyTorch's
+    elementwise kernels keep them), else None: a new contiguous result."""
+    x = args[1] if entry.condition else args[0]
+    if type(x) is not _Tensor or x.dim() < 2 or x.is_contiguous():
+        return None
+    if broadcast(*(a for a in args if isinstance(a, _Tensor))) != tuple(x.shape):
+        return None
+    out = torch.empty_like(x, dtype=_result_dtype(entry, args))   # preserve_format
+    return None if out.is_contiguous() else out
+
+
+def family(name, fn, functional=True, inplace=True, out=True, suffix="", typing=None):
     """Register fn (operands -> a new result) for `name`'s functional, in-place and out=
-    overloads: one handler, the overload told apart by the `out` keyword or the aten op."""
+    overloads: one handler, the overload told apart by the `out` keyword or the aten op.
+    typing: the table entry that types fn's result, to lay a new output out as its first
+    operand (layout_out); None: always a new contiguous result."""
     def functional_handler(*args, **kw):
-        return fn(*operands(args), **kw)
+        args = operands(args)
+        if typing is not None and type(args[0]) is _Tensor and not args[0].is_contiguous():
+            laid_out = layout_out(typing, args)
+            if laid_out is not None:
+                return fn(*args, out=laid_out, **kw)
+        return fn(*args, **kw)
 
     def inplace_handler(self, *args, **kw):
         check(self)
@@ -208,11 +239,11 @@ def _direct(name):
 # exp of an int tensor is a float32 tensor, as the table types "float" results
 for _name in ("exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos", "erf", "log1p",
               "expm1", "reciprocal"):
-    family(_name, _direct(_name))
+    family(_name, _direct(_name), typing=table.OPS[_name])
 for _name in ("neg", "abs", "relu"):
-    family(_name, _no_bool(_name))
-family("sign", _direct("sign"))
-family("sgn", _direct("sign"))          # sgn is sign on real types
+    family(_name, _no_bool(_name), typing=table.OPS[_name])
+family("sign", _direct("sign"), typing=table.sign)
+family("sgn", _direct("sign"), typing=table.sign)          # sgn is sign on real types
 for _name in ("floor", "ceil", "trunc"):
     family(_name, _float_only(_name))
 family("round", _float_only("round"))
@@ -296,8 +327,8 @@ def _div(a, b, *, rounding_mode=None, out=None):
 
 
 for _name, _fn in (("add", _add), ("sub", _sub), ("mul", _mul), ("div", _div)):
-    family(_name, _fn, suffix="Tensor")
-    family(_name, _fn, suffix="Scalar", out=False)
+    family(_name, _fn, suffix="Tensor", typing=table.OPS[_name])
+    family(_name, _fn, suffix="Scalar", out=False, typing=table.OPS[_name])
 family("div", _div, suffix="Tensor_mode")
 family("div", _div, suffix="Scalar_mode", out=False)
 family("rsub", _rsub, suffix="Tensor", inplace=False)
@@ -326,10 +357,10 @@ def _table_binary(name):
 
 
 for _name in ("maximum", "minimum", "atan2"):
-    family(_name, _table_binary(_name), inplace=_name == "atan2")
+    family(_name, _table_binary(_name), inplace=_name == "atan2", typing=table.OPS[_name])
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    family(_name, _table_binary(_name), suffix="Tensor")
-    family(_name, _table_binary(_name), suffix="Scalar")
+    family(_name, _table_binary(_name), suffix="Tensor", typing=table.OPS[_name])
+    family(_name, _table_binary(_name), suffix="Scalar", typing=table.OPS[_name])
 for _name in ("logical_and", "logical_or", "logical_xor"):
     family(_name, _table_binary(_name))
 
@@ -372,7 +403,7 @@ def _where(condition, a, b, out=None):
     return B.where(condition, a, b, out=out)
 
 
-family("where", _where, suffix="self", inplace=False, out=False)
+family("where", _where, suffix="self", inplace=False, out=False, typing=table.where)
 
 
 @register("aten::where.self_out")
@@ -466,8 +497,9 @@ def _gelu(x, *, approximate="none", out=None):
     return B.gelu(x, out=out)
 
 
-family("gelu", _gelu)
-family("silu", lambda x, out=None: (_floating(x, "silu"), B.silu(x, out=out))[1])
+family("gelu", _gelu, typing=table.gelu)
+family("silu", lambda x, out=None: (_floating(x, "silu"), B.silu(x, out=out))[1],
+       typing=table.silu)
 family("mish", lambda x, out=None: (_floating(x, "mish"), B.mish(x, out=out))[1])
 family("hardswish", lambda x, out=None: (_floating(x, "hardswish"), B.hardswish(x, out=out))[1])
 
@@ -497,9 +529,9 @@ def _softplus(x, beta=1.0, threshold=20.0, out=None):
     return B.softplus(x, beta, threshold, out=out)
 
 
-family("leaky_relu", _leaky_relu)
+family("leaky_relu", _leaky_relu, typing=table.leaky_relu)
 family("elu", _elu)
-family("hardtanh", _hardtanh)
+family("hardtanh", _hardtanh, typing=table.hardtanh)
 family("softplus", _softplus, inplace=False)
 
 
@@ -526,7 +558,12 @@ def _backward(name, entry, reads_output=False, params=(), wrt=None, register_as=
         operands = [values[r] for r in reads]
         if dy.dtype != x.dtype:
             raise Fallback(f"{name} of mixed types")
-        result = B.elementwise(d, *operands)
+        laid_out = None
+        if not dy.is_contiguous() and dy.dim() > 1 and dy.shape == x.shape:
+            laid_out = torch.empty_like(dy)          # channels-last gradients stay so
+            if laid_out.is_contiguous():
+                laid_out = None
+        result = B.elementwise(d, *operands, out=laid_out)
         if result.dtype != dy.dtype:  # a derivative of numbers only is typed float32
             result = B.cast(result, dtypes.get_dtype(dy.dtype))
         if grad_input is not None:
