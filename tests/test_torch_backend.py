@@ -28,6 +28,13 @@ EXTRA = {
     "norm": {"linalg_vector_norm"}, "matmul": {"mm", "bmm", "dot", "mv"},
     "addmm.decomposed": {"mm"}, "max.binary": {"maximum"}, "min.binary": {"minimum"},
     "__rdiv__": {"reciprocal", "mul", "div"},
+    "__getitem__": {"index"}, "take_along_dim": {"gather"},
+    "nn.functional.linear": {"addmm", "mm", "bmm"},
+    "nn.functional.normalize": {"linalg_vector_norm", "div", "clamp_min"},
+    "to": {"_to_copy"}, "double": {"_to_copy"}, "float": {"_to_copy"}, "half": {"_to_copy"},
+    "bfloat16": {"_to_copy"}, "long": {"_to_copy"}, "int": {"_to_copy"},
+    "bool": {"_to_copy"}, "byte": {"_to_copy"}, "nn.functional.tanhshrink": {"tanh"},
+    "special.expit": {"sigmoid"}, "nn.functional.threshold": {"threshold"},
 }
 # the cases the handlers deliberately leave to PyTorch (they raise Fallback): these OpInfos
 # run no sample on tritonad, and are skipped with the reason

@@ -42,6 +42,11 @@ def copy_(self, src, non_blocking=False):
     return self
 
 
+def _elsewhere(device, here):
+    """Whether `device` names another device than `here` ("cuda" names the current one)."""
+    return device.type != here.type or (device.index is not None and device.index != here.index)
+
+
 def _like(x, dtype=None, memory_format=None, device=None):
     """A new tensor shaped as x, as PyTorch's _like factories lay it out."""
     if memory_format is None:   # preserve_format: a dense input's strides
@@ -52,7 +57,7 @@ def _like(x, dtype=None, memory_format=None, device=None):
 @register("aten::_to_copy.default")
 def _to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
-    if device is not None and torch.device(device) != x.device:
+    if device is not None and _elsewhere(torch.device(device), x.device):
         raise Passthrough()           # a transfer between devices
     check(x)
     if (layout is not None and layout is not STRIDED) or pin_memory:

@@ -602,10 +602,27 @@ def gelu_backward(dy, x, *, approximate="none", grad_input=None):
 
 @register("aten::threshold_backward.default", "aten::threshold_backward.grad_input")
 def threshold_backward(dy, x, threshold, *, grad_input=None):
-    """relu's backward: dy where x > 0 (PyTorch: where x <= threshold, 0)."""
+    """relu's backward at threshold 0 (one kernel: dy where x > 0; relu'(NaN) = 1 as
+    PyTorch's x <= threshold test); else where(x > threshold, dy, 0), NaN to dy likewise."""
     if threshold != 0:
-        raise Fallback("threshold_backward with a threshold other than 0")
+        check(dy, x, grad_input)
+        if dy.dtype != x.dtype or dy.dtype not in FLOATS:
+            raise Fallback("threshold_backward of mixed or integer types")
+        result = B.where(B.le(x, threshold), 0, dy)
+        return result if grad_input is None else write_into(grad_input, result)
     return _relu_backward(dy, x, grad_input=grad_input)
+
+
+def _threshold(x, threshold, value, out=None):
+    """y = value where x <= threshold, else x (nn.Threshold; NaN stays NaN, as PyTorch)."""
+    if x.dtype is torch.bool:
+        raise Fallback("threshold of bools")
+    if dtypes.result_type(x, threshold, value) != dtypes.get_dtype(x.dtype):
+        raise Fallback("threshold with numbers of a higher category")
+    return B.where(B.le(x, threshold), value, x, out=out)
+
+
+family("threshold", _threshold)
 
 
 _leaky_backward = _backward("leaky_relu_backward", table.leaky_relu,
