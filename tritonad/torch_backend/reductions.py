@@ -282,3 +282,49 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     if len(shape) == 0:
         return values.reshape(shape), indices.reshape(shape)
     return values, indices
+
+
+# ------------------------------------------------------------------------------ composed reductions
+
+@register("aten::logsumexp.default", "aten::logsumexp.out")
+def logsumexp(x, dim, keepdim=False, *, out=None):
+    """m + log(sum(exp(x - m))) with m the max over dim (0 where m is infinite, so that a row of
+    -inf gives -inf and a +inf gives +inf, as PyTorch); integers give float32."""
+    check(x, out)
+    if x.numel() == 0:
+        raise Fallback("logsumexp of an empty tensor")
+    dims = _dims(x, dim)
+    if x.dtype not in FLOATS:
+        x = B.cast(x, dtypes.float32)
+    m = B.max(x, dims, True)
+    m = B.where(B.isfinite(m), m, 0)
+    s = B.log(B.sum(B.exp(B.sub(x, m)), dims, True))
+    result = B.add(s, m)
+    if not keepdim:
+        kept = dims if dims is not None else tuple(range(x.dim()))
+        kept = {d % max(x.dim(), 1) for d in kept}
+        result = result.reshape([n for i, n in enumerate(x.shape) if i not in kept])
+    return _finish(result, out)
+
+
+@register("aten::prod.default", "aten::prod.dim_int", "aten::prod.int_out")
+def prod(x, dim=None, keepdim=False, *, dtype=None, out=None):
+    """The last element of the running product along dim (kernels/scan.py's carried scan);
+    over every element, the running product of the flattened tensor."""
+    check(x, out)
+    if x.dtype is torch.bool and dtype is None:
+        raise Fallback("prod of bools")
+    if dim is None:
+        flat = (x if x.is_contiguous() else B.contiguous(x)).reshape(-1)
+        if flat.numel() == 0:
+            raise Fallback("prod of an empty tensor")
+        result = B.cumulative(flat, 0, "prod", False, _dtype(dtype))[-1]
+        return _finish(B.contiguous(result), out)
+    x1, d = _scan_input(x, dim)
+    if x1.shape[d] == 0:
+        raise Fallback("prod over an empty dim")
+    running = B.cumulative(x1, d, "prod", False, _dtype(dtype))
+    result = B.contiguous(running.narrow(d, x1.shape[d] - 1, 1))
+    if x.dim() == 0:
+        return _finish(result.reshape(()), out)
+    return _finish(result if keepdim else result.squeeze(d), out)
