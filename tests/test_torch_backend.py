@@ -7,13 +7,15 @@ under Triton's interpreter: a few samples of a few dtypes per op (CI_SAMPLES); t
 (`pytest -m gpu`) runs every sample of every supported dtype on CUDA tensors.
 """
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 import tritonad.torch_backend as tb
 from tritonad.torch_backend import registry
 
 from conftest import DEVICE, HAS_GPU
-from torch_backend_harness import all_dtypes, check_opinfo, ci_dtypes, opinfo_params
+from torch_backend_harness import all_dtypes, check_target, ci_dtypes, opinfo_params
 
 tb._load_handlers()
 PACKETS = {op._opname for op in registry.IMPLS}
@@ -62,18 +64,7 @@ CI_SLOW = {"sort", "topk", "argsort", "msort"}
 
 
 def _check(target, runs):
-    """runs: (dtype, max_samples, backward and in-place variants too)."""
-    info = target.op
-    report = None
-    for dtype, max_samples, full in runs:
-        report = check_opinfo(info, DEVICE, dtype, target.targets, max_samples=max_samples,
-                              backward=full, inplace=full, report=report)
-    if report is None or not report.covered:
-        if str(target) in DELIBERATE:
-            pytest.skip(DELIBERATE[str(target)])
-        if report is not None and not report.samples:
-            pytest.skip(f"PyTorch refuses every sample: {report.skipped[:1]}")
-        raise AssertionError(f"{target}: {report.why_not if report else 'no dtype'}")
+    check_target(target, runs, DEVICE, DELIBERATE)
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=str)
@@ -283,3 +274,36 @@ def test_an_index_out_of_range_is_raised_at_the_next_host_read():
         y = x[torch.tensor([0, 7], device=DEVICE)]
         with pytest.raises(IndexError, match="index 7 is out of bounds"):
             y.sum().item()
+
+
+_PROMOTION_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                     torch.uint8, torch.bool]
+_SHAPES = [(), (1,), (3,), (2, 3), (2, 1), (1, 3)]
+
+
+@settings(max_examples=int(__import__("os").environ.get("TB_EXAMPLES", 12)))
+@given(st.sampled_from(["add", "mul", "sub", "maximum", "eq", "lt", "div", "where"]),
+       st.sampled_from(_PROMOTION_DTYPES), st.sampled_from(_PROMOTION_DTYPES),
+       st.sampled_from(_SHAPES), st.sampled_from(_SHAPES),
+       st.sampled_from([None, 2, -1.5, True]))
+def test_binary_promotion_and_broadcast_match_pytorch(op, da, db, sa, sb, number):
+    """PyTorch's type promotion (dimensioned tensors, 0-d tensors, numbers) and broadcasting,
+    through the handlers, on random operand types and shapes; PyTorch's own error (it falls
+    back) where PyTorch refuses the combination."""
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(sa, generator=g) * 3).to(da).to(DEVICE)
+    b = (torch.randn(sb, generator=g) * 3).to(db).to(DEVICE) if number is None else number
+
+    def run():
+        if op == "where":
+            return torch.where(a > 0, a, b)
+        return getattr(torch, op)(a, b)
+    try:
+        expected = run()
+    except (RuntimeError, TypeError):
+        return   # PyTorch refuses it (bool subtraction, maximum of a number): nothing to compare
+    with tb.use(note=False):
+        got = run()
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-2 if expected.dtype in (
+        torch.float16, torch.bfloat16) else 1.3e-6, atol=1e-5, equal_nan=True)

@@ -22,6 +22,9 @@ of the target aten operators on tritonad, so that a test cannot pass by falling 
   AssertionError naming the op, the sample and the mismatch when values differ.
 - `ci_dtypes(op, device)` / `all_dtypes(op, device)`: the dtypes to run (a few in CI, every
   supported one tritonad holds on the GPU).
+- `check_target(target, runs, device, deliberate)`: the test body, as tests/test_torch_backend.py
+  uses it: runs [(dtype, max_samples, with backward and in-place)], asserts coverage, skips
+  the deliberate fallbacks with their reason.
 
 The plugin runs cpu tensors under Triton's interpreter on a machine without a GPU, so the same
 checks run in CPU CI on small samples (max_samples) and on CUDA tensors at full size.
@@ -297,4 +300,25 @@ def check_opinfo(info, device, dtype, targets, max_samples=None, backward=True,
                                                                   if g is not None]))
                 assert_close(our_grads, ref_grads, dtype, greduce, f"{what} backward",
                              backward=True)
+    return report
+
+
+def check_target(target, runs, device, deliberate=None):
+    """Run a Target's OpInfo for each (dtype, max_samples, full) in runs (full: backward and
+    in-place variants too) and require that some sample ran a target operator on tritonad;
+    an OpInfo named in `deliberate` ({test id: reason}) that ran none is skipped with its
+    reason (a case the handlers deliberately leave to PyTorch), as is one whose every sample
+    PyTorch itself refuses. Returns the Report."""
+    import pytest
+
+    report = None
+    for dtype, max_samples, full in runs:
+        report = check_opinfo(target.op, device, dtype, target.targets, max_samples=max_samples,
+                              backward=full, inplace=full, report=report)
+    if report is None or not report.covered:
+        if deliberate and str(target) in deliberate:
+            pytest.skip(deliberate[str(target)])
+        if report is not None and not report.samples:
+            pytest.skip(f"PyTorch refuses every sample: {report.skipped[:1]}")
+        raise AssertionError(f"{target}: {report.why_not if report else 'no dtype to run'}")
     return report

@@ -6,7 +6,11 @@
     print(tb.coverage())        # per aten operator: calls on tritonad, calls that fell back
 
 PyTorch's autograd stays as it is: the mode sits below it, so both the forward operators and the
-backward operators autograd calls arrive here. See registry.py for how a handler is written.
+backward operators autograd calls arrive here. See registry.py for how a handler is written,
+and docs/DESIGN.md section 12. `registered()` lists the aten overloads with a handler; an
+operator without one (or a case its handler does not cover) runs PyTorch's kernel, counted in
+`coverage()` and listed once on stderr at `disable()`; `strict=True` raises there instead.
+Views, metadata and allocation compute nothing and always pass through, uncounted.
 """
 from __future__ import annotations
 
