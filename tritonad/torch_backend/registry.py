@@ -115,13 +115,28 @@ def computes(op) -> bool:
 
 
 class _Counts:
-    """Per aten operator: calls run on tritonad, calls that fell back to PyTorch; `noted`: the
-    operators the fallback note has listed (each is listed once per process)."""
+    """Per aten operator: calls run on tritonad (`ours`), calls that fell back to PyTorch
+    (`theirs`); `noted`: the operators the fallback note has listed (each once per process).
+    The calls on tritonad are counted in one-element lists (`cells`) that the mode's table
+    holds beside each handler, so that a call costs one dict lookup."""
 
     def __init__(self):
-        self.ours: dict = {}
+        self.cells: dict = {}
         self.theirs: dict = {}
         self.noted: set = set()
+
+    def cell(self, op):
+        return self.cells.setdefault(op, [0])
+
+    @property
+    def ours(self) -> dict:
+        return {op: c[0] for op, c in list(self.cells.items()) if c[0]}
+
+    def reset(self):
+        for c in self.cells.values():
+            c[0] = 0
+        self.theirs.clear()
+        self.noted.clear()
 
 
 COUNTS = _Counts()
@@ -176,7 +191,8 @@ class _Mode(TorchDispatchMode):
 
     def __init__(self, table, strict, cpu_ok, note):
         super().__init__()
-        self.table, self.strict, self.cpu_ok, self.note = table, strict, cpu_ok, note
+        self.table = {op: (fn, COUNTS.cell(op)) for op, fn in table.items()}
+        self.strict, self.cpu_ok, self.note = strict, cpu_ok, note
         self.fallbacks: dict = {}
         self.reasons: dict = {}
         self.passes: dict = {}   # OpOverload -> whether it computes (cached)
@@ -184,10 +200,11 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
-        impl = self.table.get(func)
-        if impl is not None:
+        entry = self.table.get(func)
+        if entry is not None:
             if not _devices_ok(args, kwargs, self.cpu_ok):
                 return func(*args, **kwargs)   # not ours (cpu data loading on a GPU machine)
+            impl, calls = entry
             try:
                 out = impl(*args, **kwargs)
             except Fallback as e:
@@ -197,8 +214,7 @@ class _Mode(TorchDispatchMode):
                     check_errors()        # a transfer reads the device
                 return func(*args, **kwargs)
             else:
-                ours = COUNTS.ours
-                ours[func] = ours.get(func, 0) + 1
+                calls[0] += 1
                 return out
         else:
             computing = self.passes.get(func)
