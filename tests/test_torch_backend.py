@@ -307,3 +307,37 @@ def test_binary_promotion_and_broadcast_match_pytorch(op, da, db, sa, sb, number
     assert got.dtype == expected.dtype and got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-2 if expected.dtype in (
         torch.float16, torch.bfloat16) else 1.3e-6, atol=1e-5, equal_nan=True)
+
+
+def test_in_place_and_out_semantics_match_pytorch():
+    """In-place writes (one bound of clamp_, alpha, a cast into self's type, an operand that
+    overlaps self), out= of another dtype, and PyTorch's own errors where it refuses."""
+    x = torch.randn(6, device=DEVICE)
+    i = torch.arange(6, device=DEVICE)
+
+    def cases():
+        a = x.clone()
+        a[:3].add_(a[3:], alpha=2)               # another view of self's storage
+        h = x.to(torch.float16)
+        h.mul_(x)                                # float32 result cast into float16 self
+        out = torch.empty(6, dtype=torch.float64, device=DEVICE)
+        torch.add(x, 1, out=out)                 # out of another (wider) dtype
+        return [x.clone().clamp_(min=0.1), x.clone().clamp_(max=-0.1), i.clone().add_(3),
+                a, h, out, x.clone().sub_(x, alpha=0.5)]
+
+    expected = cases()
+    tb.reset_coverage()
+    with tb.use(note=False):
+        got = cases()
+        with pytest.raises(RuntimeError):      # int self, float result: PyTorch's error
+            i.clone().add_(0.5)
+        with pytest.raises(RuntimeError):      # a broadcast self: PyTorch's error
+            torch.zeros(1, device=DEVICE).expand(3).add_(1)
+        with pytest.raises(RuntimeError):      # a partial overlap: PyTorch's error
+            b = x.clone()
+            b[1:].add_(b[:-1])
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e)
+    cov = tb.coverage()
+    assert cov["aten::clamp_.default"]["tritonad"] == 2 and cov["aten::add.out"]["tritonad"] == 1

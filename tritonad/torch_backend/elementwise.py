@@ -116,12 +116,16 @@ def write_into(dst, result):
 
 def in_place(fn, self, *others):
     """self[...] = fn(self, *others) as PyTorch's in-place operators: self keeps its shape and
-    type; directly into self when that is safe, else computed apart and copied in."""
+    type; directly into self when the result has self's type, else computed apart and copied
+    in. An operand sharing self's memory in another view falls back (PyTorch refuses a partial
+    overlap with its own error, and runs a disjoint view of the same storage)."""
     if self_overlaps(self):
         raise Fallback("in-place write into a broadcast tensor")
     tensors = [o for o in others if isinstance(o, _Tensor)]
-    result_type = dtypes.result_type(self, *others).torch
-    if result_type == self.dtype and not any(_overlaps(self, o) for o in tensors):
+    if any(_overlaps(self, o) for o in tensors):
+        raise Fallback("an operand shares self's memory in another view")
+    result_type = dtypes.result_type(self, *(o for o in others if o is not None)).torch
+    if result_type == self.dtype:
         shape = broadcast(self, *tensors)
         if shape != tuple(self.shape):
             raise Fallback("in-place result does not have self's shape")
@@ -180,11 +184,13 @@ def layout_out(entry, args):
     return None if out.is_contiguous() else out
 
 
-def family(name, fn, functional=True, inplace=True, out=True, suffix="", typing=None):
+def family(name, fn, functional=True, inplace=True, out=True, suffix="", typing=None,
+           out_name=None):
     """Register fn (operands -> a new result) for `name`'s functional, in-place and out=
     overloads: one handler, the overload told apart by the `out` keyword or the aten op.
     typing: the table entry that types fn's result, to lay a new output out as its first
-    operand (layout_out); None: always a new contiguous result."""
+    operand (layout_out); None: always a new contiguous result. out_name: the out= overload's
+    name where it is not `{suffix}_out` (add.Tensor's is add.out)."""
     def functional_handler(*args, **kw):
         args = operands(args)
         if typing is not None and type(args[0]) is _Tensor and not args[0].is_contiguous():
@@ -208,7 +214,8 @@ def family(name, fn, functional=True, inplace=True, out=True, suffix="", typing=
     if inplace:
         register(f"aten::{name}_{dot}")(inplace_handler)
     if out:
-        register(f"aten::{name}.{suffix + '_out' if suffix else 'out'}")(out_handler)
+        register(f"aten::{name}.{out_name or (suffix + '_out' if suffix else 'out')}")(
+            out_handler)
     return fn
 
 
@@ -327,13 +334,14 @@ def _div(a, b, *, rounding_mode=None, out=None):
 
 
 for _name, _fn in (("add", _add), ("sub", _sub), ("mul", _mul), ("div", _div)):
-    family(_name, _fn, suffix="Tensor", typing=table.OPS[_name])
+    family(_name, _fn, suffix="Tensor", typing=table.OPS[_name], out_name="out")
     family(_name, _fn, suffix="Scalar", out=False, typing=table.OPS[_name])
-family("div", _div, suffix="Tensor_mode")
+family("div", _div, suffix="Tensor_mode", out_name="out_mode")
 family("div", _div, suffix="Scalar_mode", out=False)
 family("rsub", _rsub, suffix="Tensor", inplace=False)
 family("rsub", _rsub, suffix="Scalar", inplace=False, out=False)
-family("true_divide", _div, suffix="Tensor", functional=False, inplace=False)  # the rest: div
+family("true_divide", _div, suffix="Tensor", functional=False, inplace=False,
+       out_name="out")                    # the rest decomposes into div
 
 
 def _scalar_out(name, fn):
@@ -392,8 +400,10 @@ def _pow(a, b, out=None):
     return B.pow_scalar(a, b, out=out)
 
 
-family("pow", _pow, suffix="Tensor_Tensor")
-family("pow", _pow, suffix="Tensor_Scalar")
+family("pow", _pow, suffix="Tensor_Tensor", inplace=False)
+family("pow", _pow, suffix="Tensor_Scalar", inplace=False)
+family("pow", _pow, suffix="Tensor", functional=False, out=False)    # pow_.Tensor
+family("pow", _pow, suffix="Scalar", functional=False, out=False)    # pow_.Scalar
 family("pow", _pow, suffix="Scalar", inplace=False)
 
 
@@ -550,7 +560,8 @@ def _backward(name, entry, reads_output=False, params=(), wrt=None, register_as=
     d, reads = _derivative(entry, wrt)
     y_or_x = "y" if reads_output else entry.operands[0]
 
-    def fn(dy, x, *numbers, grad_input=None):
+    def fn(dy, x, *numbers, grad_input=None, out=None):
+        grad_input = out if out is not None else grad_input
         check(dy, x, grad_input)
         if dy.dtype not in FLOATS or x.dtype not in FLOATS:
             raise Fallback(f"{name} of integers")
@@ -571,7 +582,7 @@ def _backward(name, entry, reads_output=False, params=(), wrt=None, register_as=
         return result
 
     if register_as:
-        register(f"aten::{name}.default", f"aten::{name}.grad_input")(fn)
+        register(f"aten::{name}.default", f"aten::{name}.grad_input", f"aten::{name}.out")(fn)
     return fn
 
 
@@ -582,8 +593,6 @@ _gelu_tanh = _backward("gelu_backward", table.gelu_tanh, register_as=False)
 # silu_backward and mish_backward decompose above the mode (CompositeImplicitAutograd): their
 # grad_input overloads only
 register("aten::silu_backward.grad_input")(_backward("silu_backward", table.silu,
-                                                     register_as=False))
-register("aten::mish_backward.grad_input")(_backward("mish_backward", table.mish,
                                                      register_as=False))
 _backward("hardswish_backward", table.hardswish)
 _backward("hardtanh_backward", table.hardtanh, params=("min_val", "max_val"))
