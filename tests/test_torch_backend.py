@@ -107,6 +107,11 @@ def test_sort_small():
     assert cov["aten::sort.stable"]["tritonad"] == 1 and cov["aten::topk.default"]["tritonad"] == 1
 
 
+def test_every_name_registered_is_an_aten_overload():
+    """A misspelt overload ("add.Tensor_out" for add.out) would register nothing, silently."""
+    assert not registry.MISSING
+
+
 def test_every_registered_operator_reaches_the_mode():
     """A CompositeImplicitAutograd operator is decomposed above the dispatch mode and never
     reaches a handler: registering one would overstate the coverage."""

@@ -340,8 +340,7 @@ family("div", _div, suffix="Tensor_mode", out_name="out_mode")
 family("div", _div, suffix="Scalar_mode", out=False)
 family("rsub", _rsub, suffix="Tensor", inplace=False)
 family("rsub", _rsub, suffix="Scalar", inplace=False, out=False)
-family("true_divide", _div, suffix="Tensor", functional=False, inplace=False,
-       out_name="out")                    # the rest decomposes into div
+# true_divide decomposes into div above the mode (CompositeImplicitAutograd), out= too
 
 
 def _scalar_out(name, fn):
@@ -581,8 +580,10 @@ def _backward(name, entry, reads_output=False, params=(), wrt=None, register_as=
             return write_into(grad_input, result)
         return result
 
-    if register_as:
-        register(f"aten::{name}.default", f"aten::{name}.grad_input", f"aten::{name}.out")(fn)
+    if register_as:   # the out= overload is grad_input= or out= by operator
+        packet = getattr(torch.ops.aten, name)
+        register(f"aten::{name}.default", *(f"aten::{name}.{o}" for o in ("grad_input", "out")
+                                            if o in packet.overloads()))(fn)
     return fn
 
 

@@ -43,6 +43,7 @@ class Passthrough(Exception):
 
 
 IMPLS: dict = {}          # OpOverload -> handler
+MISSING: list = []        # names given to register() that this PyTorch does not have
 
 
 def _overload(name):
@@ -63,6 +64,7 @@ def register(*names):
             try:
                 op = _overload(name)
             except AttributeError:
+                MISSING.append(name)
                 continue
             IMPLS[op] = fn
         return fn
