@@ -1,6 +1,7 @@
 """Normalisation: tritonad's fused kernels against PyTorch on the same GPU in the same run.
 
     python benchmarks/bench_norms.py --out bench-results [--quick] [--case ln|rms|bn|bn-gelu]
+        [--variant new|old|old,new|old,new,new/row_tile=8192/half_depth=1]
 
 Cases (each forward, and forward + backward of the input, weight and bias gradients):
 - ln:      F.layer_norm at [16384, 384] and [8192, 4096], fp32 and bf16, against torch's
@@ -17,6 +18,11 @@ the row says so). Eager: microseconds per call of the same call in a loop, host 
 GB/s at the minimum traffic: forward reads x and writes y (2 x numel x itemsize), forward +
 backward also reads x and dy and writes dx (5 x). Ratio = torch time / tritonad time.
 Targets (H200): ln, rms >= 1.5x torch (>= 2x its composite); bn >= 1.2x cuDNN; bn-gelu >= 1.5x.
+--variant old,new times each variant of tritonad's kernels (kernels/norm_common.py: "old" the
+first kernels, "new" the streaming ones) in the same run, one row each; a variant may change
+settings after slashes (new/row_programs_per_sm=2/bn_tile=8192: NormSettings fields). Every
+tritonad row's ratios are against the torch rows of its case (rms: "vs composite" against the
+composite).
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import common  # noqa: E402
 import tritonad as td  # noqa: E402
 import tritonad.nn.functional as F  # noqa: E402
 from tritonad import nn  # noqa: E402
+from tritonad.kernels import norm_common  # noqa: E402
 
 ROW_SHAPES = [(16384, 384), (8192, 4096)]
 BN_SHAPES = [(512, 128, 14, 14), (512, 256, 7, 7)]
@@ -124,29 +131,50 @@ def _bn_cases(case, shape, dtype, channels_last):
     return sides, x.numel() * x.element_size()
 
 
-def measure(case, shape, dtype, layout=""):
+def _time(fwd, fwd_bwd, nbytes, row):
+    with td.no_grad(), torch.no_grad():
+        row["fwd_ms"], method_f = graph_time(fwd)
+    row["fb_ms"], method_fb = graph_time(fwd_bwd)
+    row["timing"] = method_f if method_f == method_fb else f"{method_f}/{method_fb}"
+    row["fb_eager_us"] = common.per_call_us(fwd_bwd, 50)
+    row["fwd_gbps"] = 2 * nbytes / row["fwd_ms"] / 1e6
+    row["fb_gbps"] = 5 * nbytes / row["fb_ms"] / 1e6
+    return row
+
+
+def _settings(variant):
+    """NormSettings changes of a --variant item: "new" or "old", then /key=value items."""
+    name, *items = variant.split("/")
+    changes = dict(item.split("=", 1) for item in items)
+    changes["variant"] = name
+    norm_common.NormSettings.parse(",".join(f"{k}={v}" for k, v in changes.items()))
+    return changes
+
+
+def measure(case, shape, dtype, layout="", variants=("new",)):
+    """Rows of one case: the torch sides, then tritonad under each settings variant (its ratios
+    against torch's rows)."""
     if case in ("ln", "rms"):
         sides, nbytes = _row_cases(case, shape, dtype)
     else:
         sides, nbytes = _bn_cases(case, shape, dtype, layout == "channels_last")
-    rows = []
-    ours = {}
+    base = {"case": case, "shape": "x".join(map(str, shape)), "dtype": str(dtype)[6:],
+            "layout": layout}
+    rows, theirs = [], {}
     for label, (fwd, fwd_bwd) in sides.items():
-        row = {"case": case, "shape": "x".join(map(str, shape)), "dtype": str(dtype)[6:],
-               "layout": layout, "impl": label}
-        with td.no_grad(), torch.no_grad():
-            row["fwd_ms"], method_f = graph_time(fwd)
-        row["fb_ms"], method_fb = graph_time(fwd_bwd)
-        row["timing"] = method_f if method_f == method_fb else f"{method_f}/{method_fb}"
-        row["fb_eager_us"] = common.per_call_us(fwd_bwd, 50)
-        row["fwd_gbps"] = 2 * nbytes / row["fwd_ms"] / 1e6
-        row["fb_gbps"] = 5 * nbytes / row["fb_ms"] / 1e6
-        if label == "tritonad":
-            ours = row
-        else:
-            row["fwd_ratio"] = row["fwd_ms"] / ours["fwd_ms"]
-            row["fb_ratio"] = row["fb_ms"] / ours["fb_ms"]
-            row["eager_ratio"] = row["fb_eager_us"] / ours["fb_eager_us"]
+        if label != "tritonad":
+            theirs[label] = _time(fwd, fwd_bwd, nbytes, dict(base, impl=label))
+            rows.append(theirs[label])
+    fwd, fwd_bwd = sides["tritonad"]
+    for variant in variants:
+        with norm_common.using(**_settings(variant)):
+            row = _time(fwd, fwd_bwd, nbytes, dict(base, impl=f"tritonad ({variant})"))
+        torch_row = theirs["torch"]
+        row["fwd_ratio"] = torch_row["fwd_ms"] / row["fwd_ms"]
+        row["fb_ratio"] = torch_row["fb_ms"] / row["fb_ms"]
+        row["eager_ratio"] = torch_row["fb_eager_us"] / row["fb_eager_us"]
+        if "torch composite" in theirs:
+            row["fb_ratio_composite"] = theirs["torch composite"]["fb_ms"] / row["fb_ms"]
         rows.append(row)
     torch.cuda.empty_cache()
     return rows
@@ -158,7 +186,7 @@ COLUMNS = [
     ("fwd_ms", "fwd ms", "{:.4f}"), ("fwd_gbps", "GB/s", "{:.0f}"),
     ("fwd_ratio", "ratio", "{:.2f}x"),
     ("fb_ms", "fwd+bwd ms", "{:.4f}"), ("fb_gbps", "GB/s", "{:.0f}"),
-    ("fb_ratio", "ratio", "{:.2f}x"),
+    ("fb_ratio", "ratio", "{:.2f}x"), ("fb_ratio_composite", "vs composite", "{:.2f}x"),
     ("fb_eager_us", "eager fwd+bwd us", "{:.1f}"), ("eager_ratio", "ratio", "{:.2f}x"),
     ("timing", "timing", "{}"),
 ]
@@ -166,6 +194,9 @@ COLUMNS = [
 
 def _extra(parser):
     parser.add_argument("--case", choices=CASES + ("all",), default="all")
+    parser.add_argument("--variant", default="new",
+                        help="tritonad kernel variants to time, comma-separated: new, old, "
+                             "new/key=value/... (NormSettings fields)")
 
 
 def _plan(args):
@@ -187,17 +218,21 @@ def _plan(args):
 def main(argv=None):
     args = common.parse_args(__doc__.splitlines()[0], argv, extra=_extra)
     plan = _plan(args)
+    variants = tuple(v.strip() for v in args.variant.split(",") if v.strip())
+    for v in variants:
+        _settings(v)  # (an unknown variant or setting stops here, before any timing)
     common.require_gpu("bench_norms")
     td.set_backend("triton")
     rows = []
     for case, shape, dtype, layout in plan:
         print(f"measuring {case} {shape} {str(dtype)[6:]} {layout} ...", flush=True)
-        rows.extend(measure(case, shape, dtype, layout))
+        rows.extend(measure(case, shape, dtype, layout, variants))
     peak = common.copy_bandwidth()
     common.print_table(f"normalisation (kernel time: CUDA graph replay, L2 flushed; GB/s = "
                        f"bytes moved / t: fwd 2, fwd+bwd 5 x numel x itemsize; device copy "
                        f"bandwidth {peak:.0f} GB/s; ratio = torch / tritonad)", rows, COLUMNS)
     meta = {"copy_bandwidth_gbps": peak, "bytes_moved": "fwd 2, fwd+bwd 5 x numel x itemsize",
+            "norm_settings": str(norm_common.settings()), "variants": list(variants),
             "timing": "CUDA graph replay under do_bench (median, L2 flushed); eager: per call"}
     path = common.save(args.out, "norms", rows, meta=meta)
     print(f"\nwrote {path}")

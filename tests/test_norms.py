@@ -17,6 +17,8 @@ from tritonad import nn
 from tritonad.autodiff import norm_ops
 from tritonad.autodiff.gradcheck import gradcheck
 from tritonad.kernels import norm as kernels
+from tritonad.kernels import norm_common, norm_stream
+from tritonad.kernels.plans import clear_plans
 
 TF = torch.nn.functional
 # forward / gradient tolerances (rtol, atol) by dtype, against torch
@@ -123,13 +125,46 @@ def test_fused_row_norms_match_the_composite_in_float64():
         assert_close(a, e, 1e-12, 1e-12, name=f"output {i}")
 
 
-def test_layer_norm_backward_sums_many_programs(monkeypatch):
-    monkeypatch.setattr(kernels, "programs_override", 5)
-    monkeypatch.setattr(kernels, "TILE", 64)  # 2 rows a program-step at 32 columns
+@pytest.fixture
+def variant(request, monkeypatch):
+    """The kernels of one settings variant on small tiles and several programs, so that every
+    loop takes several steps, with a masked tail (and, in the streaming kernels, a fully masked
+    load past a program's last tile). Plans are cleared around it (their key does not see
+    the program count)."""
+    # "new2": two steps in flight for every dtype, elementwise batch-norm tiles of their own
+    name = getattr(request, "param", "new")
+    monkeypatch.setattr(norm_common, "programs_override", 3)
+    monkeypatch.setattr(norm_stream, "INTERPRET_MIN_TILE", 0)
+    monkeypatch.setattr(kernels, "TILE", 64)  # the old kernels: 2 rows a step at 32 columns
+    monkeypatch.setattr(norm_common, "SETTINGS", norm_common.NormSettings(
+        variant=name[:3], row_tile=64, bn_reduce_tile=32, bn_tile=64,
+        depth=2 if name == "new2" else 1, bn_l2_order=0 if name == "new2" else 1))
+    clear_plans()
+    yield name
+    clear_plans()
+
+
+@pytest.mark.parametrize("variant", ["old"], indirect=True)
+def test_layer_norm_backward_sums_many_programs(variant):
     x, w, b = arrays(4, (23, 29), (29,), (29,))
     with td.use_backend("triton"):
         compare(lambda x, w, b: F.layer_norm(x, (29,), w, b),
                 lambda x, w, b: TF.layer_norm(x, (29,), w, b), [x, w, b])
+
+
+@pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
+def test_streaming_row_backward_on_small_tiles(variant, dtype):
+    """The row backward with the next rows' loads in flight (one step ahead for float32, two
+    for bfloat16): 3 programs of 4 steps of 2 rows, the last step part masked; strided x for
+    rms_norm."""
+    x, w, b = arrays(15, (23, 29), (29,), (29,), shift=2.0)
+    with td.use_backend("triton"):
+        compare(lambda x, w, b: F.layer_norm(x, (29,), w, b),
+                lambda x, w, b: TF.layer_norm(x, (29,), w, b), [x, w, b], dtype=dtype)
+        if dtype == td.float32:
+            compare(lambda x, w: F.rms_norm(x, (29,), w),
+                    lambda x, w: TF.rms_norm(x, (29,), w),
+                    [np.ascontiguousarray(x.T), w], views=[transposed, None])
 
 
 def test_norm_composites_gradcheck():
@@ -245,6 +280,37 @@ def test_batch_norm_half_channels_last():
                 lambda x, w, b: TF.gelu(TF.batch_norm(x.float(), None, None, w.float(),
                                                       b.float(), training=True)).bfloat16(),
                 [store(x), w, b], dtype=td.bfloat16, views=[view, None, None])
+
+
+@pytest.mark.parametrize("variant, layout", [("new2", "nchw"), ("new", "channels_last"),
+                                             ("old", "channels_last")],
+                         indirect=["variant"])
+def test_batch_norm_on_small_tiles(variant, layout):
+    """Statistics, normalise and backward over several programs of several tiles (channel
+    blocks of 1 in NCHW; in channels-last 3 splits of 4, 4 and 2 tiles of 4 positions, which
+    the elementwise passes visit last first), gelu fused, a
+    mean 1000 standard deviations from 0 (sum(x^2) - sum(x)^2 / m would lose every digit of
+    the variance in float32; the kernels' shifted or combined sums keep them), and the
+    running statistics of a cumulative average over two steps."""
+    store, view = LAYOUTS[layout]
+    ours, theirs = nn.BatchNorm2d(5, momentum=None), torch.nn.BatchNorm2d(5, momentum=None)
+    with td.use_backend("triton"):
+        for step in range(2):
+            (x,) = arrays(70 + step, (2, 5, 4, 5), scale=0.1, shift=100.0)
+            compare(lambda x: ours(x, activation="gelu"), lambda x: TF.gelu(theirs(x)),
+                    [store(x)], views=[view], tol=(2e-3, 2e-3))
+    assert_close(ours.running_mean, theirs.running_mean, 1e-6, 1e-6)
+    assert_close(ours.running_var, theirs.running_var, 1e-3, 1e-9)
+    assert int(ours.num_batches_tracked.item()) == 2
+
+
+def test_norm_settings_parse():
+    s = norm_common.NormSettings.parse("variant=old, row_tile=8192")
+    assert (s.variant, s.row_tile, s.bn_tile) == ("old", 8192, 4096)
+    with pytest.raises(ValueError, match="unknown setting"):
+        norm_common.NormSettings.parse("tile=3")
+    with pytest.raises(ValueError, match="variant must be"):
+        norm_common.NormSettings.parse("variant=fast")
 
 
 def test_fused_batch_norm_keeps_channels_last():
@@ -382,42 +448,68 @@ def test_layer_norm_rows_have_zero_mean_unit_variance(rows, cols, scale, shift):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
-@pytest.mark.parametrize("shape", [(4096, 384), (1024, 4096), (257, 16384)])
-def test_gpu_row_norms_against_torch(dtype, shape):
+@pytest.mark.parametrize("shape", [(4096, 384), (1024, 4096), (257, 16384), (16384, 384),
+                                   (8192, 4096), (1000, 1000)])
+def test_gpu_row_norms_against_torch(dtype, shape, variant):
+    """The bench shapes and odd ones (a stripe of rows that is not a multiple of the rows a
+    step; 1000 columns in a 1024 block), each variant of the kernels."""
     rows, cols = shape
     x, w, b = arrays(50, shape, (cols,), (cols,))
-    compare(lambda x, w, b: F.layer_norm(x, (cols,), w, b),
-            lambda x, w, b: TF.layer_norm(x, (cols,), w, b),
-            [x, w, b], dtype=dtype, tol=(2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4))
-    compare(lambda x, w: F.rms_norm(x, (cols,), w), lambda x, w: TF.rms_norm(x, (cols,), w),
-            [x, w], dtype=dtype, tol=(2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4))
+    tol = (2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4)
+    with norm_common.using(variant=variant):
+        compare(lambda x, w, b: F.layer_norm(x, (cols,), w, b),
+                lambda x, w, b: TF.layer_norm(x, (cols,), w, b), [x, w, b], dtype=dtype,
+                tol=tol)
+        compare(lambda x, w: F.rms_norm(x, (cols,), w), lambda x, w: TF.rms_norm(x, (cols,), w),
+                [x, w], dtype=dtype, tol=tol)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
 @pytest.mark.parametrize("activation", [None, "gelu"])
-def test_gpu_batch_norm_against_torch(layout, dtype, activation):
+@pytest.mark.parametrize("shape", [(64, 128, 14, 14), (512, 256, 7, 7), (3, 300, 5, 7),
+                                   (100, 64, 17, 19)])
+def test_gpu_batch_norm_against_torch(layout, dtype, activation, shape, variant):
+    """The bench shapes; 300 channels (two channel blocks, a part-masked one) on an odd plane;
+    an odd plane whose tiles do not split evenly over the programs (channels-last: 1010 tiles,
+    337 stripes of 3, the last of 2); each variant of the kernels."""
     store, view = LAYOUTS[layout]
-    x, w, b = arrays(51, (64, 128, 14, 14), (128,), (128,), shift=1.0)
+    c = shape[1]
+    x, w, b = arrays(51, shape, (c,), (c,), shift=1.0)
     act = {None: lambda y: y, "gelu": TF.gelu}[activation]
     tol = (3e-2, 3e-2) if dtype is td.bfloat16 else (1e-3, 1e-4)
-    compare(lambda x, w, b: F.batch_norm_act(x, None, None, w, b, True, activation=activation),
-            lambda x, w, b: act(TF.batch_norm(x, None, None, w, b, training=True)),
-            [store(x), w, b], views=[view, None, None], dtype=dtype, tol=tol)
+    with norm_common.using(variant=variant):
+        compare(lambda x, w, b: F.batch_norm_act(x, None, None, w, b, True,
+                                                 activation=activation),
+                lambda x, w, b: act(TF.batch_norm(x, None, None, w, b, training=True)),
+                [store(x), w, b], views=[view, None, None], dtype=dtype, tol=tol)
 
 
 @pytest.mark.gpu
-def test_gpu_batch_norm_running_stats_under_cuda_graph():
+@pytest.mark.parametrize("variant", ["old", "new"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gpu_batch_norm_running_stats_under_cuda_graph(variant, channels_last):
     """A captured training step updates the running statistics at every replay."""
+    with norm_common.using(variant=variant):
+        _captured_running_stats(channels_last)
+
+
+def _captured_running_stats(channels_last):
     from tritonad.capture import CapturedStep
 
     ours, theirs = nn.BatchNorm2d(8, momentum=None), torch.nn.BatchNorm2d(8, momentum=None)
     ours = ours.to("cuda")
     theirs = theirs.cuda()
     (x,) = arrays(52, (4, 8, 5, 5), shift=2.0)
-    x_td = td.tensor(x, dtype=td.float32, device="cuda")
+    if channels_last:
+        x_td = td.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), dtype=td.float32,
+                         device="cuda").permute(0, 3, 1, 2)
+    else:
+        x_td = td.tensor(x, dtype=td.float32, device="cuda")
 
     def step(x):
         return ours(x, activation="relu").sum()

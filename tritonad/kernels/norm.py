@@ -2,6 +2,12 @@
 gelu fused), forward and backward. These are the fused forms of the composites in
 autodiff/norm_ops.py (their oracle); the numpy backend runs the composites.
 
+The launchers here run one of two variants (kernels/norm_common.py settings, TRITONAD_NORM):
+"new" (the default) hands the row-norm backward and the batch-norm passes to
+kernels/norm_stream.py; "old" runs the first kernels below, kept so that one GPU run can time
+both (bench norms --variant old,new). The row-norm forward below serves both. What follows
+describes the old kernels; norm_stream.py's docstring says what the new ones change.
+
 Row norms (layer_norm, rms_norm; group_norm reuses them on rows of one group): x is [rows, cols]
 with any strides; a program holds BLOCK_M whole rows in registers (BLOCK_N = next power of two of
 cols, at most MAX_COLS), several rows a program for narrow rows so that a program moves about
@@ -21,43 +27,28 @@ from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
 from .elementwise import contiguous
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
+from . import norm_stream
+from .norm_common import (acc_type, activate, activation_grad, col_offsets, program_count,
+                          settings, stat_dtype, tile_offsets)
 from .plans import empty, planned, run
-from .tlmath import erf
 
 PRIMITIVES = ("layer_norm", "layer_norm_backward", "batch_norm", "batch_norm_backward")
 
 MAX_COLS = 16384                          # widest row held in registers (norm_ops composes above)
 TILE = 1 << 14 if INTERPRET else 4096     # elements a program holds at once
-PROGRAMS_PER_SM = 4                       # row-norm backward and batch-norm passes
-programs_override = None                  # tests set this to exercise many partial sums on CPU
-_sm_count = {}
+PROGRAMS_PER_SM = 4                       # old variant: row-norm backward and batch-norm passes
 _ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
-
-
-def _acc(dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def _stat_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
+_acc, _stat_dtype = acc_type, stat_dtype
 
 
 def _programs(device):
-    """How many programs a pass over the whole tensor should spread over."""
-    if programs_override is not None:
-        return programs_override
-    if INTERPRET:
-        return 2
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _sm_count:
-        _sm_count[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return PROGRAMS_PER_SM * _sm_count[index]
+    """How many programs an old-variant pass over the whole tensor spreads over."""
+    return program_count(device, PROGRAMS_PER_SM)
 
 
 # ------------------------------------------------------------------------- layer_norm / rms_norm
@@ -77,15 +68,6 @@ def _programs(device):
 
 
 @triton.jit
-def _col_offsets(cols, stride, COL64: tl.constexpr):
-    # int32 unless n_cols * stride reaches 2**31
-    offs = cols * stride
-    if COL64:
-        offs = cols.to(tl.int64) * stride
-    return offs
-
-
-@triton.jit
 def _norm_fwd_kernel(y_ptr, mean_ptr, rstd_ptr, x_ptr, w_ptr, b_ptr, n_rows, n_cols,
                      stride_xm, stride_xn, eps,
                      RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
@@ -98,7 +80,7 @@ def _norm_fwd_kernel(y_ptr, mean_ptr, rstd_ptr, x_ptr, w_ptr, b_ptr, n_rows, n_c
     col_ok = cols < n_cols
     mask = row_ok[:, None] & col_ok[None, :]
     rows64 = rows.to(tl.int64)
-    x_cols = _col_offsets(cols, stride_xn, COL64)
+    x_cols = col_offsets(cols, stride_xn, COL64)
     x = tl.load((x_ptr + rows64 * stride_xm)[:, None] + x_cols[None, :], mask=mask,
                 other=0.0).to(ACC)
     if RMS:
@@ -131,8 +113,8 @@ def _norm_bwd_kernel(dx_ptr, dw_part_ptr, db_part_ptr, dy_ptr, x_ptr, w_ptr, mea
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    x_cols = _col_offsets(cols, stride_xn, COL64)
-    d_cols = _col_offsets(cols, stride_dn, COL64)
+    x_cols = col_offsets(cols, stride_xn, COL64)
+    d_cols = col_offsets(cols, stride_dn, COL64)
     if HAS_W:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)
     dw_acc = tl.zeros([BLOCK_N], ACC)
@@ -241,6 +223,33 @@ def _sum_parts(parts, outs):
         n_cols, BLOCK_P=block_p, BLOCK_C=block_c, ACC=_acc(parts.dtype), num_warps=4)
 
 
+def _rows_backward_old(dy, x, weight, mean, rstd, rms, need_dx, need_dw, need_db, col64):
+    """dx (or None) and the [need_dw + need_db, programs, cols] partial sums of dweight and
+    dbias (or None): variant old."""
+    n_rows, n_cols = x.shape
+    block_m, block_n, warps = _row_blocks(n_rows, n_cols, "layer_norm_backward")
+    blocks = cdiv(n_rows, block_m)
+    programs = max(1, min(blocks, _programs(x.device)))
+    rows_per = cdiv(blocks, programs) * block_m
+    programs = max(1, cdiv(n_rows, rows_per))
+    acc_dtype = _stat_dtype(x.dtype)
+    dx = empty(x.shape, x.dtype, x.device) if need_dx else None
+    parts = empty((int(need_dw) + int(need_db), programs, n_cols), acc_dtype, x.device) \
+        if need_dw or need_db else None
+    dw_part = parts[0] if need_dw else None
+    db_part = parts[int(need_dw)] if need_db else None
+    if n_rows and (need_dx or need_dw or need_db):
+        run(_norm_bwd_kernel, (programs,), dx if need_dx else x,
+            dw_part if need_dw else rstd, db_part if need_db else rstd, dy, x,
+            weight if weight is not None else x, mean, rstd, n_rows, n_cols, rows_per,
+            x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
+            RMS=bool(rms), HAS_W=weight is not None, COMPUTE_DX=bool(need_dx),
+            COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
+            ACC=_acc(x.dtype), COL64=col64,
+            num_warps=warps)
+    return dx, parts
+
+
 @planned(arrays=3)
 def layer_norm(x, weight, bias, eps, rms):
     """Row normalisation: (y, mean, rstd). x: [rows, cols] any strides; weight, bias: [cols] or
@@ -262,7 +271,7 @@ def layer_norm(x, weight, bias, eps, rms):
     return y, mean, rstd
 
 
-@planned(arrays=6)
+@planned(settings=settings, arrays=6)
 def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, need_db):
     """(dx, dweight, dbias) of layer_norm (rms_norm if rms), each None unless asked for.
     dy, x: [rows, cols] any strides; weight, bias: [cols] or None (their dtypes are the
@@ -274,26 +283,14 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, 
     n_rows, n_cols = x.shape
     need_dw = bool(need_dw and weight is not None)
     need_db = bool(need_db and bias is not None)
-    block_m, block_n, warps = _row_blocks(n_rows, n_cols, "layer_norm_backward")
-    blocks = cdiv(n_rows, block_m)
-    programs = max(1, min(blocks, _programs(x.device)))
-    rows_per = cdiv(blocks, programs) * block_m
-    programs = max(1, cdiv(n_rows, rows_per))
-    acc_dtype = _stat_dtype(x.dtype)
-    dx = empty(x.shape, x.dtype, x.device) if need_dx else None
-    parts = empty((int(need_dw) + int(need_db), programs, n_cols), acc_dtype, x.device) \
-        if need_dw or need_db else None
-    dw_part = parts[0] if need_dw else None
-    db_part = parts[int(need_dw)] if need_db else None
-    if n_rows and (need_dx or need_dw or need_db):
-        run(_norm_bwd_kernel, (programs,), dx if need_dx else x,
-            dw_part if need_dw else rstd, db_part if need_db else rstd, dy, x,
-            weight if weight is not None else x, mean, rstd, n_rows, n_cols, rows_per,
-            x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
-            RMS=bool(rms), HAS_W=weight is not None, COMPUTE_DX=bool(need_dx),
-            COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
-            ACC=_acc(x.dtype), COL64=_col64(n_cols, x.stride(1), dy.stride(1)),
-            num_warps=warps)
+    col64 = _col64(n_cols, x.stride(1), dy.stride(1))
+    s = settings()
+    if s.variant == "new":
+        dx, parts = norm_stream.rows_backward(dy, x, weight, mean, rstd, rms, bool(need_dx),
+                                              need_dw, need_db, s, col64)
+    else:
+        dx, parts = _rows_backward_old(dy, x, weight, mean, rstd, rms, bool(need_dx), need_dw,
+                                       need_db, col64)
     dw = empty((n_cols,), weight.dtype, x.device) if need_dw else None
     db = empty((n_cols,), bias.dtype, x.device) if need_db else None
     if parts is not None:
@@ -321,40 +318,6 @@ def layer_norm_backward(dy, x, weight, bias, mean, rstd, rms, need_dx, need_dw, 
 
 
 @triton.jit
-def _tile_offsets(k, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S: tl.constexpr,
-                  OFF64: tl.constexpr):
-    """(sample offset (int64 scalar), offsets in the sample, position mask) of tile
-    k = (n, spatial block); the offsets in a sample are int32 unless OFF64."""
-    n = k // n_sblocks
-    s = (k % n_sblocks) * BLOCK_S + tl.arange(0, BLOCK_S)
-    if OFF64:
-        offs = s.to(tl.int64)[:, None] * s_s + cols.to(tl.int64)[None, :] * s_c
-    else:
-        offs = s[:, None] * s_s + cols[None, :] * s_c
-    return n.to(tl.int64) * s_n, offs, s < S
-
-
-@triton.jit
-def _activate(z, ACT: tl.constexpr):
-    if ACT == 1:
-        z = tl.maximum(z, 0.0)
-    elif ACT == 2:
-        z = 0.5 * z * (1.0 + erf(z * 0.7071067811865476))
-    return z
-
-
-@triton.jit
-def _activation_grad(dy, z, ACT: tl.constexpr):
-    # NOTE: relu'(0) = 0, as torch; gelu' = Phi(z) + z phi(z)
-    if ACT == 1:
-        dy = tl.where(z > 0.0, dy, 0.0)
-    elif ACT == 2:
-        dy = dy * (0.5 * (1.0 + erf(z * 0.7071067811865476))
-                   + z * tl.exp(-0.5 * z * z) * 0.3989422804014327)
-    return dy
-
-
-@triton.jit
 def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
                      chunks_per_program, n_splits,
                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, ACC: tl.constexpr,
@@ -370,7 +333,7 @@ def _bn_stats_kernel(part_ptr, x_ptr, S, C, s_n, s_s, s_c, n_sblocks, n_chunks,
     m2 = tl.zeros([BLOCK_C], ACC)
     count = tl.zeros([], ACC)
     for k in range(k0, k1):
-        base, offs, s_ok = _tile_offsets(
+        base, offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, s_n, s_s, s_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
         x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(ACC)
@@ -465,13 +428,13 @@ def _bn_apply_kernel(y_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, nbt_ptr, S,
     k0 = tl.program_id(1) * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
     for k in range(k0, k1):
-        x_base, x_offs, s_ok = _tile_offsets(
+        x_base, x_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
-        y_base, y_offs, s_ok = _tile_offsets(
+        y_base, y_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, sy_n, sy_s, sy_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
         x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
-        y = _activate((x - mean[None, :]) * scale[None, :] + shift[None, :], ACT)
+        y = activate((x - mean[None, :]) * scale[None, :] + shift[None, :], ACT)
         tl.store(y_ptr + y_base + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -500,16 +463,16 @@ def _bn_bwd_sums_kernel(part_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_pt
     k0 = split * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
     for k in range(k0, k1):
-        x_base, x_offs, s_ok = _tile_offsets(
+        x_base, x_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
-        d_base, d_offs, s_ok = _tile_offsets(
+        d_base, d_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
         x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
         g = tl.load(dy_ptr + d_base + d_offs, mask=mask, other=0.0).to(ACC)
         xhat = (x - mean[None, :]) * rstd[None, :]
         if ACT != 0:
-            g = _activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
+            g = activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
         g = tl.where(mask, g, 0.0)
         sum_g += g
         sum_gx += g * xhat
@@ -568,18 +531,18 @@ def _bn_bwd_dx_kernel(dx_ptr, dy_ptr, x_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, s
     k0 = tl.program_id(1) * chunks_per_program
     k1 = tl.minimum(k0 + chunks_per_program, n_chunks)
     for k in range(k0, k1):
-        x_base, x_offs, s_ok = _tile_offsets(
+        x_base, x_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, sx_n, sx_s, sx_c, BLOCK_S, OFF64)
-        d_base, d_offs, s_ok = _tile_offsets(
+        d_base, d_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, sd_n, sd_s, sd_c, BLOCK_S, OFF64)
-        o_base, o_offs, s_ok = _tile_offsets(
+        o_base, o_offs, s_ok = tile_offsets(
             k, n_sblocks, S, cols, so_n, so_s, so_c, BLOCK_S, OFF64)
         mask = s_ok[:, None] & c_ok[None, :]
         x = tl.load(x_ptr + x_base + x_offs, mask=mask, other=0.0).to(ACC)
         g = tl.load(dy_ptr + d_base + d_offs, mask=mask, other=0.0).to(ACC)
         xhat = (x - mean[None, :]) * rstd[None, :]
         if ACT != 0:
-            g = _activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
+            g = activation_grad(g, xhat * w[None, :] + b[None, :], ACT)
         if TRAINING:
             g = g - (mean_g[None, :] + xhat * mean_gx[None, :])
         dx = g * (w * rstd)[None, :]
@@ -671,7 +634,7 @@ def _check_bn(op, x, *channel_arrays):
                              f"input {tuple(x.shape)}")
 
 
-@planned(arrays=6)
+@planned(settings=settings, arrays=6)
 def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, training,
                momentum, eps, activation):
     """Batch norm (+ activation): (y, mean, rstd). x: [N, C, *] any strides (NCHW or
@@ -685,6 +648,13 @@ def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, 
     channels_inner = x_strides[2] == 1 and C > 1
     y, y_strides = _like_layout(x, channels_inner)
     N, S, (x_strides, y_strides) = _merged(N, S, x_strides, y_strides)
+    s = settings()
+    if s.variant == "new":
+        mean, rstd = norm_stream.bn_forward(
+            y, x, weight, bias, running_mean, running_var, num_batches_tracked, training,
+            momentum, eps, _ACTIVATIONS[activation], N, S, C, x_strides, y_strides,
+            channels_inner, s)
+        return y, mean, rstd
     acc = _acc(x.dtype)
     mean = empty((C,), _stat_dtype(x.dtype), x.device)
     rstd = empty((C,), _stat_dtype(x.dtype), x.device)
@@ -714,7 +684,7 @@ def batch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked, 
     return y, mean, rstd
 
 
-@planned(arrays=6)
+@planned(settings=settings, arrays=6)
 def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, need_dx,
                         need_dw, need_db):
     """(dx, dweight, dbias) of batch_norm (+ activation), each None unless asked for. dy, x:
@@ -731,13 +701,19 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, training, activation, n
     channels_inner = x_strides[2] == 1 and C > 1
     dx, o_strides = _like_layout(x, channels_inner) if need_dx else (None, x_strides)
     N, S, (x_strides, d_strides, o_strides) = _merged(N, S, x_strides, d_strides, o_strides)
+    dw = empty((C,), weight.dtype, x.device) if need_dw else None
+    db = empty((C,), bias.dtype, x.device) if need_db else None
+    s = settings()
+    if s.variant == "new":
+        norm_stream.bn_backward(dx, dw, db, dy, x, weight, bias, mean, rstd, training,
+                                _ACTIVATIONS[activation], N, S, C, x_strides, d_strides,
+                                o_strides, channels_inner, s)
+        return dx, dw, db
     acc = _acc(x.dtype)
     grid, chunks, splits, meta = _bn_tiles(N, S, C, channels_inner, x.device, x_strides,
                                            d_strides, o_strides)
     flags = dict(ACT=_ACTIVATIONS[activation], HAS_W=weight is not None, HAS_B=bias is not None,
                  ACC=acc, **meta)
-    dw = empty((C,), weight.dtype, x.device) if need_dw else None
-    db = empty((C,), bias.dtype, x.device) if need_db else None
     sums = mean
     if training and need_dx or need_dw or need_db:
         part = empty((2, splits, C), _stat_dtype(x.dtype), x.device)
