@@ -1,4 +1,4 @@
-"""Handlers: indexing (index_select, gather, scatter_add, index.Tensor with one index tensor,
+"""Handlers: indexing (index_select, gather, scatter_add, index_add, index.Tensor with one index tensor,
 index_put_ with one index tensor) on tritonad's row gather and deterministic row scatter
 (kernels/index.py, kernels/scatter.py) and its gather/scatter along a dim (kernels/scan.py).
 
@@ -167,3 +167,43 @@ def index_put_(self, indices, values, accumulate=False, unsafe=False):
     if self.numel() == 0:
         return self
     return write_into(self, _index_put(self, indices, values, accumulate))
+
+
+def _index_add(self, dim, index, source, alpha):
+    """self with source's slices along dim added at index (duplicates add up in order, no float
+    atomics): the rows of the deterministic scatter with self as its base."""
+    check(self, index, source)
+    _index(index)
+    if index.dim() > 1 or source.dtype != self.dtype or self.dtype is torch.bool:
+        raise Fallback("index_add of a multi-dimensional index or mixed types")
+    if self.dim() == 0:   # as a 1-d tensor of one element
+        if source.numel() != index.numel() or dim not in (0, -1):
+            raise Fallback("index_add into a 0-d tensor of another shape")
+        return _index_add(self.reshape(1), 0, index.reshape(-1), source.reshape(-1),
+                          alpha).reshape(())
+    dim = _dim(self, dim)
+    expect = list(self.shape)
+    expect[dim] = index.numel()
+    if list(source.shape) != expect:
+        raise Fallback("index_add with a source of another shape")   # PyTorch's error
+    if alpha != 1:
+        source = B.mul(source, alpha)
+    rows = [t.movedim(dim, 0) if dim else t for t in (self, source)]
+    rows = [t if t.is_contiguous() else B.contiguous(t) for t in rows]
+    checked = B.index_check(index.reshape(-1), self.shape[dim], "index_add", True)
+    added = B.scatter_reduce_rows(rows[1], checked, rows[0], self.shape[dim], "sum", True, -1,
+                                  "index_add")
+    return B.contiguous(added.movedim(0, dim)) if dim else added
+
+
+@register("aten::index_add.default", "aten::index_add.out")
+def index_add(self, dim, index, source, *, alpha=1, out=None):
+    result = _index_add(self, dim, index, source, alpha)
+    return result if out is None else write_into(out, result)
+
+
+@register("aten::index_add_.default")
+def index_add_(self, dim, index, source, *, alpha=1):
+    if self.numel() == 0:
+        return self
+    return write_into(self, _index_add(self, dim, index, source, alpha))
