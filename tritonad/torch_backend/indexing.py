@@ -1,5 +1,5 @@
-"""Handlers: indexing (index_select, gather, scatter_add, index_add, index.Tensor with one index tensor,
-index_put_ with one index tensor) on tritonad's row gather and deterministic row scatter
+"""Handlers: indexing (index_select, gather, scatter_add, index_add, index.Tensor and index_put_
+with one index tensor) on tritonad's row gather and deterministic row scatter
 (kernels/index.py, kernels/scatter.py) and its gather/scatter along a dim (kernels/scan.py).
 
 An index out of range is found on the device and raised at the next read of the device (the
