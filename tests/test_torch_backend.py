@@ -351,3 +351,20 @@ def test_in_place_and_out_semantics_match_pytorch():
         torch.testing.assert_close(g, e)
     cov = tb.coverage()
     assert cov["aten::clamp_.default"]["tritonad"] == 2 and cov["aten::add.out"]["tritonad"] == 1
+
+
+@pytest.mark.gpu
+def test_cpu_indices_of_a_cuda_tensor_run_on_tritonad():
+    """x_cuda[cpu_index] and x_cuda[cpu_index] = v: PyTorch moves the index; so does the
+    handler."""
+    x = torch.randn(5, 3, device="cuda")
+    i = torch.tensor([4, 0, 4])
+    tb.reset_coverage()
+    with tb.use(strict=True):
+        y = x[i]
+        z = x.clone()
+        z[i] = 1.5
+    torch.testing.assert_close(y, x[i.cuda()])
+    expected = x.clone()
+    expected[i.cuda()] = 1.5
+    torch.testing.assert_close(z, expected)

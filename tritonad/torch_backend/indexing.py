@@ -18,9 +18,11 @@ from .registry import Fallback, register
 _INDEX_TYPES = (torch.int64, torch.int32)
 
 
-def _index(index):
+def _index(index, x=None):
     if index.dtype not in _INDEX_TYPES:
         raise Fallback(f"an index of {index.dtype}")
+    if x is not None and index.device != x.device:
+        raise Fallback("an index on another device")
     return index
 
 
@@ -43,7 +45,7 @@ def _rows_first(x, dim, index):
 @register("aten::index_select.default", "aten::index_select.out")
 def index_select(x, dim, index, *, out=None):
     check(x, index, out)
-    _index(index)
+    _index(index, x)
     if index.dim() > 1:
         raise Fallback("index_select with a multi-dimensional index")
     if x.dim() == 0:   # a 0-d input: index [0] (or [-1]) selects the value, 0-d
@@ -58,6 +60,7 @@ def index_select(x, dim, index, *, out=None):
 @register("aten::gather.default", "aten::gather.out")
 def gather(x, dim, index, *, sparse_grad=False, out=None):
     check(x, index, out)
+    _index(index, x)
     if index.dtype is not torch.int64 or index.dim() != x.dim() or x.dim() == 0:
         raise Fallback("gather of a 0-d tensor or a non-int64 index")
     dim = _dim(x, dim)
@@ -77,6 +80,7 @@ def gather(x, dim, index, *, sparse_grad=False, out=None):
 @register("aten::scatter_add.default", "aten::scatter_add.out")
 def scatter_add(x, dim, index, src, *, out=None):
     check(x, index, src, out)
+    _index(index, x)
     if index.dtype is not torch.int64 or x.dim() == 0 or index.dim() != x.dim():
         raise Fallback("scatter_add of a 0-d tensor or a non-int64 index")
     dim = _dim(x, dim)
@@ -109,6 +113,8 @@ def _one_index(x, indices):
         raise Fallback(f"indexing with a {index.dtype} index (a mask)")
     if k >= x.dim():
         raise Fallback("too many indices")
+    if index.device != x.device:   # PyTorch takes cpu indices for cuda tensors: a transfer
+        index = index.to(x.device)
     return k, index
 
 
@@ -173,7 +179,7 @@ def _index_add(self, dim, index, source, alpha):
     """self with source's slices along dim added at index (duplicates add up in order, no float
     atomics): the rows of the deterministic scatter with self as its base."""
     check(self, index, source)
-    _index(index)
+    _index(index, self)
     if index.dim() > 1 or source.dtype != self.dtype or self.dtype is torch.bool:
         raise Fallback("index_add of a multi-dimensional index or mixed types")
     if self.dim() == 0:   # as a 1-d tensor of one element
