@@ -6,10 +6,15 @@
     print(tb.coverage())        # per aten operator: calls on tritonad, calls that fell back
 
 PyTorch's autograd stays as it is: the mode sits below it, so both the forward operators and the
-backward operators autograd calls arrive here. See registry.py for how a handler is written.
+backward operators autograd calls arrive here. See registry.py for how a handler is written,
+and docs/DESIGN.md section 12. `registered()` lists the aten overloads with a handler; an
+operator without one (or a case its handler does not cover) runs PyTorch's kernel, counted in
+`coverage()` and listed once on stderr at `disable()`; `strict=True` raises there instead.
+Views, metadata and allocation compute nothing and always pass through, uncounted.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
@@ -17,9 +22,10 @@ import os
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
 from . import registry
-from .registry import COUNTS, IMPLS, Fallback, register
+from .registry import COUNTS, IMPLS, Fallback, Passthrough, register
 
-__all__ = ["enable", "disable", "use", "coverage", "reset_coverage", "register", "Fallback"]
+__all__ = ["enable", "disable", "use", "coverage", "reset_coverage", "registered", "register",
+           "Fallback", "Passthrough"]
 
 _active: list = []
 
@@ -50,29 +56,36 @@ def _table(include, exclude):
     return table
 
 
-def enable(include=None, exclude=None, strict=False):
+def enable(include=None, exclude=None, strict=False, *, note=True):
     """Run aten operators on tritonad's kernels in this thread (and in autograd's backward) until
     `disable()`. `include`/`exclude`: aten names ("add.Tensor", or "add" for every overload) to
-    take or leave. `strict=True` raises at the first operator that would fall back to PyTorch."""
-    mode = registry._Mode(_table(include, exclude), strict, _cpu_ok(), note=True)
+    take or leave. `strict=True` raises at the first operator that would fall back to PyTorch.
+    `note=False` silences the note of fallbacks printed at `disable()` (or at exit)."""
+    mode = registry._Mode(_table(include, exclude), strict, _cpu_ok(), note=note)
     _push_mode(mode)
     _active.append(mode)
     return mode
 
 
 def disable():
-    """Undo the latest `enable()`."""
+    """Undo the latest `enable()`, and print the note of the operators that fell back."""
     if not _active:
         return
     mode = _active.pop()
     _pop_mode()
-    del mode
+    mode.print_note()
+
+
+@atexit.register
+def _note_at_exit():
+    for mode in reversed(_active):   # modes still enabled when the interpreter ends
+        mode.print_note()
 
 
 @contextlib.contextmanager
-def use(include=None, exclude=None, strict=False):
+def use(include=None, exclude=None, strict=False, *, note=True):
     """`with use(): ...` runs the block on tritonad's kernels."""
-    enable(include, exclude, strict)
+    enable(include, exclude, strict, note=note)
     try:
         yield
     finally:
@@ -80,14 +93,22 @@ def use(include=None, exclude=None, strict=False):
 
 
 def coverage() -> dict:
-    """{"aten::name.overload": {"tritonad": calls, "pytorch": calls}} for every operator seen."""
+    """{"aten::name.overload": {"tritonad": calls, "pytorch": calls}} for every operator that
+    computed since the last reset (views, metadata and allocation are not listed: see
+    registry.py)."""
     out = {}
     for counts, key in ((COUNTS.ours, "tritonad"), (COUNTS.theirs, "pytorch")):
-        for op, n in counts.items():
-            name = f"aten::{op._opname}.{op._overloadname}"
-            out.setdefault(name, {"tritonad": 0, "pytorch": 0})[key] += n
+        for op, n in list(counts.items()):
+            out.setdefault(registry.name_of(op), {"tritonad": 0, "pytorch": 0})[key] += n
     return dict(sorted(out.items()))
 
 
+def registered() -> list:
+    """The names of the aten operators (overloads) tritonad implements, sorted."""
+    _load_handlers()
+    return sorted(registry.name_of(op) for op in IMPLS)
+
+
 def reset_coverage() -> None:
-    COUNTS.ours.clear(), COUNTS.theirs.clear(), COUNTS.noted.clear()
+    """Forget the counts of coverage() and which operators the fallback note has listed."""
+    COUNTS.reset()
