@@ -105,49 +105,66 @@ def _dropout_keep(row0, qi, kj, S, seed_lo, seed_hi, offset, p):
 
 
 # ------------------------------------------------------------------------------------ forward
-# Per query row i, over key blocks j (online softmax, base 2):
-#   m' = max(m, max_j s_ij);  l' = l * 2^(m - m') + sum_j 2^(s_ij - m')
-#   acc' = acc * 2^(m - m') + sum_j drop_ij 2^(s_ij - m') v_j       (drop = keep / (1 - p))
-#   O_i = acc / l,  lse_i = m + log2(l)
-# Memory traffic: Q and O once, K and V once per query block (L / BLOCK_M times), the
-# log-sum-exp 4 bytes a row; nothing of L x S (a mask, when given, is read once).
+# Per query row i, over key blocks j (online softmax, base 2, c = scale * log2(e)):
+#   m' = max(m, c max_j qk_ij);  p_ij = 2^(c qk_ij - m')   (one FFMA and one exp2 an element)
+#   l' = l 2^(m - m') + sum_j p_ij,  acc' = acc 2^(m - m') + sum_j drop_ij p_ij v_j
+#   O_i = acc / l,  lse_i = m + log2(l)                     (drop = keep / (1 - p))
+# Memory traffic: Q and O once (2 x L x E x bytes), K and V once per query block
+# (L / BLOCK_M times, from L2 while the programs of one head run together), the log-sum-exp
+# 4 bytes a row; nothing of L x S (a mask, when given, is read once: L x S x its bytes).
+# The key blocks split into those wholly inside [0, S) and below the causal diagonal (no test
+# on a score) and the rest (the diagonal band and a partial last block: tested).
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
-                start, end, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale,
-                dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
-                HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
-                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                DOT: tl.constexpr, UPCAST: tl.constexpr):
-    """The online softmax over key blocks [start, end) (K^T and V pointers at start; returned
-    advanced to end)."""
+def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv,
+                lo, hi, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml,
+                stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
+                HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
+                EVEN_D: tl.constexpr, BOUND: tl.constexpr, CAUSAL: tl.constexpr,
+                MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr, POS_SCALE: tl.constexpr,
+                WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """The online softmax over the key blocks [lo, hi). Tile pointers are recomputed from the
+    block's start each step (a loop-carried tensor of pointers would hold registers)."""
     inv_keep = 1.0 / (1.0 - dropout_p)
-    for start_n in range(start, end, BLOCK_N):
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
         kj = start_n + offs_n
+        rows = kj.to(tl.int64) if WIDE else kj
+        kt_ptrs = k_base + offs_d[:, None] * stride_kd + rows[None, :] * stride_ks
+        v_ptrs = v_base + rows[:, None] * stride_vs + offs_dv[None, :] * stride_vd
         if BOUND:
             kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
-            v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V),
-                        other=0)
+        elif EVEN_D:
+            kt = tl.load(kt_ptrs)
         else:
             kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
-            v = tl.load(v_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
         qk = _dot(q, kt, DOT, UPCAST)
-        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
-                    qk_scale, BOUND, CAUSAL, MASK_KIND)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing seen yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
+        if BOUND or CAUSAL or MASK_KIND != 0 or not POS_SCALE:
+            s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                        qk_scale, BOUND, CAUSAL, MASK_KIND)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            if MASK_KIND != 0:  # a row that has met only masked keys so far
+                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_new[:, None])
+        else:  # (scale > 0: the max of the scaled scores is the scaled max)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         if DROPOUT:
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
                                  offset, dropout_p)
             p = tl.where(keep, p * inv_keep, 0.0)
+        if BOUND:
+            v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V),
+                        other=0)
+        elif EVEN_D:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
         acc = _dot_acc(p.to(v.dtype), v, acc * alpha[:, None], DOT, UPCAST)
         m_i = m_new
-        kt_ptrs += BLOCK_N * stride_ks
-        v_ptrs += BLOCK_N * stride_vs
-    return acc, l_i, m_i, kt_ptrs, v_ptrs
+    return acc, l_i, m_i
 
 
 @triton.jit(do_not_specialize=["qk_scale", "dropout_p", "seed_lo", "seed_hi", "offset"])
@@ -163,8 +180,10 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                      HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                      DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                     DOT: tl.constexpr, UPCAST: tl.constexpr):
-    # One program: BLOCK_M query rows of one (batch, head), every key block they see.
+                     POS_SCALE: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+                     UPCAST: tl.constexpr):
+    # One program: BLOCK_M query rows of one (batch, head), every key block they see. The
+    # query blocks of one head are neighbouring programs (axis 0), so that K and V stay in L2.
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -172,49 +191,46 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
     b = bh // H
     h = bh % H
     hk = h // GROUP
+    EVEN_D: tl.constexpr = (HEAD_DIM == D_PAD) and (HEAD_DIM_V == DV_PAD)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     row_ok = offs_m < L
+    rows = offs_m.to(tl.int64) if WIDE else offs_m
 
-    q_base = q_ptr + b * stride_qb + h * stride_qh
-    q = tl.load(q_base + offs_m[:, None].to(tl.int64) * stride_ql + offs_d[None, :] * stride_qd,
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql +
+                offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
-    # K read as K^T tiles [D_PAD, BLOCK_N], V as [BLOCK_N, DV_PAD]; pointers step by a block
-    kt_ptrs = k_ptr + b * stride_kb + hk * stride_kh + offs_d[:, None] * stride_kd + \
-        offs_n[None, :].to(tl.int64) * stride_ks
-    v_ptrs = v_ptr + b * stride_vb + hk * stride_vh + offs_n[:, None].to(tl.int64) * stride_vs + \
-        offs_dv[None, :] * stride_vd
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
     mask_base = mask_ptr + b * stride_mb + h * stride_mh
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
-    # key blocks wholly inside [0, S) and below the diagonal need no bound or causal test:
-    # [0, full) without, [full, hi) with
+    # [0, full): key blocks inside [0, S) and below the diagonal; [full, hi): the others
     hi = S
     full = S
     if CAUSAL:
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
         full = tl.minimum(S, pid_m * BLOCK_M)
     full = full // BLOCK_N * BLOCK_N
-    acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
-        acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0, full,
-        L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
-        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND, DROPOUT, DOT,
-        UPCAST)
-    acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
-        acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, full, hi,
-        L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
-        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND, DROPOUT, DOT,
-        UPCAST)
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, 0, full,
+        L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms, qk_scale,
+        dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D, False,
+        False, MASK_KIND, DROPOUT, POS_SCALE, WIDE, DOT, UPCAST)
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, full, hi,
+        L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms, qk_scale,
+        dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D, True,
+        CAUSAL, MASK_KIND, DROPOUT, POS_SCALE, WIDE, DOT, UPCAST)
 
     seen = l_i > 0.0   # NOTE: a row with every key masked out gives 0, as torch's CPU SDPA
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-    o_base = o_ptr + b * stride_ob + h * stride_oh
-    tl.store(o_base + offs_m[:, None].to(tl.int64) * stride_ol + offs_dv[None, :] * stride_od,
-             o.to(o_ptr.dtype.element_ty),
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_ol +
+             offs_dv[None, :] * stride_od, o.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V))
     lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
     tl.store(lse_ptr + bh * L + offs_m, lse, mask=row_ok)
@@ -496,6 +512,13 @@ def _pad(n):
     return max(16, next_power_of_2(n))
 
 
+def _wide(*arrays):
+    """Whether an offset within one head of q, k, v, O (length x dim, strided) may pass 2**31:
+    the kernels then index rows in int64 (an int32 offset a tile otherwise)."""
+    return any((a.shape[2] - 1 + 256) * abs(a.stride(2)) + (a.shape[3] - 1) * abs(a.stride(3))
+               >= 2 ** 31 for a in arrays)
+
+
 def _check(op, q, k, v, mask):
     for name, a in (("query", q), ("key", k), ("value", v)):
         if a.dim() != 4:
@@ -544,8 +567,8 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
         *m_strides, float(scale) * LOG2E, float(dropout_p), seed & 0xFFFFFFFF, seed >> 32,
         int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), BLOCK_M=bm,
         BLOCK_N=bn, CAUSAL=bool(causal), MASK_KIND=kind, DROPOUT=dropout_p > 0,
-        DOT=_dot_precision(q.dtype), UPCAST=INTERPRET and q.dtype != torch.float32,
-        num_warps=warps, num_stages=stages)
+        POS_SCALE=scale > 0, WIDE=_wide(q, k, v, o), DOT=_dot_precision(q.dtype),
+        UPCAST=INTERPRET and q.dtype != torch.float32, num_warps=warps, num_stages=stages)
     return o, lse
 
 
