@@ -266,31 +266,52 @@ def _attn_delta_kernel(delta_ptr, o_ptr, do_ptr, L, H,
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
-                 offs_d, offs_dv, start, end, L, S, bh, stride_ql, stride_gl, stride_ml,
-                 stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n,
+                 offs_m0, offs_d, offs_dv, lo, hi, L, S, bh, stride_ql, stride_qd, stride_gl,
+                 stride_gd, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi,
+                 offset, HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                 BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, BOUND: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                 DOT: tl.constexpr, UPCAST: tl.constexpr):
-    """dK and dV of one key block summed over the query blocks [start, end) of head bh.
-    Keys past S need no test: their rows of dK and dV are never stored. Rows past L load
-    lse = +inf, so that their P is 0."""
+                 WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """dK and dV of one key block summed over the query blocks [lo, hi) of head bh (tiles
+    transposed, [keys, queries], so that no product needs a transpose of P). Keys past S need
+    no test: their rows of dK and dV are never stored. Rows past L (BOUND) load lse = +inf,
+    so that their P is 0."""
     inv_keep = 1.0 / (1.0 - dropout_p)
-    for start_m in range(start, end, BLOCK_M):
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
         qi = start_m + offs_m0
-        q_ok = qi < L
-        rows = qi.to(tl.int64)
-        qt = tl.load(qt_base + rows[None, :] * stride_ql,
-                     mask=(offs_d[:, None] < HEAD_DIM) & q_ok[None, :], other=0)
-        do = tl.load(do_base + rows[:, None] * stride_gl,
-                     mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
-        lse = tl.load(lse_ptr + bh * L + qi, mask=q_ok, other=float("inf"))
-        delta = tl.load(delta_ptr + bh * L + qi, mask=q_ok, other=0)
+        rows = qi.to(tl.int64) if WIDE else qi
+        qt_ptrs = q_base + offs_d[:, None] * stride_qd + rows[None, :] * stride_ql
+        do_ptrs = do_base + rows[:, None] * stride_gl + offs_dv[None, :] * stride_gd
+        if BOUND:
+            q_ok = qi < L
+            qt = tl.load(qt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & q_ok[None, :], other=0)
+            lse = tl.load(lse_base + qi, mask=q_ok, other=float("inf"))
+        elif EVEN_D:
+            qt = tl.load(qt_ptrs)
+            lse = tl.load(lse_base + qi)
+        else:
+            qt = tl.load(qt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
+            lse = tl.load(lse_base + qi)
         qkt = _dot(k, qt, DOT, UPCAST)
-        st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml, stride_ms,
-                     qk_scale, False, CAUSAL, MASK_KIND)
-        pt = tl.exp2(st - lse[None, :])                                  # P^T [keys, queries]
-        dpt = _dot(v, tl.trans(do), DOT, UPCAST).to(tl.float32)  # (dO V^T)^T
+        if CAUSAL or MASK_KIND != 0:
+            st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml,
+                         stride_ms, qk_scale, False, CAUSAL, MASK_KIND)
+            pt = tl.exp2(st - lse[None, :])                          # P^T [keys, queries]
+        else:
+            pt = tl.exp2(qkt * qk_scale - lse[None, :])
+        if BOUND:
+            do = tl.load(do_ptrs, mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V),
+                         other=0)
+            delta = tl.load(delta_base + qi, mask=q_ok, other=0)
+        elif EVEN_D:
+            do = tl.load(do_ptrs)
+            delta = tl.load(delta_base + qi)
+        else:
+            do = tl.load(do_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
+            delta = tl.load(delta_base + qi)
+        dpt = _dot(v, tl.trans(do), DOT, UPCAST).to(tl.float32)      # (dO V^T)^T
         if DROPOUT:
             keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
                                  offset, dropout_p)
@@ -318,86 +339,106 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                       HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                       DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                      DOT: tl.constexpr, UPCAST: tl.constexpr):
+                      WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: dK, dV of BLOCK_N keys of one (batch, key head), summed over the GROUP query
-    # heads that share it and every query block that sees them. Tiles are transposed
-    # ([keys, queries]) so that no product needs a transpose of P.
+    # heads that share it and every query block that sees them.
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1).to(tl.int64)
     b = bhk // HK
     hk = bhk % HK
+    EVEN_D: tl.constexpr = (HEAD_DIM == D_PAD) and (HEAD_DIM_V == DV_PAD)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     key_ok = offs_n < S
-    keys = offs_n[:, None].to(tl.int64)
-    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + keys * stride_ks +
+    keys = offs_n.to(tl.int64) if WIDE else offs_n
+    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + keys[:, None] * stride_ks +
                 offs_d[None, :] * stride_kd,
                 mask=key_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
-    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + keys * stride_vs +
+    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + keys[:, None] * stride_vs +
                 offs_dv[None, :] * stride_vd,
                 mask=key_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
+    # query blocks: [lo, diag) meet the causal diagonal (queries before this key block's
+    # first key see none of it), [diag, full) need no test, [full, L) run past L
+    lo = 0
+    diag = 0
+    if CAUSAL:
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+        diag = tl.minimum(L, tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M)
+    full = tl.maximum(diag, L // BLOCK_M * BLOCK_M)
     for g in range(0, GROUP):
         h = hk * GROUP + g
         bh = b * H + h
-        qt_base = q_ptr + b * stride_qb + h * stride_qh + offs_d[:, None] * stride_qd
-        do_base = do_ptr + b * stride_gb + h * stride_gh + offs_dv[None, :] * stride_gd
+        q_base = q_ptr + b * stride_qb + h * stride_qh
+        do_base = do_ptr + b * stride_gb + h * stride_gh
         mask_base = mask_ptr + b * stride_mb + h * stride_mh
+        lse_base = lse_ptr + bh * L
+        delta_base = delta_ptr + bh * L
         if CAUSAL:
-            # queries before this key block's first key see none of it; the query blocks
-            # before its last key meet the diagonal, the later ones see every key
-            lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
-            diag = tl.minimum(L, tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M)
             dk, dv = _dkdv_blocks(
-                dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
-                offs_d, offs_dv, lo, diag, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
-                qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
-                True, MASK_KIND, DROPOUT, DOT, UPCAST)
-        else:
-            diag = 0
+                dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n, offs_m0,
+                offs_d, offs_dv, lo, diag, L, S, bh, stride_ql, stride_qd, stride_gl, stride_gd,
+                stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM,
+                HEAD_DIM_V, BLOCK_M, EVEN_D, True, True, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
         dk, dv = _dkdv_blocks(
-            dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
-            offs_d, offs_dv, diag, L, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
-            qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
-            False, MASK_KIND, DROPOUT, DOT, UPCAST)
+            dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n, offs_m0,
+            offs_d, offs_dv, diag, full, L, S, bh, stride_ql, stride_qd, stride_gl, stride_gd,
+            stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM,
+            HEAD_DIM_V, BLOCK_M, EVEN_D, False, False, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
+        dk, dv = _dkdv_blocks(
+            dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n, offs_m0,
+            offs_d, offs_dv, full, L, L, S, bh, stride_ql, stride_qd, stride_gl, stride_gd,
+            stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM,
+            HEAD_DIM_V, BLOCK_M, EVEN_D, True, False, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
     dk *= sm_scale
     # dK, dV: contiguous [B, HK, S, E] and [B, HK, S, Ev]
-    tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :],
+    out = bhk * S + offs_n.to(tl.int64)
+    tl.store(dk_ptr + out[:, None] * stride_dks + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty),
              mask=key_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
-    tl.store(dv_ptr + (bhk * S + keys) * stride_dvs + offs_dv[None, :],
+    tl.store(dv_ptr + out[:, None] * stride_dvs + offs_dv[None, :],
              dv.to(dv_ptr.dtype.element_ty),
              mask=key_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V))
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d,
-               offs_dv, start, end, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms,
-               qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
-               HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
-               CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n, offs_d,
+               offs_dv, lo, hi, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd,
+               stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
+               HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
+               EVEN_D: tl.constexpr, BOUND: tl.constexpr, CAUSAL: tl.constexpr,
+               MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr, WIDE: tl.constexpr,
                DOT: tl.constexpr, UPCAST: tl.constexpr):
-    """dQ of one query block summed over the key blocks [start, end) (K^T and V^T pointers
-    at start; returned advanced to end). NOTE: keys past S must be masked here (BOUND): their
-    zero rows give scores 0, and 2^(0 - lse) may overflow, whose infinity times a zero key
-    would be NaN."""
+    """dQ of one query block summed over the key blocks [lo, hi). NOTE: keys past S must be
+    masked here (BOUND): their zero rows give scores 0, and 2^(0 - lse) may overflow, whose
+    infinity times a zero key would be NaN."""
     inv_keep = 1.0 / (1.0 - dropout_p)
-    for start_n in range(start, end, BLOCK_N):
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
         kj = start_n + offs_n
+        rows = kj.to(tl.int64) if WIDE else kj
+        kt_ptrs = k_base + offs_d[:, None] * stride_kd + rows[None, :] * stride_ks
+        vt_ptrs = v_base + offs_dv[:, None] * stride_vd + rows[None, :] * stride_vs
         if BOUND:
             kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
             vt = tl.load(vt_ptrs, mask=(offs_dv[:, None] < HEAD_DIM_V) & (kj[None, :] < S),
                          other=0)
+        elif EVEN_D:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
         else:
             kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
             vt = tl.load(vt_ptrs, mask=offs_dv[:, None] < HEAD_DIM_V, other=0)
         qk = _dot(q, kt, DOT, UPCAST)
-        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
-                    qk_scale, BOUND, CAUSAL, MASK_KIND)
-        p = tl.exp2(s - lse[:, None])
+        if BOUND or CAUSAL or MASK_KIND != 0:
+            s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                        qk_scale, BOUND, CAUSAL, MASK_KIND)
+            p = tl.exp2(s - lse[:, None])
+        else:
+            p = tl.exp2(qk * qk_scale - lse[:, None])
         dp = _dot(do, vt, DOT, UPCAST).to(tl.float32)
         if DROPOUT:
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
@@ -405,9 +446,7 @@ def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_
             dp = tl.where(keep, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])
         dq = _dot_acc(ds.to(kt.dtype), tl.trans(kt), dq, DOT, UPCAST)
-        kt_ptrs += BLOCK_N * stride_ks
-        vt_ptrs += BLOCK_N * stride_vs
-    return dq, kt_ptrs, vt_ptrs
+    return dq
 
 
 @triton.jit(do_not_specialize=["qk_scale", "sm_scale", "dropout_p", "seed_lo", "seed_hi",
@@ -424,7 +463,7 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
                     DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                    DOT: tl.constexpr, UPCAST: tl.constexpr):
+                    WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
@@ -433,24 +472,23 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
     b = bh // H
     h = bh % H
     hk = h // GROUP
+    EVEN_D: tl.constexpr = (HEAD_DIM == D_PAD) and (HEAD_DIM_V == DV_PAD)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     row_ok = offs_m < L
-    rows = offs_m[:, None].to(tl.int64)
-    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows * stride_ql +
+    rows = offs_m.to(tl.int64) if WIDE else offs_m
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql +
                 offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
-    do = tl.load(do_ptr + b * stride_gb + h * stride_gh + rows * stride_gl +
+    do = tl.load(do_ptr + b * stride_gb + h * stride_gh + rows[:, None] * stride_gl +
                  offs_dv[None, :] * stride_gd,
                  mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
     lse = tl.load(lse_ptr + bh * L + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(delta_ptr + bh * L + offs_m, mask=row_ok, other=0)
-    kt_ptrs = k_ptr + b * stride_kb + hk * stride_kh + offs_d[:, None] * stride_kd + \
-        offs_n[None, :].to(tl.int64) * stride_ks
-    vt_ptrs = v_ptr + b * stride_vb + hk * stride_vh + offs_dv[:, None] * stride_vd + \
-        offs_n[None, :].to(tl.int64) * stride_vs
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
     mask_base = mask_ptr + b * stride_mb + h * stride_mh
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     # as the forward: [0, full) needs no bound or causal test, [full, hi) does
@@ -460,19 +498,19 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
         full = tl.minimum(S, pid_m * BLOCK_M)
     full = full // BLOCK_N * BLOCK_N
-    dq, kt_ptrs, vt_ptrs = _dq_blocks(
-        dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0,
-        full, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
-        seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND,
-        DROPOUT, DOT, UPCAST)
-    dq, kt_ptrs, vt_ptrs = _dq_blocks(
-        dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
-        full, hi, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
-        seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND,
-        DROPOUT, DOT, UPCAST)
+    dq = _dq_blocks(
+        dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, 0,
+        full, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms,
+        qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D,
+        False, False, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
+    dq = _dq_blocks(
+        dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, full,
+        hi, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms,
+        qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D,
+        True, CAUSAL, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
     dq *= sm_scale
     # dQ: contiguous [B, H, L, E]
-    tl.store(dq_ptr + (bh * L + rows) * stride_dql + offs_d[None, :],
+    tl.store(dq_ptr + (bh * L + offs_m.to(tl.int64))[:, None] * stride_dql + offs_d[None, :],
              dq.to(dq_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -482,11 +520,15 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
 
 def _blocks(head_dim, dtype):
     """(forward (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_M, BLOCK_N, ...), dQ (...)).
-    Under the interpreter INTERPRET_BLOCKS. On the GPU the tiles of Triton's fused-attention
-    tutorial (forward 128 x 64, dK/dV 32 queries x 128 keys, dQ 128 x 32), float32 tiles half
-    as large, and the warps and queries a dK/dV step that keep its accumulators in registers
-    at sm_90 (no spills in ptxas's resource usage, Triton 3.9, 2026-12-02); not yet timed:
-    `bench attention --sweep` times the alternatives on a GPU."""
+    Under the interpreter INTERPRET_BLOCKS; GPU_BLOCKS where set (bench attention --sweep).
+
+    Half types: the largest tiles whose accumulators stay in registers at sm_90 (ptxas's
+    resource usage of the compiled kernels, Triton 3.9, no spills, 2026-12-02), which give the
+    fewest instructions a score: forward 128 x 128 at 8 warps for head dims up to 64 (0.23
+    SASS instructions a score and warp against 0.26 at 128 x 64 and 4 warps, whose 255
+    registers leave no margin), 128 x 64 at 8 warps above; dK/dV 64 queries x 128 keys (32
+    above 64: 64 spills), dQ 128 x 64, both at 8 warps. float32 tiles are half as large. Not yet
+    timed on a GPU: `bench attention --sweep` times the alternatives."""
     if INTERPRET:
         return INTERPRET_BLOCKS
     if GPU_BLOCKS is not None:
@@ -495,8 +537,8 @@ def _blocks(head_dim, dtype):
     if dtype == torch.float32:
         return ((64, 32, 4, 2), (32, 64, 4 if not wide else 8, 2),
                 (64, 32, 4 if not wide else 8, 2))
-    return ((128, 64, 8 if wide else 4, 3), (16 if wide else 32, 128, 8, 2),
-            (128, 32, 8 if wide else 4, 2 if wide else 3))
+    return ((128, 64, 8, 3) if wide else (128, 128, 8, 3), (32 if wide else 64, 128, 8, 2),
+            (128, 64, 8, 2))
 
 
 def _dot_precision(dtype):
@@ -591,7 +633,8 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
                seed >> 32, int(offset))
     meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), CAUSAL=bool(causal),
-                MASK_KIND=kind, DROPOUT=dropout_p > 0, DOT=_dot_precision(q.dtype),
+                MASK_KIND=kind, DROPOUT=dropout_p > 0, WIDE=_wide(q, k, v, do),
+                DOT=_dot_precision(q.dtype),
                 UPCAST=INTERPRET and q.dtype != torch.float32)
     delta = empty((B, H, L), torch.float32, q.device)
     block = 16 if INTERPRET else 64
