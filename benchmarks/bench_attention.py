@@ -179,13 +179,20 @@ SWEEP = {
     "fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4),
             (128, 32, 4, 4), (64, 64, 4, 3), (128, 128, 8, 2)],
     "dkdv": [(32, 128, 8, 2), (16, 128, 8, 2), (32, 128, 4, 3), (32, 64, 8, 3),
-             (32, 64, 4, 3), (64, 128, 8, 2), (16, 128, 4, 3)],
-    "dq": [(128, 32, 4, 3), (128, 32, 8, 2), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3)],
+             (32, 64, 4, 3), (64, 128, 8, 2), (16, 128, 4, 3), (32, 64, 4, 2), (64, 128, 8, 3)],
+    "dq": [(128, 32, 4, 3), (128, 32, 8, 2), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3),
+           (128, 64, 8, 3)],
 }
 
 
+def _max_diff(got, want):
+    """The largest |got - want| over the arrays of two results (O, lse or dQ, dK, dV)."""
+    return max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
+
+
 def sweep(dtype, tokens, heads):
-    """Milliseconds of every candidate tile of each kernel (the launchers on raw arrays)."""
+    """Milliseconds of every candidate tile of each kernel (the launchers on raw arrays), and
+    the largest difference of its result from the default tiles' (a wrong tile shows)."""
     from tritonad.kernels import attention as kernels
     from tritonad.kernels.plans import clear_plans
 
@@ -199,8 +206,11 @@ def sweep(dtype, tokens, heads):
                                .to(dtype) for _ in range(4))
                 scale = D ** -0.5
                 kernels.GPU_BLOCKS = None
+                clear_plans()
                 default = kernels._blocks(D, dtype)
                 o, lse = kernels.flash_attention(q, k, v, None, scale, causal)
+                grads = kernels.flash_attention_backward(do, q, k, v, o, lse, None, scale,
+                                                         causal)
                 for kernel, candidates in SWEEP.items():
                     for cand in candidates:
                         blocks = list(default)
@@ -209,20 +219,23 @@ def sweep(dtype, tokens, heads):
                         clear_plans()
                         if kernel == "fwd":
                             fn = lambda: kernels.flash_attention(q, k, v, None, scale, causal)
+                            want = (o, lse)
                         else:
                             fn = lambda: kernels.flash_attention_backward(do, q, k, v, o, lse,
                                                                          None, scale, causal)
+                            want = grads
                         try:
+                            diff = _max_diff(fn(), want)
                             ms = common.bench(fn)
                         except Exception as error:  # out of shared memory or registers
-                            ms, note = None, str(error).splitlines()[0][:60]
+                            ms, diff, note = None, None, str(error).splitlines()[0][:60]
                         else:
                             note = ""
                         rows.append({"T": T, "D": D, "causal": causal, "kernel": kernel,
                                      "blocks": "x".join(map(str, cand)),
                                      "default": cand == default[("fwd", "dkdv", "dq")
                                                                 .index(kernel)],
-                                     "ms": ms, "note": note})
+                                     "ms": ms, "max_diff": diff, "note": note})
                         print(rows[-1], flush=True)
                 kernels.GPU_BLOCKS = None
                 clear_plans()
@@ -231,7 +244,8 @@ def sweep(dtype, tokens, heads):
 
 SWEEP_COLUMNS = [("T", "T", "{}"), ("D", "D", "{}"), ("causal", "causal", "{}"),
                  ("kernel", "kernel", "{}"), ("blocks", "BM x BN x warps x stages", "{}"),
-                 ("default", "default", "{}"), ("ms", "ms", "{:.3f}"), ("note", "note", "{}")]
+                 ("default", "default", "{}"), ("ms", "ms", "{:.3f}"),
+                 ("max_diff", "max |diff| from default", "{:.1e}"), ("note", "note", "{}")]
 
 
 def _extra(parser):

@@ -40,6 +40,7 @@ MAX_HEAD_DIM = 128          # head dims above it run the composite (autodiff/att
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 MASK_WIDE = 4   # added to MASK_KIND where a head's mask offsets need int64 (_scores reads 4)
 MASK_INT32_LIMIT = 2 ** 31   # (tests lower it to take the int64 path on small masks)
+ROW_INT32_LIMIT = 2 ** 31    # the same for offsets within a head of q, k, v, O (WIDE)
 # the interpreter's (BLOCK_M, BLOCK_N, warps, stages) of the forward, dK/dV and dQ kernels: the
 # smallest tiles tl.dot takes (tests set others; plans do not see this: clear them after)
 INTERPRET_BLOCKS = ((16, 16, 1, 1), (16, 16, 1, 1), (16, 16, 1, 1))
@@ -558,7 +559,7 @@ def _wide(*arrays):
     """Whether an offset within one head of q, k, v, O (length x dim, strided) may pass 2**31:
     the kernels then index rows in int64 (an int32 offset a tile otherwise)."""
     return any((a.shape[2] - 1 + 256) * abs(a.stride(2)) + (a.shape[3] - 1) * abs(a.stride(3))
-               >= 2 ** 31 for a in arrays)
+               >= ROW_INT32_LIMIT for a in arrays)
 
 
 def _check(op, q, k, v, mask):
