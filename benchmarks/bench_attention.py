@@ -160,7 +160,8 @@ def measure(T, D, causal, dtype, tokens, heads, variant="new"):
 
 COLUMNS = [
     ("shape", "B x H x T x D", "{}"), ("dtype", "dtype", "{}"), ("causal", "causal", "{}"),
-    ("variant", "kernels", "{}"), ("td_fwd_ms", "fwd ms", "{:.3f}"), ("torch_fwd_ms", "torch", "{:.3f}"),
+    ("variant", "kernels", "{}"),
+    ("td_fwd_ms", "fwd ms", "{:.3f}"), ("torch_fwd_ms", "torch", "{:.3f}"),
     ("fwd_ratio", "ratio", "{:.2f}x"), ("td_fwd_tflops", "TFLOP/s", "{:.0f}"),
     ("td_bwd_ms", "bwd ms", "{:.3f}"), ("torch_bwd_ms", "torch", "{:.3f}"),
     ("bwd_ratio", "ratio", "{:.2f}x"),
@@ -177,7 +178,7 @@ SWEEP_LENGTHS = (1024, 4096)
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) candidates of each kernel
 SWEEP = {
     "fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4),
-            (128, 32, 4, 4), (64, 64, 4, 3), (128, 128, 8, 2)],
+            (128, 32, 4, 4), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 3)],
     "dkdv": [(32, 128, 8, 2), (16, 128, 8, 2), (32, 128, 4, 3), (32, 64, 8, 3),
              (32, 64, 4, 3), (64, 128, 8, 2), (16, 128, 4, 3), (32, 64, 4, 2), (64, 128, 8, 3)],
     "dq": [(128, 32, 4, 3), (128, 32, 8, 2), (128, 64, 8, 2), (64, 32, 4, 3), (64, 64, 4, 3),

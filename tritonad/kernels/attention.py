@@ -130,7 +130,9 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, off
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kj = start_n + offs_n
-        rows = kj.to(tl.int64) if WIDE else kj
+        rows = kj
+        if WIDE:
+            rows = kj.to(tl.int64)
         kt_ptrs = k_base + offs_d[:, None] * stride_kd + rows[None, :] * stride_ks
         v_ptrs = v_base + rows[:, None] * stride_vs + offs_dv[None, :] * stride_vd
         if BOUND:
@@ -179,10 +181,10 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                      qk_scale: tl.float32, dropout_p: tl.float32, seed_lo: tl.int64,
                      seed_hi: tl.int64, offset: tl.int64,
                      HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
-                     DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                     POS_SCALE: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
-                     UPCAST: tl.constexpr):
+                     DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                     DROPOUT: tl.constexpr, POS_SCALE: tl.constexpr, WIDE: tl.constexpr,
+                     DOT: tl.constexpr, UPCAST: tl.constexpr):
     # One program: BLOCK_M query rows of one (batch, head), every key block they see. The
     # query blocks of one head are neighbouring programs (axis 0), so that K and V stay in L2.
     pid_m = tl.program_id(0)
@@ -192,13 +194,14 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
     b = bh // H
     h = bh % H
     hk = h // GROUP
-    EVEN_D: tl.constexpr = (HEAD_DIM == D_PAD) and (HEAD_DIM_V == DV_PAD)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     row_ok = offs_m < L
-    rows = offs_m.to(tl.int64) if WIDE else offs_m
+    rows = offs_m
+    if WIDE:
+        rows = offs_m.to(tl.int64)
 
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql +
                 offs_d[None, :] * stride_qd,
@@ -282,7 +285,9 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base,
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         qi = start_m + offs_m0
-        rows = qi.to(tl.int64) if WIDE else qi
+        rows = qi
+        if WIDE:
+            rows = qi.to(tl.int64)
         qt_ptrs = q_base + offs_d[:, None] * stride_qd + rows[None, :] * stride_ql
         do_ptrs = do_base + rows[:, None] * stride_gl + offs_dv[None, :] * stride_gd
         if BOUND:
@@ -338,22 +343,24 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                       qk_scale: tl.float32, sm_scale: tl.float32, dropout_p: tl.float32,
                       seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
                       HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
-                      DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                      WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+                      DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                      DROPOUT: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+                      UPCAST: tl.constexpr):
     # One program: dK, dV of BLOCK_N keys of one (batch, key head), summed over the GROUP query
     # heads that share it and every query block that sees them.
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1).to(tl.int64)
     b = bhk // HK
     hk = bhk % HK
-    EVEN_D: tl.constexpr = (HEAD_DIM == D_PAD) and (HEAD_DIM_V == DV_PAD)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     key_ok = offs_n < S
-    keys = offs_n.to(tl.int64) if WIDE else offs_n
+    keys = offs_n
+    if WIDE:
+        keys = offs_n.to(tl.int64)
     k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + keys[:, None] * stride_ks +
                 offs_d[None, :] * stride_kd,
                 mask=key_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
@@ -420,7 +427,9 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n,
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kj = start_n + offs_n
-        rows = kj.to(tl.int64) if WIDE else kj
+        rows = kj
+        if WIDE:
+            rows = kj.to(tl.int64)
         kt_ptrs = k_base + offs_d[:, None] * stride_kd + rows[None, :] * stride_ks
         vt_ptrs = v_base + offs_dv[:, None] * stride_vd + rows[None, :] * stride_vs
         if BOUND:
@@ -462,9 +471,10 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     qk_scale: tl.float32, sm_scale: tl.float32, dropout_p: tl.float32,
                     seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
-                    DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                    WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+                    DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                    DROPOUT: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+                    UPCAST: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
@@ -473,13 +483,14 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
     b = bh // H
     h = bh % H
     hk = h // GROUP
-    EVEN_D: tl.constexpr = (HEAD_DIM == D_PAD) and (HEAD_DIM_V == DV_PAD)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     row_ok = offs_m < L
-    rows = offs_m.to(tl.int64) if WIDE else offs_m
+    rows = offs_m
+    if WIDE:
+        rows = offs_m.to(tl.int64)
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql +
                 offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
@@ -608,7 +619,8 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
     run(_attn_fwd_kernel, (cdiv(L, bm), B * H),
         o, lse, q, k, v, m, L, S, H, H // Hk, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         *m_strides, float(scale) * LOG2E, float(dropout_p), seed & 0xFFFFFFFF, seed >> 32,
-        int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), BLOCK_M=bm,
+        int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev),
+        EVEN_D=_pad(E) == E and _pad(Ev) == Ev, BLOCK_M=bm,
         BLOCK_N=bn, CAUSAL=bool(causal), MASK_KIND=kind, DROPOUT=dropout_p > 0,
         POS_SCALE=scale > 0, WIDE=_wide(q, k, v, o), DOT=_dot_precision(q.dtype),
         UPCAST=INTERPRET and q.dtype != torch.float32, num_warps=warps, num_stages=stages)
@@ -633,7 +645,8 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
                seed >> 32, int(offset))
-    meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), CAUSAL=bool(causal),
+    meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev),
+                EVEN_D=_pad(E) == E and _pad(Ev) == Ev, CAUSAL=bool(causal),
                 MASK_KIND=kind, DROPOUT=dropout_p > 0, WIDE=_wide(q, k, v, do),
                 DOT=_dot_precision(q.dtype),
                 UPCAST=INTERPRET and q.dtype != torch.float32)
