@@ -2,7 +2,7 @@
 in the same run: cumsum, sort and topk along the last dim.
 
     python benchmarks/bench_scan.py --out bench-results [--quick] [--dtype float32]
-        [--ops cumsum,sort,topk] [--k 50]
+        [--ops cumsum,sort,topk] [--k 50] [--variant new,old]
 
 Shapes: one row of 1M elements and [4096, 32000] rows (the issue's two), and a few between.
 Per op and shape: the kernel time (triton.testing.do_bench median, L2 flushed) of the launcher
@@ -12,6 +12,11 @@ tensor, against the torch call. Ratios are torch time / tritonad time: above 1 m
 is faster. GB/s = bytes moved / t at the minimum traffic: cumsum reads x and writes y
 (2 x numel x itemsize); sort reads x and writes values and int64 indices ((2 x itemsize + 8)
 x numel); topk reads x (numel x itemsize; the k outputs are small).
+
+--variant picks the kernels (tritonad.kernels.scan.VARIANT, as TRITONAD_SCAN_KERNELS does):
+"new" (the single-pass look-back cumsum, the radix sort, the halving topk where they apply),
+"old" (the multi-pass scan, the bitonic merge sort, the full-tile topk); both by default, each
+row measured under each, so that one run compares them on the same GPU.
 """
 from __future__ import annotations
 
@@ -24,12 +29,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 import tritonad as td  # noqa: E402
+from tritonad.kernels import plans  # noqa: E402
 from tritonad.kernels import scan as kernels  # noqa: E402
 
 SHAPES = [(1, 1 << 20), (1, 1 << 24), (64, 32000), (4096, 32000), (32768, 128), (1024, 4096)]
 QUICK_SHAPES = [(1, 1 << 20), (4096, 32000)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 OPS = ("cumsum", "sort", "topk")
+VARIANTS = ("new", "old")
 
 
 def _pair(op, k):
@@ -50,7 +57,9 @@ def _pair(op, k):
             lambda n, size: n * size)
 
 
-def measure(op, shape, dtype, k):
+def measure(op, shape, dtype, k, variant="new"):
+    kernels.VARIANT = variant
+    plans.clear_plans()
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
     ours, theirs, eager, traffic = _pair(op, min(k, shape[-1]))
@@ -62,8 +71,8 @@ def measure(op, shape, dtype, k):
     else:
         assert torch.equal(got[0], want[0]), f"{op}: values differ from torch"
     del got, want
-    row = {"op": op, "shape": "x".join(map(str, shape)), "numel": x.numel(),
-           "dtype": str(dtype)[6:]}
+    row = {"op": op, "variant": variant, "shape": "x".join(map(str, shape)),
+           "numel": x.numel(), "dtype": str(dtype)[6:]}
     row["td_ms"], row["torch_ms"] = common.bench_pair(lambda: ours(x), lambda: theirs(x))
     row["ratio"] = row["torch_ms"] / row["td_ms"]
     nbytes = traffic(x.numel(), x.element_size())
@@ -79,7 +88,7 @@ def measure(op, shape, dtype, k):
 
 
 COLUMNS = [
-    ("op", "op", "{}"), ("shape", "shape", "{}"),
+    ("op", "op", "{}"), ("variant", "kernels", "{}"), ("shape", "shape", "{}"),
     ("td_ms", "kernel ms", "{:.4f}"), ("torch_ms", "torch", "{:.4f}"),
     ("ratio", "ratio", "{:.2f}x"), ("td_gbps", "GB/s", "{:.0f}"),
     ("torch_gbps", "torch GB/s", "{:.0f}"),
@@ -93,6 +102,9 @@ def _extra(parser):
     parser.add_argument("--ops", default=",".join(OPS),
                         help="comma-separated subset of " + ",".join(OPS))
     parser.add_argument("--k", type=int, default=50, help="topk's k (default 50)")
+    parser.add_argument("--variant", default=",".join(VARIANTS),
+                        help="comma-separated kernels to measure: new (single-pass cumsum, radix "
+                             "sort, halving topk), old (the paths before them); default both")
 
 
 def main(argv=None):
@@ -101,21 +113,28 @@ def main(argv=None):
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         raise SystemExit(f"bench_scan: unknown ops {unknown}; choose from {list(OPS)}")
+    variants = [v for v in args.variant.split(",") if v]
+    if not variants or set(variants) - set(VARIANTS):
+        raise SystemExit(f"bench_scan: --variant takes {','.join(VARIANTS)} or one of them, "
+                         f"got {args.variant!r}")
     common.require_gpu("bench_scan")
     td.set_backend("triton")
     dtype = DTYPES[args.dtype]
     rows = []
     for op in ops:
         for shape in QUICK_SHAPES if args.quick else SHAPES:
-            print(f"measuring {op} {shape} {args.dtype} ...", flush=True)
-            rows.append(measure(op, shape, dtype, args.k))
+            for variant in variants:
+                print(f"measuring {op} {shape} {args.dtype} ({variant}) ...", flush=True)
+                rows.append(measure(op, shape, dtype, args.k, variant))
+    kernels.VARIANT = "new"
+    plans.clear_plans()
     name = f"scan_{args.dtype}"
     common.print_table(f"scans and sorting along the last dim, {args.dtype}, topk k={args.k} "
                        "(ratio = torch / tritonad; GB/s = bytes moved / t: cumsum 2 x numel x "
                        "itemsize, sort numel x (2 itemsize + 8), topk numel x itemsize)",
                        rows, COLUMNS)
-    meta = {"dtype": args.dtype, "k": args.k, "sort_tile": kernels.SORT_TILE,
-            "scan_chunk": kernels.SCAN_CHUNK}
+    meta = {"dtype": args.dtype, "k": args.k, "variants": variants,
+            "sort_tile": kernels.SORT_TILE, "scan_chunk": kernels.SCAN_CHUNK}
     path = common.save(args.out, name, rows, meta=meta)
     print(f"\nwrote {path}")
     return rows

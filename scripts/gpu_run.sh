@@ -37,6 +37,8 @@ for step in "$@"; do
         profile)      run profile 200 python3 benchmarks/profile_host.py ;;
         probe-host)   run probe-host 200 python3 benchmarks/probe_host.py ;;
         probe-conv)   run probe-conv 200 python3 benchmarks/probe_conv_plan.py ;;
+        probe-wgrad)  run probe-wgrad 120 python3 benchmarks/probe_conv_wgrad.py ;;
+        probe-wgrad-before) PYTHONPATH=$PWD/.baseline run probe-wgrad-before 120 python3 benchmarks/probe_conv_wgrad.py ;;
         probe-conv-before) PYTHONPATH=$PWD/.baseline run probe-conv-before 200 python3 benchmarks/probe_conv_plan.py ;;
         port)         run port "${PORT_LIMIT:-420}" python3 scripts/compare_port.py --seeds 1 2 3 --epochs "${PORT_EPOCHS:-14}" --out "$OUT/bench/port.json" ;;
         cold-*)       rm -rf /root/.triton /root/.cache/tritonad; run "$step" 170 python3 -m tritonad train --model "${step#cold-}" --quiet ;;
@@ -52,6 +54,8 @@ for step in "$@"; do
         sweep-conv)   run sweep-conv 420 python3 benchmarks/sweep_conv.py --out "$OUT/bench" ;;
         sweep-mlp)    run sweep-mlp 300 python3 benchmarks/sweep_mlp.py ;;
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
+        gpt-steps=*)  run "$step" 200 python3 -m tritonad train --model gpt --steps "${step#gpt-steps=}" ;;
+        resnet-epochs=*) run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-epochs=}" ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
     esac

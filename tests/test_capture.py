@@ -28,14 +28,15 @@ def _loader(limit, batch):
     return td.data.DataLoader(train_set, batch, shuffle=True, device="cuda", limit=limit)
 
 
-def _train_steps(name, graph, steps, schedule=False, seed=0, tensor_lr=False, epochs=1):
+def _train_steps(name, graph, steps, schedule=False, seed=0, tensor_lr=False, epochs=1,
+                 precision="fp32"):
     td.manual_seed(seed)
     loader = _loader(steps * 64 + 32, 64)
     model = models.build(name).to("cuda")
     lr = td.tensor([0.05], device="cuda") if tensor_lr else 0.05
     opt = optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     sched = optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5) if schedule else None
-    trainer = train.Trainer(model, opt, loader, sched, graph=graph)
+    trainer = train.Trainer(model, opt, loader, sched, graph=graph, precision=precision)
     for _ in range(epochs):
         trainer.train_epoch(progress=False)
     return {k: v.numpy() for k, v in model.state_dict().items()}, trainer
@@ -48,6 +49,24 @@ def test_captured_training_matches_eager(name):
     assert trainer.captured_step.captured
     for key in eager:
         assert_close(graphed[key], eager[key], 1e-4, 1e-5, name=key)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_captured_low_precision_training_matches_eager(name, precision):
+    """Autocast (and fp16's GradScaler, its scale and flag on the device) inside the captured
+    step: the weights after 6 steps and the device metrics as eager steps give them."""
+    eager, eager_trainer = _train_steps(name, graph=False, steps=6, schedule=True,
+                                        precision=precision)
+    graphed, trainer = _train_steps(name, graph=True, steps=6, schedule=True,
+                                    precision=precision)
+    assert trainer.captured_step.captured and not trainer.fused
+    for key in eager:
+        assert_close(graphed[key], eager[key], 1e-3, 1e-4, name=key)
+    assert trainer._mean_loss(6 * 64 + 32) == pytest.approx(
+        eager_trainer._mean_loss(6 * 64 + 32), rel=1e-3)
+    if precision == "fp16":
+        assert trainer.scaler.get_scale() == eager_trainer.scaler.get_scale()
 
 
 def test_captured_cnn_step_runs_weight_gradients_beside_the_chain():

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import tritonad as td
 from tritonad.autodiff import gradcheck, gradgradcheck
-from tritonad.kernels import plans
+from tritonad.kernels import plans, radix_sort, scan_lookback
 from tritonad.kernels import scan as kernels
 
 NAN = float("nan")
@@ -23,12 +23,27 @@ NAN = float("nan")
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Long-row paths on tiny rows: 8-wide sort tiles, 16-column scan chunks (no plans kept:
-    a plan records the path its first call took)."""
+    """Long-row paths on tiny rows: 8-wide sort tiles, 16-column scan chunks, radix blocks of
+    16 ranked 8 at a time on 8-bit digits (4 passes: the interpreter pays per launch),
+    look-back windows of 2 chunks (no plans kept: a plan records the path its first call
+    took)."""
     monkeypatch.setattr(plans, "PLANS_ENABLED", False)
     for name, value in (("SORT_TILE", 8), ("MERGE_BLOCK", 8), ("SCAN_CHUNK", 16),
                         ("SCAN_BLOCK", 8), ("SPLIT_ROWS", 64)):
         monkeypatch.setattr(kernels, name, value)
+    for name, value in (("RADIX_BLOCK", 16), ("RADIX_SUB", 8), ("MAX_BLOCKS", 4), ("BITS", 8)):
+        monkeypatch.setattr(radix_sort, name, value)
+    monkeypatch.setattr(scan_lookback, "WINDOW", 2)
+
+
+@pytest.fixture(params=["new", "old"])
+def variant(request, backend_name, monkeypatch):
+    """The long-row kernels of each variant (kernels.VARIANT): the single-pass scan, radix sort
+    and halving topk, or the paths before them (the numpy backend has one path: new only)."""
+    if backend_name == "numpy" and request.param == "old":
+        pytest.skip("the numpy backend has no kernel variants")
+    monkeypatch.setattr(kernels, "VARIANT", request.param)
+    return request.param
 
 
 def both(values, dtype=None, grad=False):
@@ -241,13 +256,66 @@ def test_topk_ties_take_the_lower_index(backend_name):
     assert td.topk(x, 2, largest=False).indices.tolist() == [[0, 3]]
 
 
-def test_long_rows_sort_and_topk(backend_name, small_tiles):
+def test_long_rows_sort_and_topk(backend_name, small_tiles, variant):
     values = with_specials((2, 21))
     check_against_torch(lambda x: td.sort(x, 1, True),
                         lambda t: torch.sort(t, dim=1, descending=True, stable=True), values)
     distinct = with_specials((2, 30), ties=False, zeros=False)
     for k in (2, 30):  # candidates per tile; k too large for them: the whole sort
         check_against_torch(lambda x: td.topk(x, k, 1), lambda t: torch.topk(t, k, 1), distinct)
+
+
+def test_radix_sort_dtypes_blocks_and_strides(small_tiles, monkeypatch):
+    # rows of 3 radix blocks against torch's stable sort, indices included: float32 with NaN,
+    # -0.0, -inf and ties along a strided dim, int32; bfloat16 on the GPU's 4-bit digits (its
+    # low 16 key bits skipped: 4 passes)
+    rng = np.random.default_rng(6)
+    cases = [(with_specials((1, 37, 2)), torch.float32, (True,), 8),
+             (rng.integers(-4, 4, (1, 35)), torch.int32, (True,), 8),
+             (with_specials((1, 41)), torch.bfloat16, (False, True), 4)]
+    with td.use_backend("triton"):
+        for values, dtype, directions, bits in cases:
+            monkeypatch.setattr(radix_sort, "BITS", bits)
+            if dtype.is_floating_point:
+                values.reshape(-1)[7] = -np.inf
+            x, t = both(values, dtype)
+            for descending in directions:
+                v, i = td.sort(x, 1, descending=descending)
+                tv, ti = torch.sort(t, dim=1, descending=descending, stable=True)
+                assert_same(i, ti)
+                assert_same(v, tv)
+
+
+def test_topk_halving_over_several_candidate_passes(small_tiles):
+    # k = 3 keeps runs of 4 from 8-wide tiles: 70 columns -> 36 candidates -> 20 -> 12 -> 8,
+    # one tile; ties (rounded values) go to the lower index, NaN is the largest (the smallest
+    # k: test_topk)
+    values = with_specials((2, 70, 1), zeros=False)
+    values[1, 40, 0] = np.nan
+    with td.use_backend("triton"):
+        x, t = both(values)
+        v, i = td.topk(x, 3, 1)
+        tv, ti = torch.sort(t, dim=1, descending=True, stable=True)
+        assert_same(i, ti[:, :3])
+        assert_same(v, tv[:, :3])
+
+
+def test_lookback_scan_leaves_its_workspace_clean(small_tiles):
+    # a cumsum of 4 and 5 chunks a row, forward and reversed (cumsum's gradient), float16 in
+    # float32: right each time, and the workspace zeroed for the next launch
+    rng = np.random.default_rng(7)
+    with td.use_backend("triton"):
+        for shape, reverse, dtype in (((3, 50), False, torch.float32),
+                                      ((1, 70), True, torch.float16)):
+            t = torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dtype)
+            y = kernels.cumulative(t, 1, "sum", reverse)
+            src = t.float().flip(1) if reverse else t.float()
+            want = torch.cumsum(src.double(), 1)
+            want = want.flip(1) if reverse else want
+            assert y.dtype == dtype
+            torch.testing.assert_close(y.double(), want, rtol=2e-3, atol=2e-3)
+            ws = scan_lookback._workspace(t.device)
+            assert int((ws != 0).sum()) == 0
 
 
 def test_sort_topk_gradients_float64_differences():
@@ -306,3 +374,51 @@ def test_gpu_sizes(shape):
         mv, mi = td.cummax(td.from_torch(finite), -1)
         tmv, tmi = torch.cummax(finite, -1)
         assert torch.equal(mv._data, tmv) and torch.equal(mi._data, tmi)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["new", "old"])
+@pytest.mark.parametrize("shape,dtype", [
+    ((1 << 20,), torch.float32), ((4096, 32000), torch.float32), ((3, 300001), torch.float32),
+    ((64, 32000), torch.bfloat16), ((5, 40961), torch.float16), ((7, 100003), torch.int32),
+    ((2, 70001), torch.uint8)])
+def test_gpu_kernels_against_torch(monkeypatch, variant, shape, dtype):
+    """The kernels of each variant at real sizes (radix blocks, look-back windows and topk
+    candidate passes as the GPU runs them): sort and topk indices exactly torch's stable sort
+    (NaN, ties), cumsum within float32 rounding, twice (the look-back workspace reused)."""
+    monkeypatch.setattr(kernels, "VARIANT", variant)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    if dtype.is_floating_point:
+        x = torch.randn(shape, device="cuda", generator=gen)
+        x.view(-1)[1::7] = x.view(-1)[1::7].round()  # ties
+        x.view(-1)[::1009] = float("nan")
+        x.view(-1)[3::1013] = -0.0
+        x = x.to(dtype)
+    else:
+        x = torch.randint(0, 200 if dtype == torch.uint8 else 1000, shape, device="cuda",
+                          generator=gen).to(dtype)
+        if dtype == torch.int32:
+            x -= 500
+    dim = x.dim() - 1
+    for descending in (False, True):
+        v, i = kernels.sort(x, dim, descending, True)
+        tv, ti = torch.sort(x, dim=-1, descending=descending, stable=True)
+        assert torch.equal(i, ti), (variant, shape, dtype, descending)
+        assert torch.equal(v, tv) or torch.allclose(v.float(), tv.float(), equal_nan=True)
+        for k in (1, 50, 500):
+            v, i = kernels.topk(x, k, dim, descending, True)
+            assert torch.equal(i, ti[..., :k]), (variant, shape, dtype, descending, k)
+            assert torch.allclose(v.float(), tv[..., :k].float(), equal_nan=True)
+        del v, i, tv, ti
+    finite = torch.nan_to_num(x.float(), nan=0.0).to(dtype) if dtype.is_floating_point else x
+    n = shape[-1]
+    for reverse in (False, True, False):
+        y = kernels.cumulative(finite, dim, "sum", reverse)
+        src = finite.flip(-1) if reverse else finite
+        want = torch.cumsum(src.double() if dtype.is_floating_point else src, -1)
+        want = want.flip(-1) if reverse else want
+        if dtype.is_floating_point:
+            tol = 1e-3 if dtype == torch.float32 else 2e-2
+            assert torch.allclose(y.double(), want, rtol=tol, atol=tol * n ** 0.5), reverse
+        else:
+            assert torch.equal(y, want)

@@ -24,7 +24,25 @@ from .autodiff.autocast import (FLOAT32_OPS, autocast, get_autocast_dtype,  # no
 from .backend import get_backend
 from .tensor import Tensor
 
-__all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "FLOAT32_OPS", "GradScaler"]
+__all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype", "FLOAT32_OPS", "GradScaler",
+           "PRECISIONS", "for_precision"]
+
+# a training recipe's --precision
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def for_precision(precision, device):
+    """(autocast, GradScaler) for a training recipe's precision on device: "fp32" (autocast
+    off, scaler disabled), "bf16" (autocast to bfloat16, scaler disabled) or "fp16" (autocast
+    to float16 and dynamic loss scaling: the optimizer step skipped on the device when a
+    gradient is inf or NaN). Use both in every step:
+    `with cast: loss = ...; scaler.scale(loss).backward(); scaler.step(opt); scaler.update()`."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    kind = str(device).split(":")[0]
+    cast = autocast(device_type=kind, dtype="float16" if precision == "fp16" else "bfloat16",
+                    enabled=precision != "fp32")
+    return cast, GradScaler(kind, enabled=precision == "fp16")
 
 
 class GradScaler:

@@ -18,6 +18,7 @@ from pathlib import Path
 BENCHMARKS = ("elementwise", "reduce", "matmul", "softmax", "cross-entropy", "conv", "pool",
               "optim", "mnist", "augment", "host", "ddp",
               "norms", "attention", "embedding", "scan", "rnn", "losses")
+BENCHMARKS += ("gpt", "resnet")  # the recipes end to end against PyTorch (bench_gpt, bench_resnet)
 EXIT_USAGE = 2  # argparse's status for a bad command line; ours for any user mistake
 
 
@@ -50,9 +51,11 @@ def _parser():
                         "airbench-style ResNet on Fashion-MNIST; gpt: a character-level GPT on "
                         "the Shakespeare corpus")
     t.add_argument("--steps", type=int, help="gpt: optimizer steps (default: 2000)")
-    t.add_argument("--precision", choices=["fp32", "bf16"],
-                   help="gpt and resnet: bf16 autocast (default) or fp32; the MNIST recipes "
-                        "run fp32")
+    t.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                   help="bf16: autocast (matmuls and convolutions in bfloat16, weights "
+                        "float32); fp16: autocast to float16 with dynamic loss scaling "
+                        "(GradScaler); default: bf16 for gpt and resnet, fp32 for logreg, mlp "
+                        "and cnn")
     t.add_argument("--epochs", type=int, help="the run's total number of epochs (default: the "
                    "recipe's, 10; with --resume: the checkpoint's run's, or more to extend it)")
     t.add_argument("--batch-size", type=int, help="default: the recipe's (under torchrun: "
@@ -72,7 +75,8 @@ def _parser():
     t.add_argument("--dataset", choices=["mnist", "fashion-mnist"], help="default: mnist")
     t.add_argument("--plot", metavar="PATH", help="write a PNG of the loss/accuracy curves")
     t.add_argument("--no-graph", action="store_true", help="run every step eagerly on the GPU "
-                   "instead of replaying a captured CUDA graph")
+                   "instead of replaying a captured CUDA graph (every recipe captures its "
+                   "whole step by default on a GPU)")
     t.add_argument("--no-fuse", action="store_true", help="train a plain ReLU MLP with per-op "
                    "kernels and autodiff instead of the fused MLP step")
     t.add_argument("--limit", type=int, help="train on the first N training images only")
@@ -268,7 +272,8 @@ def _build_model(state, path, device):
 
 # ---------------------------------------------------------------------- train
 # the settings that make a run: a resumed run keeps its checkpoint's (only --epochs may change)
-_RUN_SETTINGS = ("model", "dataset", "batch_size", "lr", "optimizer", "schedule", "limit")
+_RUN_SETTINGS = ("model", "dataset", "batch_size", "lr", "optimizer", "schedule", "limit",
+                 "precision")
 
 
 def _train_settings(args, state):
@@ -293,6 +298,7 @@ def _train_settings(args, state):
     rec = train.recipe(model)
     defaults = dict(model=model, dataset="mnist", batch_size=rec.batch_size, lr=rec.lr,
                     optimizer=rec.optimizer, schedule=rec.schedule, limit=None,
+                    precision="fp32",
                     epochs=saved.get("epochs", rec.epochs), seed=0)
     run = {}
     for name, default in defaults.items():
@@ -320,18 +326,6 @@ def _respan_cosine(scheduler, optimizer, total_steps):
     return old
 
 
-def _process_seconds():
-    """Seconds since this process started (Linux; None elsewhere): the import phase of a run."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _join_group(device, notes):
     """Under torchrun: join the process group (NCCL between GPUs, gloo on the CPU); returns
     (this process's device, its rank, the number of processes)."""
@@ -355,13 +349,14 @@ def cmd_train(args):
         return _train_gpt(args)
     if args.model == "resnet":
         return _train_resnet(args)
-    if args.steps is not None or args.precision not in (None, "fp32"):
-        raise CommandError("--steps and --precision bf16 are options of --model gpt (and "
-                           "--precision of resnet); the MNIST recipes train fp32 for --epochs")
+    if args.steps is not None:
+        raise CommandError("--steps is an option of --model gpt; the MNIST recipes train for "
+                           "--epochs")
     import tritonad as td
     from tritonad import distributed, models, optim, serialization, train
+    from tritonad import startup as startup_times
 
-    startup = {"import": _process_seconds()}  # python, torch, triton and tritonad, imported
+    startup = {"import": startup_times.process_seconds()}  # python, torch, triton, tritonad
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     if args.tune:
         td.autotune(True)
@@ -418,9 +413,17 @@ def cmd_train(args):
                     f"{extended}: it continues from step {scheduler.last_epoch} at lr "
                     f"{optimizer.param_groups[0]['lr']:.6g}")
     graph = device.startswith("cuda") and backend == "triton" and not args.no_graph
-    trainer = train.Trainer(model, optimizer, loader, scheduler, graph=graph,
-                            fuse=not args.no_fuse)
+    try:
+        trainer = train.Trainer(model, optimizer, loader, scheduler, graph=graph,
+                                fuse=not args.no_fuse, precision=run["precision"])
+    except ValueError as err:
+        raise CommandError(f"--precision {run['precision']}: {err}") from None
+    if state is not None and state.get("scaler"):
+        _restore("loss scaler state", args.resume, trainer.scaler.load_state_dict,
+                 state["scaler"])
     steps = ("captured CUDA graph" if graph else "eager") + (" fused MLP" if trainer.fused else "")
+    if trainer.precision_note:
+        say(f"precision: {run['precision']} ({trainer.precision_note})")
     images = f"{loader.num_samples} training images" if world == 1 else \
         f"{loader.num_samples * world} training images, {loader.num_samples} per process"
     say(f"model: {run['model']} ({sum(p.numel() for p in model.parameters()):,} parameters) | "
@@ -434,8 +437,8 @@ def cmd_train(args):
     for epoch in range(start_epoch, epochs + 1):
         stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet and rank == 0)
         if epoch == start_epoch:
-            startup.update(_startup_after_first_epoch(stats["seconds"]))
-        test_loss, test_acc = train.evaluate(model, test_loader)
+            startup.update(startup_times.after_first_epoch(stats["seconds"]))
+        test_loss, test_acc = train.evaluate(model, test_loader, precision=run["precision"])
         stats.update(epoch=epoch, test_loss=test_loss, test_accuracy=test_acc,
                      lr=optimizer.param_groups[0]["lr"])
         history.append(stats)
@@ -443,13 +446,15 @@ def cmd_train(args):
             f"loss {test_loss:.4f} acc {test_acc:.4f} | {stats['seconds']:.2f} s, "
             f"{stats['images_per_s']:,.0f} img/s")
         if epoch == start_epoch:
-            say(_startup_line(startup))
+            say(startup_times.line(startup))
         if args.save and rank == 0:
             serialization.save({"format": "tritonad-checkpoint", "model_name": run["model"],
                                 "dataset": run["dataset"], "model": model.state_dict(),
                                 "optimizer": optimizer.state_dict(),
                                 "scheduler": scheduler.state_dict() if scheduler else None,
                                 "epoch": epoch, "rng": td.get_rng_state(), "history": history,
+                                "precision": run["precision"],
+                                "scaler": trainer.scaler.state_dict(),
                                 "run": {name: run[name] for name in _RUN_SETTINGS + ("epochs",)}},
                                args.save)
     if args.plot and rank == 0:
@@ -467,6 +472,7 @@ def cmd_train(args):
                       "device": device, "processes": world, "epochs": epochs,
                       "batch_size": batch, "train_images": loader.num_samples * world, "lr": lr,
                       "optimizer": run["optimizer"], "schedule": schedule, "graph": graph,
+                      "precision": run["precision"],
                       "resumed_from_epoch": state["epoch"] if state is not None else None,
                       "test_accuracy": final.get("test_accuracy"),
                       "test_loss": final.get("test_loss"),
@@ -476,34 +482,6 @@ def cmd_train(args):
                       "startup": {k: round(v, 3) if isinstance(v, float) else v
                                   for k, v in startup.items()},
                       "saved": args.save}))
-
-
-def _startup_after_first_epoch(seconds):
-    """Tuning and capture time spent so far (they happen in the first epoch), and the first
-    epoch's own time without them."""
-    from tritonad.capture import CapturedStep
-    from tritonad.kernels.tuning import Tuner
-
-    tune = sum(t.seconds for t in Tuner.ALL)
-    capture = CapturedStep.capture_seconds
-    sources = {}
-    for t in Tuner.ALL:
-        for source, count in t.counts().items():
-            sources[source] = sources.get(source, 0) + count
-    return {"tune": tune, "capture": capture,
-            "first_epoch": max(0.0, seconds - tune - capture), "plans": sources}
-
-
-def _startup_line(s):
-    """One line: where the time before training went."""
-    def sec(x):
-        return "?" if x is None else f"{x:.1f} s"
-
-    plans = ", ".join(f"{n} {k}" for k, n in sorted(s.get("plans", {}).items())) or "none"
-    return (f"start-up: import {sec(s['import'])} | data {sec(s['data'])} | compile ahead "
-            f"{sec(s['compile'])} ({s['kernels_compiled_ahead']} kernels) | tune "
-            f"{sec(s['tune'])} | capture {sec(s['capture'])} | first epoch "
-            f"{sec(s['first_epoch'])} (plans: {plans})")
 
 
 def _plot(history, path, title):
@@ -550,8 +528,9 @@ def _train_gpt(args):
     """train --model gpt: the recipe of tritonad/gpt.py on the Shakespeare corpus."""
     import tritonad as td
     from tritonad import corpus, gpt
+    from tritonad import startup as startup_times
 
-    startup = {"import": _process_seconds()}
+    startup = {"import": startup_times.process_seconds()}
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     for option in ("epochs", "lr", "optimizer", "schedule", "resume", "plot", "limit"):
         if getattr(args, option, None) not in (None, False):
@@ -564,22 +543,31 @@ def _train_gpt(args):
         _check_output_file(args.save, "--save")
     _, device, notes = _setup(args)
     clock = time.perf_counter()
+    history_seen = []
     text = corpus.Shakespeare(args.data_dir)
     startup["data"] = time.perf_counter() - clock
     for note in notes:
         say(note)
     say(f"corpus: {text.path} ({len(text)} characters, {text.vocab_size} distinct)")
+    precision = args.precision or "bf16"
+    say(f"model: gpt | precision {precision} | "
+        f"{'eager' if not _recipe_graph(args, device) else 'captured CUDA graph'} steps")
     model, history = gpt.train(
-        text, device, steps=args.steps, batch=args.batch_size,
-        precision=args.precision or "bf16", seed=args.seed or 0,
-        log=lambda e: say(f"step {e['step']:5d} | train loss {e['train_loss']:.4f} | val loss "
-                          f"{e['val_loss']:.4f} | {e['tokens_per_s']:,.0f} tokens/s | "
-                          f"lr {e['lr']:.2e}"))
+        text, device, steps=args.steps, batch=args.batch_size, precision=precision,
+        seed=args.seed or 0, graph=_recipe_graph(args, device), startup=startup,
+        log=lambda e: (say(f"step {e['step']:5d} | train loss {e['train_loss']:.4f} | val loss "
+                           f"{e['val_loss']:.4f} | {e['tokens_per_s']:,.0f} tokens/s | "
+                           f"lr {e['lr']:.2e}"),
+                       len(history_seen) or say(startup_times.recipe_line(startup)),
+                       history_seen.append(e)))
     if args.save:
         td.save({"format": "tritonad-gpt", "model": model.state_dict(), "config": model.config,
-                 "vocab": "".join(text.vocab), "history": history}, args.save)
+                 "vocab": "".join(text.vocab), "history": history, "precision": precision},
+                args.save)
         say(f"saved {args.save}")
-    print(json.dumps({"model": "gpt", "device": device, "startup": startup,
+    print(json.dumps({"model": "gpt", "device": device, "precision": precision,
+                      "graph": startup.pop("graph", False),
+                      "startup": startup_times.rounded(startup),
                       "history": history}))
 
 
@@ -587,8 +575,9 @@ def _train_resnet(args):
     """train --model resnet: the recipe of tritonad/resnet.py on Fashion-MNIST."""
     import tritonad as td
     from tritonad import resnet
+    from tritonad import startup as startup_times
 
-    startup = {"import": _process_seconds()}
+    startup = {"import": startup_times.process_seconds()}
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     for option in ("lr", "optimizer", "schedule", "resume", "plot", "steps"):
         if getattr(args, option, None) not in (None, False):
@@ -602,18 +591,30 @@ def _train_resnet(args):
     _, device, notes = _setup(args)
     for note in notes:
         say(note)
+    precision = args.precision or "bf16"
+    say(f"model: resnet | precision {precision} | "
+        f"{'eager' if not _recipe_graph(args, device) else 'captured CUDA graph'} steps")
+    seen = []
     model, history = resnet.train(
-        device, epochs=args.epochs, batch=args.batch_size, precision=args.precision or "bf16",
+        device, epochs=args.epochs, batch=args.batch_size, precision=precision,
         seed=args.seed or 0, data_dir=args.data_dir, limit=args.limit,
-        log=lambda e: say(f"epoch {e['epoch']}: train loss {e['train_loss']:.4f} | test acc "
-                          f"{e['test_accuracy']:.4f} | {e['seconds']:.2f} s, "
-                          f"{e['images_per_s']:,.0f} img/s"))
+        graph=_recipe_graph(args, device), startup=startup,
+        log=lambda e: (say(f"epoch {e['epoch']}: train loss {e['train_loss']:.4f} | test acc "
+                           f"{e['test_accuracy']:.4f} | {e['seconds']:.2f} s, "
+                           f"{e['images_per_s']:,.0f} img/s"),
+                       len(seen) or say(startup_times.recipe_line(startup)), seen.append(e)))
     if args.save:
         td.save({"format": "tritonad-resnet", "model": model.state_dict(),
-                 "history": history}, args.save)
+                 "history": history, "precision": precision}, args.save)
         say(f"saved {args.save}")
     print(json.dumps({"model": "resnet", "dataset": "fashion-mnist", "device": device,
-                      "startup": startup, "history": history}))
+                      "precision": precision, "graph": startup.pop("graph", False),
+                      "startup": startup_times.rounded(startup), "history": history}))
+
+
+def _recipe_graph(args, device):
+    """gpt and resnet: capture the step (None: the recipe's default, on a GPU) or not."""
+    return False if args.no_graph or not device.startswith("cuda") else None
 
 
 def cmd_generate(args):

@@ -5,11 +5,14 @@ same seed gives the same numbers on every backend, and saving (seed, offset) sav
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
 _state = {"seed": 0, "offset": 0}
+# inside counted_from(): the device base of the draws and the count drawn since entering
+_counted = {"base": None, "used": 0}
 
 
 def manual_seed(seed: int) -> None:
@@ -32,7 +35,12 @@ def initial_seed() -> int:
 
 
 def take(n: int) -> tuple[int, int]:
-    """(seed, offset) for a draw of n numbers; advances the counter past them."""
+    """(seed, offset) for a draw of n numbers; advances the counter past them. Inside
+    counted_from() the offset is relative to the device base and the host counter stays."""
+    if _counted["base"] is not None:
+        used = _counted["used"]
+        _counted["used"] = used + max(int(n), 1)
+        return _state["seed"], used
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("a random draw inside a captured CUDA graph would repeat the same "
                            "numbers at every replay; draw outside the captured step (or run "
@@ -40,6 +48,36 @@ def take(n: int) -> tuple[int, int]:
     seed_, offset = _state["seed"], _state["offset"]
     _state["offset"] = offset + max(int(n), 1)
     return seed_, offset
+
+
+@contextlib.contextmanager
+def counted_from(base):
+    """Draws whose counters start at a device value: inside, a draw of n numbers from the global
+    stream takes the counters base + [k, k + n), where base is an int64 [1] device array and k
+    the count drawn inside before it. The random kernels read base when they run, so a CUDA
+    graph captured inside draws new numbers at every replay once the caller writes the stream's
+    offset into base before it (tritonad.capture.CapturedStep does, and then advances the host
+    counter by the count): the replays draw what eager steps would have. The host counter does
+    not move inside. Yields a dict whose "used" is the count drawn so far. td.Generator streams
+    are not counted (a draw from one inside a capture raises, as before)."""
+    if _counted["base"] is not None:
+        raise RuntimeError("counted_from: already counting from a device base")
+    _counted.update(base=base, used=0)
+    try:
+        yield _counted
+    finally:
+        _counted["base"] = None
+
+
+def device_base():
+    """The int64 [1] device array that draws are counted from (counted_from), or None."""
+    return _counted["base"]
+
+
+def advance(n: int) -> None:
+    """Move the global stream's counter past n numbers (drawn where the host did not count
+    them: a replayed graph's draws)."""
+    _state["offset"] += int(n)
 
 
 def get_rng_state() -> dict:

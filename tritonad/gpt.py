@@ -191,25 +191,32 @@ def lr_factor(step, steps, warmup, lr, min_lr):
 
 
 def train(corpus, device, steps=None, batch=None, precision="bf16", seed=0, eval_every=250,
-          eval_batches=20, log=None, **overrides):
+          eval_batches=20, log=None, graph=None, warmup_calls=2, startup=None, **overrides):
     """Train the recipe's GPT on corpus (first 90% of the characters; the last 10% validate).
-    precision: "fp32" or "bf16" (autocast; weights stay float32). Returns (model, history):
+    precision: "fp32", "bf16" (autocast; weights stay float32) or "fp16" (autocast and a
+    GradScaler). graph: capture the whole step (windows, forward, backward, clip, AdamW with the
+    scheduled lr, dropout) as a CUDA graph after `warmup_calls` eager steps (capture.
+    ScheduledStep); default: on a CUDA device with the triton backend. startup: a dict to fill
+    with the start-up breakdown (first_step, capture, tune: seconds). Returns (model, history):
     history holds, every eval_every steps and at the end, the step, the train loss (the mean
     of the steps since the last entry), the validation loss (eval_batches batches) and the
     tokens per second since the last entry."""
     import time
 
     from . import optim
+    from .amp import PRECISIONS, for_precision
     from .autodiff import no_grad
-    from .autodiff.autocast import autocast
+    from .capture import CapturedStep, ScheduledStep, capture_default, synchronize
     from .generator import manual_seed
+    from .kernels.tuning import Tuner
     from .nn.utils import clip_grad_norm_
+    from .tensor import zeros
 
-    if precision not in ("fp32", "bf16"):
-        raise ValueError(f"gpt: precision must be fp32 or bf16, got {precision!r} (fp16 needs "
-                         "loss scaling, which the gpt recipe does not run)")
+    if precision not in PRECISIONS:
+        raise ValueError(f"gpt: precision must be fp32, bf16 or fp16, got {precision!r}")
     r = dict(RECIPE, **overrides)
     steps, batch = steps or r["steps"], batch or r["batch"]
+    graph = capture_default(device) if graph is None else bool(graph)
     manual_seed(seed)
     train_ids, val_ids = corpus.split(0.9, device)
     model = GPT(corpus.vocab_size, r["layers"], r["heads"], r["width"], r["context"],
@@ -217,9 +224,24 @@ def train(corpus, device, steps=None, batch=None, precision="bf16", seed=0, eval
     opt = optim.AdamW(model.decay_groups(r["weight_decay"]), lr=r["lr"], betas=r["betas"])
     schedule = optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, steps, r["warmup"], r["lr"], r["min_lr"]))
-    cast = autocast(device_type=str(device).split(":")[0], dtype="bfloat16",
-                    enabled=precision == "bf16")
+    cast, scaler = for_precision(precision, device)
     context = r["context"]
+    loss_sum = zeros((), device=device)  # the train losses since the last log, on the device
+    params = list(model.parameters())
+
+    def train_step():
+        x, y = corpus.windows(train_ids, batch, context)
+        with cast:
+            _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        if scaler.is_enabled():
+            scaler.unscale_(opt)  # (clip the true gradients)
+        clip_grad_norm_(params, r["clip"])
+        scaler.step(opt)
+        scaler.update()
+        loss_sum.add_(loss.detach())
+        return loss
 
     def evaluate():
         model.eval()
@@ -231,25 +253,35 @@ def train(corpus, device, steps=None, batch=None, precision="bf16", seed=0, eval
         model.train()
         return total / eval_batches
 
-    history, losses, clock, done = [], [], time.perf_counter(), 0
-    for step in range(steps):
-        x, y = corpus.windows(train_ids, batch, context)
-        with cast:
-            _, loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        clip_grad_norm_(model.parameters(), r["clip"])
-        opt.step()
-        schedule.step()
-        losses.append(loss.detach())
-        if (step + 1) % eval_every == 0 or step + 1 == steps:
-            train_loss = sum(v.item() for v in losses) / len(losses)
-            seconds = time.perf_counter() - clock
-            tokens = (step + 1 - done) * batch * context / seconds
-            entry = dict(step=step + 1, train_loss=train_loss, val_loss=evaluate(),
-                         tokens_per_s=tokens, lr=opt.param_groups[0]["lr"])
-            history.append(entry)
-            if log is not None:
-                log(entry)
-            losses, clock, done = [], time.perf_counter(), step + 1
+    step_fn = ScheduledStep(train_step, opt, steps, device, graph=graph, warmup=warmup_calls)
+    tune0, capture0 = sum(t.seconds for t in Tuner.ALL), CapturedStep.capture_seconds
+
+    def note_startup():  # (tuning and capture happen in the first steps)
+        if startup is not None:
+            startup.update(tune=sum(t.seconds for t in Tuner.ALL) - tune0,
+                           capture=CapturedStep.capture_seconds - capture0, graph=graph)
+
+    history, clock, done = [], time.perf_counter(), 0
+    try:
+        for step in range(steps):
+            step_fn()
+            schedule.step()
+            if step == 0 and startup is not None:
+                synchronize(device)
+                startup["first_step"] = time.perf_counter() - clock
+            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                train_loss = loss_sum.item() / (step + 1 - done)
+                loss_sum.zero_()
+                seconds = time.perf_counter() - clock
+                tokens = (step + 1 - done) * batch * context / seconds
+                entry = dict(step=step + 1, train_loss=train_loss, val_loss=evaluate(),
+                             tokens_per_s=tokens, lr=opt.param_groups[0]["lr"])
+                history.append(entry)
+                if log is not None:
+                    note_startup()
+                    log(entry)
+                clock, done = time.perf_counter(), step + 1
+    finally:
+        step_fn.close()
+    note_startup()
     return model, history

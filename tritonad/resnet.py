@@ -14,7 +14,6 @@ import time
 
 from . import data, models, optim, transforms
 from .autodiff import no_grad
-from .autodiff.autocast import autocast
 from .autodiff.ops import where
 from .generator import manual_seed
 from .nn import functional as F
@@ -41,62 +40,110 @@ def hflip(images, p=0.5):
     return where(take, flipped, images)
 
 
-def _resident(dataset, device):
-    """(images [N, 1, 28, 28] float32 normalised, labels [N] int64) on device."""
-    x = data._normalize(tensor(dataset.images[:, None], device=device), dataset.MEAN,
+def _resident(dataset, device, limit=None):
+    """(images [N, 1, 28, 28] float32 normalised, labels [N] int64) on device: the first
+    `limit` samples (default: all)."""
+    x = data._normalize(tensor(dataset.images[:limit, None], device=device), dataset.MEAN,
                         dataset.STD)
-    return x, tensor(dataset.labels, device=device)
+    return x, tensor(dataset.labels[:limit], device=device)
 
 
 def train(device, epochs=None, batch=None, precision="bf16", seed=0, data_dir=None, limit=None,
-          test_limit=None, widths=(64, 128, 256, 256), log=None):
+          test_limit=None, widths=(64, 128, 256, 256), log=None, graph=None, warmup_calls=2,
+          startup=None):
     """Train the recipe; returns (model, history), an entry per epoch (train loss, test
     accuracy, seconds, images per second). limit / test_limit: the first N training / test
-    images only."""
-    if precision not in ("fp32", "bf16"):
-        raise ValueError(f"resnet: precision must be fp32 or bf16, got {precision!r}")
+    images only. precision: "fp32", "bf16" (autocast) or "fp16" (autocast and a GradScaler).
+    graph: capture the whole step (the batch cut at a device cursor from the epoch's order,
+    crop and flip, forward, backward, SGD with the scheduled lr) as a CUDA graph after
+    `warmup_calls` eager steps (capture.ScheduledStep); default: on a CUDA device with the
+    triton backend. startup: a dict to fill with the start-up breakdown (data, first_step,
+    capture, tune: seconds)."""
+    from .backend import get_backend
+    from .amp import PRECISIONS, for_precision
+    from .capture import CapturedStep, ScheduledStep, capture_default, synchronize
+    from .kernels.tuning import Tuner
+    from .tensor import empty, zeros
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"resnet: precision must be fp32, bf16 or fp16, got {precision!r}")
     r = dict(RECIPE)
     epochs, batch = epochs or r["epochs"], batch or r["batch"]
+    graph = capture_default(device) if graph is None else bool(graph)
     manual_seed(seed)
-    train_x, train_y = _resident(data.FashionMNIST(data_dir, train=True), device)
-    test_x, test_y = _resident(data.FashionMNIST(data_dir, train=False), device)
-    if limit is not None:
-        train_x, train_y = train_x[:limit], train_y[:limit]
-    if test_limit is not None:
-        test_x, test_y = test_x[:test_limit], test_y[:test_limit]
+    clock = time.perf_counter()
+    train_x, train_y = _resident(data.FashionMNIST(data_dir, train=True), device, limit)
+    test_x, test_y = _resident(data.FashionMNIST(data_dir, train=False), device, test_limit)
+    if startup is not None:
+        startup["data"] = time.perf_counter() - clock
     model = models.ResNet(widths=widths).to(device)
     opt = optim.SGD(model.parameters(), lr=r["lr"], momentum=r["momentum"], nesterov=True,
                     weight_decay=r["weight_decay"])
-    per_epoch = max(1, train_x.shape[0] // batch)  # (the last partial batch is dropped)
+    n = train_x.shape[0]
+    per_epoch = max(1, n // batch)  # (the last partial batch is dropped)
+    batch = min(batch, n)
     steps = epochs * per_epoch
     schedule = optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, r["warmup"]))
     crop = transforms.RandomCrop(28, padding=r["crop_padding"])
-    cast = autocast(device_type=str(device).split(":")[0], dtype="bfloat16",
-                    enabled=precision == "bf16")
+    cast, scaler = for_precision(precision, device)
+    # the epoch's order in a fixed buffer, one row of sample indices per step, read at a device
+    # cursor: the same step eager or replayed
+    backend = get_backend()
+    order = empty(n, dtype="int64", device=device)
+    batches = order._data[:per_epoch * batch].view(per_epoch, batch)
+    index = empty(batch, dtype="int64", device=device)
+    cursor = zeros((), dtype="int64", device=device)
+    loss_sum = zeros((), device=device)
+
+    def train_step():
+        backend.take_row_(batches, cursor._data, index._data, advance=True)
+        index._bump_version()
+        cursor._bump_version()
+        x = hflip(crop(train_x[index]))
+        with cast:
+            loss = F.cross_entropy(model(x), train_y[index], label_smoothing=r["label_smoothing"])
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        loss_sum.add_(loss.detach())
+        return loss
+
+    step_fn = ScheduledStep(train_step, opt, steps, device, graph=graph, warmup=warmup_calls)
+    tune0, capture0 = sum(t.seconds for t in Tuner.ALL), CapturedStep.capture_seconds
+
+    def note_startup():  # (tuning and capture happen in the first steps)
+        if startup is not None:
+            startup.update(tune=sum(t.seconds for t in Tuner.ALL) - tune0,
+                           capture=CapturedStep.capture_seconds - capture0, graph=graph)
+
     history = []
-    for epoch in range(1, epochs + 1):
-        clock, losses = time.perf_counter(), []
-        model.train()
-        order = randperm(train_x.shape[0], device=device)
-        for i in range(per_epoch):
-            idx = order[i * batch:(i + 1) * batch]
-            x = hflip(crop(train_x[idx]))
-            with cast:
-                loss = F.cross_entropy(model(x), train_y[idx],
-                                       label_smoothing=r["label_smoothing"])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            schedule.step()
-            losses.append(loss.detach())
-        train_loss = sum(v.item() for v in losses) / len(losses)
-        seconds = time.perf_counter() - clock
-        entry = dict(epoch=epoch, train_loss=train_loss,
-                     test_accuracy=evaluate(model, test_x, test_y, cast), seconds=seconds,
-                     images_per_s=per_epoch * batch / seconds)
-        history.append(entry)
-        if log is not None:
-            log(entry)
+    try:
+        for epoch in range(1, epochs + 1):
+            clock = time.perf_counter()
+            model.train()
+            backend.copy_(order._data, randperm(n, device=device)._data)
+            order._bump_version()
+            cursor.zero_()
+            loss_sum.zero_()
+            for i in range(per_epoch):
+                step_fn()
+                schedule.step()
+                if epoch == 1 and i == 0 and startup is not None:
+                    synchronize(device)
+                    startup["first_step"] = time.perf_counter() - clock
+            train_loss = loss_sum.item() / per_epoch
+            seconds = time.perf_counter() - clock
+            entry = dict(epoch=epoch, train_loss=train_loss,
+                         test_accuracy=evaluate(model, test_x, test_y, cast), seconds=seconds,
+                         images_per_s=per_epoch * batch / seconds)
+            history.append(entry)
+            if log is not None:
+                note_startup()
+                log(entry)
+    finally:
+        step_fn.close()
+    note_startup()
     return model, history
 
 

@@ -14,8 +14,9 @@ import time
 
 import torch
 
-from . import data, distributed, models, nn, optim
+from . import amp, data, distributed, models, nn, optim
 from .autodiff import nn_ops
+from .autodiff.autocast import state as _autocast
 from .autodiff.grad_mode import no_grad
 from .backend import get_backend
 from .capture import CapturedStep
@@ -75,6 +76,16 @@ class Trainer:
     fuse=False, take the per-op autodiff path.
 
 
+    `precision`: "fp32" (the default), "bf16" (autocast: matmuls and convolutions, the fused
+    conv+relu+pool included, in bfloat16, the loss in float32; weights stay float32) or "fp16"
+    (autocast to float16 and a GradScaler: dynamic loss scaling, a step with an inf or NaN
+    gradient skipped on the device). Under bf16 or fp16 two fused paths give way to their
+    per-op forms, as PyTorch's autocast policy would compute them: FusedMLP's fused step (its
+    kernels are float32 only) becomes the per-op MLP under autocast, and the classifier head's
+    fused linear + cross-entropy becomes a low-precision linear and a float32 loss
+    (precision_note says which). A captured fp16 step needs an optimizer whose kernel reads the
+    GradScaler's flag (sgd, adam, adamw): the others read it on the host.
+
     Data-parallel (in a process group, tritonad.distributed; torchrun): the model is
     replicated (rank 0's parameters everywhere, gradients averaged in optimizer.step(), inside
     the captured graph too), `loader` must be sharded (DataLoader(..., shard=...)), and each
@@ -82,15 +93,27 @@ class Trainer:
     """
 
     def __init__(self, model, optimizer, loader, scheduler=None, graph=False, warmup=2,
-                 fuse=True):
+                 fuse=True, precision="fp32"):
         self.model, self.optimizer, self.loader, self.scheduler = model, optimizer, loader, scheduler
         device = loader.images.device
         images = loader.images
+        self.precision = precision
+        self.cast, self.scaler = amp.for_precision(precision, device)
+        self.precision_note = None if precision == "fp32" else \
+            "autocast: matmuls and convolutions low precision, the loss float32" + \
+            ("; the fused MLP step and the fused classifier head run as their per-op forms"
+             if fuse else "")
+        if graph and self.scaler.is_enabled() and not (
+                getattr(optimizer, "_fused", False) and optimizer._reads_skip):
+            raise ValueError(f"Trainer: a captured fp16 step needs an optimizer that reads the "
+                             f"GradScaler's inf/NaN flag on the device (SGD, Adam, AdamW); "
+                             f"{type(optimizer).__name__} reads it on the host: run it eagerly "
+                             f"(graph=False, `train --no-graph`)")
         self.replica = _replicate(model, loader)
         if isinstance(model, distributed.DistributedDataParallel):
             model = model.module
         self._fused = None
-        if fuse and images.is_contiguous() and \
+        if fuse and precision == "fp32" and images.is_contiguous() and \
                 nn.fused.fusable(model, tuple(images.shape)) is None:
             self._fused = nn.FusedMLP.from_sequential(model)
             # the dataset as [N, features] and the labels, read by the fused step
@@ -152,10 +175,12 @@ class Trainer:
         return loss
 
     def _step(self, x, y):
-        loss = loss_with_metrics(self.model, x, y, self.loss_sum, self.correct)
+        with self.cast:
+            loss = loss_with_metrics(self.model, x, y, self.loss_sum, self.correct)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return loss
 
     def _fed_step(self):
@@ -219,8 +244,10 @@ class Trainer:
                         backend.gather_rows_at_((images._data, self.loader.labels._data),
                                                 (self._x._data, self._y._data), self._batches,
                                                 self._cursor._data)
-                        loss_with_metrics(self.model, self._x, self._y, loss_sum,
-                                          correct).backward()
+                        with self.cast:
+                            loss = loss_with_metrics(self.model, self._x, self._y, loss_sum,
+                                                     correct)
+                        loss.backward()
                 for size in sizes:  # the eager steps: the first ones, and a partial last batch
                     index = order[:size]
                     if self._fused is not None:
@@ -228,9 +255,11 @@ class Trainer:
                                                    metrics=(loss_sum, correct))
                     else:
                         x, y = images[index], self.loader.labels[index]
-                        loss_with_metrics(self.model, x, y, loss_sum, correct).backward()
+                        with self.cast:
+                            loss = loss_with_metrics(self.model, x, y, loss_sum, correct)
+                        loss.backward()
                 if eval_loader is not None and eval_loader.num_samples:
-                    with no_grad():
+                    with no_grad(), self.cast:
                         was_training = self.model.training
                         self.model.eval()
                         index = arange(min(eval_loader.batch_size, eval_loader.num_samples),
@@ -367,8 +396,13 @@ def loss_with_metrics(model, x, y, loss_sum, correct, reduction="mean"):
     """cross_entropy(model(x), y), adding the batch's summed loss and correct count to the
     running totals on the device (nn_ops.cross_entropy_with_metrics). A Sequential that ends in
     a Linear runs that layer and the loss as one node (nn_ops.linear_cross_entropy: one kernel
-    on the GPU for up to 64 classes), with the same results up to rounding."""
+    on the GPU for up to 64 classes), with the same results up to rounding. Under autocast the
+    logits come from the model in low precision and the loss is float32 (PyTorch's policy):
+    the head is then a low-precision linear followed by the loss, not one node."""
     head = classifier_head(model)
+    if _autocast.dtype and x._data.device.type in _autocast.dtype:
+        return nn_ops.cross_entropy_with_metrics(model(x).float(), y, loss_sum, correct,
+                                                 reduction)
     if head is None:
         return nn_ops.cross_entropy_with_metrics(model(x), y, loss_sum, correct, reduction)
     h = model._forward_items(x, len(model) - 1)
@@ -379,9 +413,10 @@ def loss_with_metrics(model, x, y, loss_sum, correct, reduction="mean"):
 
 
 @no_grad()
-def evaluate(model, loader, batch_size=None):
+def evaluate(model, loader, batch_size=None, precision="fp32"):
     """(mean cross-entropy, accuracy) of model over every sample of loader, in eval mode and
-    without autodiff history (no graph is recorded, nothing is saved for a backward).
+    without autodiff history (no graph is recorded, nothing is saved for a backward), under
+    the autocast of `precision` (fp32, bf16, fp16) as training ran.
 
     On the numpy backend a device-resident loader (MNIST-like datasets) is read in contiguous
     slices of its arrays, `batch_size` samples at a time (default: the loader's batch size, at
@@ -399,9 +434,11 @@ def evaluate(model, loader, batch_size=None):
                    for i in range(0, loader.num_samples, step))
     else:
         batches = iter(loader)
+    cast, _ = amp.for_precision(precision, device if device is not None else "cpu")
     try:
         for x, y in batches:
-            loss_with_metrics(model, x, y, loss_sum, correct, reduction="sum")
+            with cast:
+                loss_with_metrics(model, x, y, loss_sum, correct, reduction="sum")
             count += y.shape[0]
     finally:
         model.train(was_training)

@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import generator
 from ..backend import matmul_precision
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 from .plans import empty, planned, run
@@ -180,7 +181,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, off
 
 
 @triton.jit(do_not_specialize=["qk_scale", "dropout_p", "seed_lo", "seed_hi", "offset"])
-def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
+def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr, base_ptr,
                      L, S, H, GROUP,
                      stride_qb, stride_qh, stride_ql, stride_qd,
                      stride_kb, stride_kh, stride_ks, stride_kd,
@@ -193,9 +194,11 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr,
                      DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                      DROPOUT: tl.constexpr, POS_SCALE: tl.constexpr, WIDE: tl.constexpr,
-                     DOT: tl.constexpr, UPCAST: tl.constexpr):
+                     DOT: tl.constexpr, UPCAST: tl.constexpr, BASE: tl.constexpr):
     # One program: BLOCK_M query rows of one (batch, head), every key block they see. The
     # query blocks of one head are neighbouring programs (axis 0), so that K and V stay in L2.
+    if BASE:  # inside a captured graph the counters start at a device value
+        offset = offset + tl.load(base_ptr)
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -343,6 +346,7 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base,
 @triton.jit(do_not_specialize=["qk_scale", "sm_scale", "dropout_p", "seed_lo", "seed_hi",
                                "offset"])
 def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mask_ptr,
+                      base_ptr,
                       L, S, H, HK, GROUP, stride_dks, stride_dvs,
                       stride_qb, stride_qh, stride_ql, stride_qd,
                       stride_kb, stride_kh, stride_ks, stride_kd,
@@ -355,9 +359,11 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                       DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                       DROPOUT: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      UPCAST: tl.constexpr, BASE: tl.constexpr):
     # One program: dK, dV of BLOCK_N keys of one (batch, key head), summed over the GROUP query
     # heads that share it and every query block that sees them.
+    if BASE:  # inside a captured graph the counters start at a device value
+        offset = offset + tl.load(base_ptr)
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1).to(tl.int64)
     b = bhk // HK
@@ -470,7 +476,7 @@ def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n,
 
 @triton.jit(do_not_specialize=["qk_scale", "sm_scale", "dropout_p", "seed_lo", "seed_hi",
                                "offset"])
-def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mask_ptr,
+def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mask_ptr, base_ptr,
                     L, S, H, GROUP, stride_dql,
                     stride_qb, stride_qh, stride_ql, stride_qd,
                     stride_kb, stride_kh, stride_ks, stride_kd,
@@ -483,8 +489,10 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                     DROPOUT: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
-                    UPCAST: tl.constexpr):
+                    UPCAST: tl.constexpr, BASE: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
+    if BASE:  # inside a captured graph the counters start at a device value
+        offset = offset + tl.load(base_ptr)
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows (the last query blocks) first: a shorter tail of programs
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -624,15 +632,18 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
         return o, lse
     m, m_strides, kind = _mask_args(mask, q)
     (bm, bn, warps, stages), _, _ = _blocks(max(E, Ev), q.dtype)
+    base = generator.device_base() if dropout_p > 0 else None  # (q stands in when none)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     run(_attn_fwd_kernel, (cdiv(L, bm), B * H),
-        o, lse, q, k, v, m, L, S, H, H // Hk, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        o, lse, q, k, v, m, q if base is None else base, L, S, H, H // Hk, *q.stride(),
+        *k.stride(), *v.stride(), *o.stride(),
         *m_strides, float(scale) * LOG2E, float(dropout_p), seed & 0xFFFFFFFF, seed >> 32,
         int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev),
         EVEN_D=_pad(E) == E and _pad(Ev) == Ev, BLOCK_M=bm,
         BLOCK_N=bn, CAUSAL=bool(causal), MASK_KIND=kind, DROPOUT=dropout_p > 0,
         POS_SCALE=scale > 0, WIDE=_wide(q, k, v, o), DOT=_dot_precision(q.dtype),
-        UPCAST=INTERPRET and q.dtype != torch.float32, num_warps=warps, num_stages=stages)
+        UPCAST=INTERPRET and q.dtype != torch.float32, BASE=base is not None,
+        num_warps=warps, num_stages=stages)
     return o, lse
 
 
@@ -651,14 +662,15 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
         return dq, dk, dv
     m, m_strides, kind = _mask_args(mask, q)
     _, (bm1, bn1, w1, s1), (bm2, bn2, w2, s2) = _blocks(max(E, Ev), q.dtype)
+    base = generator.device_base() if dropout_p > 0 else None  # (q stands in when none)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
                seed >> 32, int(offset))
     meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev),
                 EVEN_D=_pad(E) == E and _pad(Ev) == Ev, CAUSAL=bool(causal),
                 MASK_KIND=kind, DROPOUT=dropout_p > 0, WIDE=_wide(q, k, v, do),
-                DOT=_dot_precision(q.dtype),
-                UPCAST=INTERPRET and q.dtype != torch.float32)
+                DOT=_dot_precision(q.dtype), UPCAST=INTERPRET and q.dtype != torch.float32,
+                BASE=base is not None)
     delta = empty((B, H, L), torch.float32, q.device)
     block = 16 if INTERPRET else 64
     run(_attn_delta_kernel, (cdiv(L, block), B * H), delta, o, do, L, H, *o.stride(),
@@ -666,10 +678,12 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
         num_warps=1 if INTERPRET else 4)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *m_strides)
     run(_attn_dkdv_kernel, (cdiv(S, bn1), B * Hk),
-        dk, dv, q, k, v, do, lse, delta, m, L, S, H, Hk, H // Hk, E, Ev, *strides, *numbers,
+        dk, dv, q, k, v, do, lse, delta, m, q if base is None else base, L, S, H, Hk, H // Hk,
+        E, Ev, *strides, *numbers,
         BLOCK_M=bm1, BLOCK_N=bn1, num_warps=w1, num_stages=s1, **meta)
     run(_attn_dq_kernel, (cdiv(L, bm2), B * H),
-        dq, q, k, v, do, lse, delta, m, L, S, H, H // Hk, E, *strides, *numbers,
+        dq, q, k, v, do, lse, delta, m, q if base is None else base, L, S, H, H // Hk, E,
+        *strides, *numbers,
         BLOCK_M=bm2, BLOCK_N=bn2, num_warps=w2, num_stages=s2, **meta)
     return dq, dk, dv
 

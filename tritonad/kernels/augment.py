@@ -27,6 +27,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
+from .. import generator
 from ..backend import check_random_warp
 from .elementwise import cast_for_store
 from .launch import INTERPRET, KernelLaunch, cdiv, next_power_of_2, ptr
@@ -55,12 +56,16 @@ def _tap(x_ptr, base, iy, ix, H, W, stride_xh, stride_xw, fill, valid):
 
 @triton.jit(do_not_specialize=["seed_lo", "seed_hi", "offset", "p0", "p1", "p2", "p3", "p4",
                                "p5", "cx", "cy", "fill"])
-def _random_warp_kernel(out_ptr, x_ptr, seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
+def _random_warp_kernel(out_ptr, x_ptr, base_ptr, seed_lo: tl.int64, seed_hi: tl.int64,
+                        offset: tl.int64,
                         C, H, W, out_h, out_w, stride_xn, stride_xc, stride_xh, stride_xw,
                         p0, p1, p2, p3, p4, p5, cx, cy, fill,
-                        CROP: tl.constexpr, BILINEAR: tl.constexpr, BLOCK: tl.constexpr):
+                        CROP: tl.constexpr, BILINEAR: tl.constexpr, BASE: tl.constexpr,
+                        BLOCK: tl.constexpr):
     # One program: output pixels [pid1 * BLOCK, +BLOCK) of sample pid0, in every channel. The
     # sample's parameters are computed in every lane (the same words): cheaper than a broadcast.
+    # BASE: the counters also add the int64 at base_ptr (inside a captured graph,
+    # generator.counted_from).
     n = tl.program_id(0)
     pixel = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = pixel < out_h * out_w
@@ -68,6 +73,8 @@ def _random_warp_kernel(out_ptr, x_ptr, seed_lo: tl.int64, seed_hi: tl.int64, of
     y = (pixel // out_w).to(tl.float32)
 
     counter = offset + n.to(tl.int64) + tl.zeros([BLOCK], tl.int64)
+    if BASE:
+        counter += tl.load(base_ptr)
     zero = tl.zeros([BLOCK], tl.uint32)
     w0, w1, w2, w3 = _philox(counter.to(tl.uint32), (counter >> 32).to(tl.uint32), zero, zero,
                              seed_lo.to(tl.uint32), seed_hi.to(tl.uint32))
@@ -144,13 +151,15 @@ def random_warp(x, out_size, crop, ranges, fill, bilinear, seed, offset):
     x: [N, C, H, W] float32/float16/bfloat16, any strides -> [N, C, Ho, Wo] of x's dtype.
     One bound launch per (batch layout, geometry); the seed and counter offset vary per call."""
     numbers = (*_seed_words(seed), int(offset))
+    base = generator.device_base()  # (x stands in when there is none)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, out_size,
-           bool(crop), tuple(float(v) for v in ranges), float(fill), bool(bilinear))
+           bool(crop), tuple(float(v) for v in ranges), float(fill), bool(bilinear),
+           base is not None)
     plan = _PLANS.get(key)
     if plan is not None:
         launch, out_shape = plan
         out = empty(out_shape, x.dtype, x.device)
-        launch(ptr(out), ptr(x), *numbers)
+        launch(ptr(out), ptr(x), ptr(x if base is None else base), *numbers)
         return out
     out_h, out_w = check_random_warp(x, out_size, crop, ranges)
     n, c, h, w = x.shape
@@ -162,10 +171,11 @@ def random_warp(x, out_size, crop, ranges, fill, bilinear, seed, offset):
         (BLOCK, WARPS)
     _PLANS.keep(key, (KernelLaunch(
         _random_warp_kernel, (n, cdiv(pixels, block)),
-        [out, x, *numbers, c, h, w, out_h, out_w, *x.stride(),
+        [out, x, x if base is None else base, *numbers, c, h, w, out_h, out_w, *x.stride(),
          *_kernel_parameters(bool(crop), tuple(float(v) for v in ranges), h, w),
          float(np.float32(fill))],
-        dict(CROP=bool(crop), BILINEAR=bool(bilinear), BLOCK=block, num_warps=warps,
+        dict(CROP=bool(crop), BILINEAR=bool(bilinear), BASE=base is not None, BLOCK=block,
+             num_warps=warps,
              enable_fp_fusion=False),  # NOTE: each product rounded on its own, as the reference
-        dynamic=range(5)), out.shape))
+        dynamic=range(6)), out.shape))
     return out

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import dtypes
+from .. import dtypes, generator
 from ..philox import feistel_bits
 from .elementwise import cast_for_store, contiguous
 from .launch import INTERPRET, KernelLaunch, cdiv, dtype_of, next_power_of_2, ptr
@@ -68,13 +68,17 @@ def _uniform01(word):
 # call of a shape runs the same compiled kernel whatever the seed (launch.KernelLaunch relies on
 # it; an untyped int argument is compiled as i32 or i64 depending on its value)
 @triton.jit(do_not_specialize=["seed_lo", "seed_hi", "offset", "low", "span", "p", "scale"])
-def _random_kernel(out_ptr, x_ptr, mask_ptr, seed_lo: tl.int64, seed_hi: tl.int64,
+def _random_kernel(out_ptr, x_ptr, mask_ptr, base_ptr, seed_lo: tl.int64, seed_hi: tl.int64,
                    offset: tl.int64, low: tl.float32, span: tl.float32, p: tl.float32,
-                   scale: tl.float32, n, DIST: tl.constexpr, BLOCK: tl.constexpr):
-    # One program: elements [pid * BLOCK, +BLOCK) of the draw, element i from counter offset + i.
+                   scale: tl.float32, n, DIST: tl.constexpr, BASE: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    # One program: elements [pid * BLOCK, +BLOCK) of the draw, element i from counter offset + i
+    # (+ the int64 at base_ptr when BASE: a draw inside a captured graph, generator.counted_from)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = i < n
     counter = offset + i
+    if BASE:
+        counter += tl.load(base_ptr)
     zero = tl.zeros_like(counter).to(tl.uint32)
     w0, w1, _, _ = _philox(counter.to(tl.uint32), (counter >> 32).to(tl.uint32), zero, zero,
                            seed_lo.to(tl.uint32), seed_hi.to(tl.uint32))
@@ -146,16 +150,19 @@ def _numbers(seed, offset, low, span, p, scale):
 
 
 def _launch_draw(key, out, x, mask, numbers, dist, n):
+    base = generator.device_base()  # (out stands in when there is none)
+    key = key + (base is not None,)
     launch = _PLANS.get(key)
     if launch is None:
         block, warps = _block(n)
         _PLANS.keep(key, KernelLaunch(
-            _random_kernel, (cdiv(n, block),), [out, x, mask, *numbers, n],
-            dict(DIST=dist, BLOCK=block, num_warps=warps,
+            _random_kernel, (cdiv(n, block),), [out, x, mask, out if base is None else base,
+                                                *numbers, n],
+            dict(DIST=dist, BASE=base is not None, BLOCK=block, num_warps=warps,
                  enable_fp_fusion=False),  # NOTE: low + span * u rounded twice, as the reference
-            dynamic=range(10)))
+            dynamic=range(11)))
         return
-    launch(ptr(out), ptr(x), ptr(mask), *numbers)
+    launch(ptr(out), ptr(x), ptr(mask), ptr(out if base is None else base), *numbers)
 
 
 def _draw(dist, shape, low, span, seed, offset, dtype, device):
@@ -203,6 +210,9 @@ def randperm(n, seed, offset, device):
         raise ValueError(f"randperm: n must be non-negative, got {n}")
     if n >= 2**31:
         raise ValueError(f"randperm: n = {n} is too large (at most 2**31 - 1)")
+    if generator.device_base() is not None:
+        raise RuntimeError("randperm: a permutation cannot be drawn from a device counter "
+                           "(inside a captured step); draw it before the step")
     out = empty((n,), torch.int64, device)
     if n:
         offset = int(offset)

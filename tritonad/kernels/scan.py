@@ -10,8 +10,9 @@ Scans. One program owns BLOCK_R rows and a chunk of CHUNK columns, streamed BLOC
 through tl.associative_scan with a carry across tiles. Long rows with few of them (a 1M-element
 cumsum) are cut into chunks so that the GPU fills: pass 1 reduces each chunk to its total,
 pass 2 scans the totals of each row (the same kernel), pass 3 scans each chunk starting from
-the total of the chunks before it. REVERSE scans from the last column to the first (the
-gradients of cumsum and logcumsumexp).
+the total of the chunks before it; a float sum takes one launch instead, chunks looking back
+at the totals their neighbours publish (scan_lookback.py). REVERSE scans from the last column
+to the first (the gradients of cumsum and logcumsumexp).
 
 Sorting. Every value becomes an integer key whose signed order is the order wanted (floats by
 their bits with the negative ones' magnitude bits flipped, -0.0 as +0.0, every NaN as one NaN
@@ -20,10 +21,18 @@ and then index, so every sort is stable and NaN sorts as the largest, as PyTorch
 to SORT_TILE columns is sorted in registers by a bitonic network carrying the index. Longer rows:
 tiles sorted in registers, then the bitonic merges across tiles in memory (a compare-exchange
 pass per stride down to the tile), each stage finished by sorting the tiles again in registers
-(a tile is then a bitonic sequence in its place). topk keeps the best next_pow2(k) of each tile
-and sorts the candidates again until they fit one tile.
+(a tile is then a bitonic sequence in its place); rows of 32-bit keys take an LSD radix sort
+instead (radix_sort.py). topk keeps the best next_pow2(k) of each tile, by halving sorted runs
+of that length (topk_select.py) where 2 next_pow2(k) fits a tile, else by sorting the tile,
+and repeats over the candidates until they fit one tile.
+
+VARIANT ("new", or "old" from TRITONAD_SCAN_KERNELS=old) keeps the paths before the
+look-back scan, the radix sort and the halving topk selectable, for A/B runs (bench scan
+--variant new,old).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -32,6 +41,8 @@ import triton.language as tl
 from .. import dtypes
 from .elementwise import contiguous as _contiguous
 from .elementwise import fill_ as _fill
+from . import radix_sort, scan_lookback, topk_select
+from .sort_network import _bitonic_sort, _key_kind, _order_key
 from .launch import INTERPRET, cdiv, next_power_of_2, num_warps_for
 from .plans import empty, planned, run
 
@@ -45,6 +56,16 @@ SPLIT_ROWS = 264                               # fewer rows than this and long r
 SORT_TILE = 1024 if INTERPRET else 2048        # widest row sorted in registers (power of two)
 MERGE_BLOCK = 1 << 14 if INTERPRET else 1024   # pairs per program in a merge pass
 GATHER_BLOCK = 1 << 14 if INTERPRET else 1024
+
+# "new": the single-pass cumsum (scan_lookback.py), the radix sort (radix_sort.py) and the
+# halving topk (topk_select.py) where they apply; "old": the multi-pass scan, the bitonic
+# merge sort and the full-tile topk everywhere. Part of every plan's key.
+VARIANT = os.environ.get("TRITONAD_SCAN_KERNELS", "new")
+
+
+def _variant():
+    return VARIANT
+
 
 _OPS = {"sum": 0, "prod": 1, "logsumexp": 2, "max": 3, "min": 4}
 
@@ -230,6 +251,9 @@ def _scan(x, dim, op, reverse, out_dtype, with_indices):
         run(_scan_kernel, (cdiv(n_rows, block_r), 1), y, yi, x, x, y, yi, n_rows, n, inner,
             1, n, MODE=0, HAS_XI=False, **meta)
         return y, yi
+    if VARIANT != "old" and scan_lookback.applies(n_rows, n, SCAN_CHUNK, acc, op):
+        scan_lookback.cumsum_lookback(y, x, n_rows, n, inner, SCAN_CHUNK, reverse)
+        return y, yi
     # long rows, few of them: totals per chunk, their scan, then each chunk from its offset
     chunks = cdiv(n, SCAN_CHUNK)
     part_dtype = torch.float64 if acc == tl.float64 else \
@@ -258,7 +282,7 @@ def _scan_dtype(x, op, dtype):
     return x.dtype
 
 
-@planned(arrays=1)
+@planned(settings=_variant, arrays=1)
 def cumulative(x, dim, op, reverse=False, dtype=None):
     """y[..., j, ...] = x[..., 0, ...] (+) ... (+) x[..., j, ...] along dim for op "sum",
     "prod" or "logsumexp" (from the last element back when reverse). Integers and bools sum and
@@ -291,59 +315,6 @@ def _check_scan(op, x, dim):
 # Memory: a row that fits a tile reads x once and writes values and indices once; longer rows
 # write and read (key, index) pairs, 8 or 12 bytes an element, once per merge pass
 # (log2(n / T) (log2(n / T) + 1) / 2 passes, plus one tile pass per stage).
-
-
-@triton.jit
-def _order_key(x, DESCENDING: tl.constexpr, KIND: tl.constexpr):
-    # KIND 0: floats of <= 32 bits -> int32; 1: float64 -> int64; 2: integers of <= 32 bits
-    # -> int32; 3: int64
-    if KIND == 0:
-        v = x.to(tl.float32)
-        v = tl.where(v == 0, 0.0, v)
-        b = v.to(tl.int32, bitcast=True)
-        b = tl.where(v != v, 0x7FC00000, b)
-        key = b ^ ((b >> 31) & 0x7FFFFFFF)
-    elif KIND == 1:
-        v = tl.where(x == 0, 0.0, x)
-        b = v.to(tl.int64, bitcast=True)
-        b = tl.where(v != v, 0x7FF8000000000000, b)
-        key = b ^ ((b >> 63) & 0x7FFFFFFFFFFFFFFF)
-    elif KIND == 2:
-        key = x.to(tl.int32)
-    else:
-        key = x.to(tl.int64)
-    if DESCENDING:
-        key = ~key
-    return key
-
-
-@triton.jit
-def _bitonic_sort(k, i, LOG: tl.constexpr, ROWS: tl.constexpr):
-    # each row of k [ROWS, 2**LOG] ascending by (key, index), i carried along. A step
-    # compare-exchanges the pairs 2**(LOG - level - 1) apart: the smaller (key, index) pair
-    # first, unless flip (a descending run of the network). (One function, no nested calls:
-    # the interpreter pays per call.)
-    for stage in tl.static_range(1, LOG + 1):
-        if stage < LOG:  # runs of 2**stage alternate up and down
-            flip = tl.reshape(tl.broadcast_to(tl.arange(0, 2)[None, :, None],
-                                              [ROWS * (1 << (LOG - 1 - stage)), 2, 1 << stage]),
-                              [ROWS, 1 << LOG])
-        else:
-            flip = tl.zeros([ROWS, 1 << LOG], tl.int32)
-        for step in tl.static_range(stage):
-            # pairs as [groups, 2, distance] -> the two sides, each [groups, distance]
-            kl, kr = tl.split(tl.permute(tl.reshape(
-                k, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
-            il, ir = tl.split(tl.permute(tl.reshape(
-                i, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
-            down, _ = tl.split(tl.permute(tl.reshape(
-                flip, [ROWS << (step + LOG - stage), 2, 1 << (stage - step - 1)]), (0, 2, 1)))
-            swap = ((kl > kr) | ((kl == kr) & (il > ir))) != (down != 0)
-            k = tl.reshape(tl.permute(tl.join(tl.where(swap, kr, kl), tl.where(swap, kl, kr)),
-                                      (0, 2, 1)), [ROWS, 1 << LOG])
-            i = tl.reshape(tl.permute(tl.join(tl.where(swap, ir, il), tl.where(swap, il, ir)),
-                                      (0, 2, 1)), [ROWS, 1 << LOG])
-    return k, i
 
 
 @triton.jit
@@ -423,17 +394,6 @@ def _merge_pass_kernel(keys_ptr, idx_ptr, width, span, FLIP: tl.constexpr, BLOCK
     tl.store(idx_ptr + base + b, tl.where(swap, ia, ib), mask=ok)
 
 
-def _key_kind(dtype):
-    """(KIND, key torch dtype, the largest key)."""
-    if dtype == torch.float64:
-        return 1, torch.int64, 2 ** 63 - 1
-    if dtype.is_floating_point:
-        return 0, torch.int32, 2 ** 31 - 1
-    if dtype == torch.int64:
-        return 3, torch.int64, 2 ** 63 - 1
-    return 2, torch.int32, 2 ** 31 - 1
-
-
 def _tile_rows(n_rows, tile):
     return max(1, min(next_power_of_2(max(n_rows, 1)), max(1, SORT_TILE // tile)))
 
@@ -458,6 +418,8 @@ def _sorted_rows(x, dim, descending, n_out):
             n_rows, n, inner, 1, 1, n_out, FROM_X=True, FINAL=True, KEEP=width, LOG=log,
             ROWS=rows, num_warps=num_warps_for(rows * width), **key_meta)
         return vals, ind
+    if VARIANT != "old" and n_out == n and radix_sort.applies(x.dtype, n, SORT_TILE):
+        return radix_sort.radix_sort(x, n_rows, n, inner, descending, vals, ind, kind)
     # long rows: sorted tiles, then bitonic merges across tiles in memory
     tile = SORT_TILE
     log = tile.bit_length() - 1
@@ -491,7 +453,7 @@ def _check_dim(op, x, dim):
                          f"shape {tuple(x.shape)}, got {dim!r}")
 
 
-@planned(arrays=1)
+@planned(settings=_variant, arrays=1)
 def sort(x, dim, descending=False, stable=False):
     """(values, indices int64) of x sorted along dim; stable in either direction (ties keep
     their order; `stable` is accepted for PyTorch's signature), NaN the largest."""
@@ -499,12 +461,18 @@ def sort(x, dim, descending=False, stable=False):
     return _sorted_rows(x, dim, descending, x.shape[dim] if x.dim() else 1)
 
 
-@planned(arrays=1)
+@planned(settings=_variant, arrays=1)
 def topk(x, k, dim, largest=True, sorted=True):
     """(values, indices int64) of the k largest (or smallest) along dim, best first (also when
     not `sorted`); ties go to the lower index, NaN is the largest."""
     _check_dim("topk", x, dim)
     x, n_rows, n, inner = _rows(x, dim)
+    if VARIANT != "old" and n_rows and topk_select.applies(n, k, SORT_TILE):
+        shape = list(x.shape)
+        shape[dim] = k
+        vals = empty(shape, x.dtype, x.device)
+        ind = empty(shape, torch.int64, x.device)
+        return topk_select.topk_halving(x, k, n_rows, n, inner, largest, vals, ind, SORT_TILE)
     keep = next_power_of_2(max(k, 1))
     if 2 * keep > SORT_TILE or next_power_of_2(n) <= SORT_TILE or k == 0:
         return _sorted_rows(x, dim, largest, k)
