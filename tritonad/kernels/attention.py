@@ -547,7 +547,7 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
 # ------------------------------------------------------------------------------------ launchers
 
 
-def _blocks(head_dim, dtype):
+def _blocks(head_dim, dtype, dropout=False):
     """(forward (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_M, BLOCK_N, ...), dQ (...)).
     Under the interpreter INTERPRET_BLOCKS; GPU_BLOCKS where set (bench attention --sweep).
 
@@ -556,8 +556,12 @@ def _blocks(head_dim, dtype):
     fewest instructions a score: forward 128 x 128 at 8 warps for head dims up to 64 (0.23
     SASS instructions a score and warp against 0.26 at 128 x 64 and 4 warps, whose 255
     registers leave no margin), 128 x 64 at 8 warps above; dK/dV 64 queries x 128 keys (32
-    above 64: 64 spills), dQ 128 x 64, both at 8 warps. float32 tiles are half as large. Not yet
-    timed on a GPU: `bench attention --sweep` times the alternatives."""
+    above 64: 64 spills), dQ 128 x 64, both at 8 warps and 3 stages (a program an SM: the
+    shared memory of a third stage is free, and at head dim 128 the causal dK/dV spills 8
+    bytes at 2 stages, none at 3). Dropout's Philox draws take registers: half as many
+    queries a dK/dV step, and 128 x 64 forward and 128 x 32 dQ tiles where those spill (288
+    and 112 bytes otherwise). float32 tiles are half as large. Not yet timed on a GPU:
+    `bench attention --sweep` times the alternatives."""
     if INTERPRET:
         return INTERPRET_BLOCKS
     if GPU_BLOCKS is not None:
@@ -566,8 +570,11 @@ def _blocks(head_dim, dtype):
     if dtype == torch.float32:
         return ((64, 32, 4, 2), (32, 64, 4 if not wide else 8, 2),
                 (64, 32, 4 if not wide else 8, 2))
-    return ((128, 64, 8, 3) if wide else (128, 128, 8, 3), (32 if wide else 64, 128, 8, 2),
-            (128, 64, 8, 2))
+    if dropout:
+        return ((128, 64, 8, 3), (16 if wide else 32, 128, 8, 3),
+                (128, 32 if wide else 64, 8, 3))
+    return ((128, 64, 8, 3) if wide else (128, 128, 8, 3), (32 if wide else 64, 128, 8, 3),
+            (128, 64, 8, 3))
 
 
 def _dot_precision(dtype):
@@ -631,7 +638,7 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
     if o.numel() == 0:
         return o, lse
     m, m_strides, kind = _mask_args(mask, q)
-    (bm, bn, warps, stages), _, _ = _blocks(max(E, Ev), q.dtype)
+    (bm, bn, warps, stages), _, _ = _blocks(max(E, Ev), q.dtype, dropout_p > 0)
     base = generator.device_base() if dropout_p > 0 else None  # (q stands in when none)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     run(_attn_fwd_kernel, (cdiv(L, bm), B * H),
@@ -661,7 +668,7 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
     if q.numel() == 0 and k.numel() == 0:
         return dq, dk, dv
     m, m_strides, kind = _mask_args(mask, q)
-    _, (bm1, bn1, w1, s1), (bm2, bn2, w2, s2) = _blocks(max(E, Ev), q.dtype)
+    _, (bm1, bn1, w1, s1), (bm2, bn2, w2, s2) = _blocks(max(E, Ev), q.dtype, dropout_p > 0)
     base = generator.device_base() if dropout_p > 0 else None  # (q stands in when none)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
