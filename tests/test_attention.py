@@ -534,15 +534,16 @@ def test_flash_attention_gpu_tiles_odd_lengths(D, causal):
 
 
 @pytest.mark.gpu
-def test_flash_attention_gpu_gqa_mask_dropout():
+@pytest.mark.parametrize("D", [64, 128])   # (dropout has tiles of its own at each)
+def test_flash_attention_gpu_gqa_mask_dropout(D):
     # grouped heads, a key length off the tiles, a broadcast bool mask, dropout with causal:
     # against the composite in float32 on the same random stream
     with td.use_backend("triton"):
-        q = td.randn(2, 8, 1024, 64, device="cuda").to(td.bfloat16).requires_grad_()
-        k = td.randn(2, 2, 1000, 64, device="cuda").to(td.bfloat16).requires_grad_()
-        v = td.randn(2, 2, 1000, 64, device="cuda").to(td.bfloat16).requires_grad_()
+        q = td.randn(2, 8, 1024, D, device="cuda").to(td.bfloat16).requires_grad_()
+        k = td.randn(2, 2, 1000, D, device="cuda").to(td.bfloat16).requires_grad_()
+        v = td.randn(2, 2, 1000, D, device="cuda").to(td.bfloat16).requires_grad_()
         mask = td.rand(1024, 1000, device="cuda") > 0.1
-        dout = td.randn(2, 8, 1024, 64, device="cuda").to(td.bfloat16)
+        dout = td.randn(2, 8, 1024, D, device="cuda").to(td.bfloat16)
         wide = [t.detach().to(td.float32).requires_grad_() for t in (q, k, v)]
         for kwargs in ({"attn_mask": mask}, {"dropout_p": 0.2, "is_causal": True}):
             td.manual_seed(3)
