@@ -25,11 +25,11 @@ there).
 What keeps the loops fast on Hopper (the SASS of each kernel compiled for sm_90, Triton 3.9,
 2026-12-02): each step computes its tile pointers from the block's start (pointer tensors
 carried across steps made ptxas wait for every wgmma before issuing the next: at head dim 64,
-16 waits a step in the forward and 20 in dQ, against one a product now); blocks wholly inside the sequences and
-below the diagonal load and score with no test (head dims that are powers of two need no
-column mask: EVEN_D); the scale folds into one FFMA a score (the row max is taken before
-scaling where scale > 0); offsets within a head are int32 unless a head passes 2**31 elements
-(WIDE).
+16 waits a step in the forward and 20 in dQ, against one a product now); blocks wholly inside
+the sequences and below the diagonal load and score with no test (head dims that are powers
+of two need no column mask: EVEN_D); the scale folds into one FFMA a score (the row max is
+taken before scaling where scale > 0); offsets within a head are int32 unless a head passes
+2**31 elements (WIDE).
 """
 from __future__ import annotations
 
