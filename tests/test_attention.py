@@ -145,6 +145,30 @@ def test_flash_attention_uneven_blocks(monkeypatch):
         clear_plans()
 
 
+def test_flash_attention_wide_offsets_and_negative_scale(monkeypatch):
+    # int64 row offsets (taken where a head's offsets may pass 2**31; forced here by a lowered
+    # limit) and a large negative scale, where the largest scaled score is the scaled smallest
+    # dot product (2^(s - m) overflows for a wrong m); a partial last key block
+    from tritonad.kernels import attention as kernels
+    from tritonad.kernels.plans import clear_plans
+
+    monkeypatch.setattr(kernels, "ROW_INT32_LIMIT", 0)
+    clear_plans()
+    try:
+        with td.use_backend("triton"):
+            q, k, v = rand(1, 1, 21, 16, seed=1), rand(1, 1, 18, 16, seed=2), \
+                rand(1, 1, 18, 16, seed=3)
+            dout = rand(1, 1, 21, 16, seed=4)
+            out, grads = run_ours(q, k, v, {"scale": -40.0}, dout)
+            assert out.grad_fn.name == "FlashAttentionBackward"
+            want, want_grads = torch_attention(q, k, v, dout, scale=-40.0)
+            assert_close(out, want, 1e-5, 1e-5, name="out")
+            for name, g, w in zip("qkv", grads, want_grads):   # (dS: P (dP - delta), a
+                assert_close_norm(g, w, 1e-4, name=f"d{name}")  # difference of near equals)
+    finally:
+        clear_plans()
+
+
 @pytest.mark.parametrize("dtype,tol", [("bfloat16", (2e-2, 5e-2))])   # (float16: on the GPU)
 def test_flash_attention_half_precision(dtype, tol):
     # half inputs: float32 softmax statistics, P rounded to the input type for P @ V, O and
@@ -487,15 +511,39 @@ def test_flash_attention_gpu(dtype, D, causal):
 
 
 @pytest.mark.gpu
-def test_flash_attention_gpu_gqa_mask_dropout():
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_gpu_tiles_odd_lengths(D, causal):
+    # the GPU tile menu (kernels/attention.py _blocks) at lengths off every tile: a partial
+    # last query block and key block in each kernel, and L != S where not causal
+    L, S = (1037, 1037) if causal else (1037, 517)
+    with td.use_backend("triton"):
+        g = torch.Generator(device="cuda").manual_seed(1)
+        raw = [torch.randn(2, 3, n, D, device="cuda", generator=g).to(torch.bfloat16)
+               for n in (L, S, S, L)]
+        a, b, c = (td.from_torch(t).requires_grad_() for t in raw[:3])
+        out = F.scaled_dot_product_attention(a, b, c, is_causal=causal)
+        assert out.grad_fn.name == "FlashAttentionBackward"
+        grads = td.grad([out], [a, b, c], [td.from_torch(raw[3])])
+        q, k, v = (t.float().requires_grad_() for t in raw[:3])
+        want = TF.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        want.backward(raw[3].float())
+        assert_close_norm(out, want, 2e-2, name="out")
+        for name, got, w in zip("qkv", grads, (q.grad, k.grad, v.grad)):
+            assert_close_norm(got, w, 5e-2, name=f"d{name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])   # (dropout has tiles of its own at each)
+def test_flash_attention_gpu_gqa_mask_dropout(D):
     # grouped heads, a key length off the tiles, a broadcast bool mask, dropout with causal:
     # against the composite in float32 on the same random stream
     with td.use_backend("triton"):
-        q = td.randn(2, 8, 1024, 64, device="cuda").to(td.bfloat16).requires_grad_()
-        k = td.randn(2, 2, 1000, 64, device="cuda").to(td.bfloat16).requires_grad_()
-        v = td.randn(2, 2, 1000, 64, device="cuda").to(td.bfloat16).requires_grad_()
+        q = td.randn(2, 8, 1024, D, device="cuda").to(td.bfloat16).requires_grad_()
+        k = td.randn(2, 2, 1000, D, device="cuda").to(td.bfloat16).requires_grad_()
+        v = td.randn(2, 2, 1000, D, device="cuda").to(td.bfloat16).requires_grad_()
         mask = td.rand(1024, 1000, device="cuda") > 0.1
-        dout = td.randn(2, 8, 1024, 64, device="cuda").to(td.bfloat16)
+        dout = td.randn(2, 8, 1024, D, device="cuda").to(td.bfloat16)
         wide = [t.detach().to(td.float32).requires_grad_() for t in (q, k, v)]
         for kwargs in ({"attn_mask": mask}, {"dropout_p": 0.2, "is_causal": True}):
             td.manual_seed(3)

@@ -21,6 +21,15 @@ backward regenerates the mask instead of storing it.
 Causal is torch's top-left aligned lower triangle (query i sees keys j <= i); the key blocks
 that lie wholly above it are skipped (forward and dQ stop at the diagonal block, dK/dV start
 there).
+
+What keeps the loops fast on Hopper (the SASS of each kernel compiled for sm_90, Triton 3.9,
+2026-12-02): each step computes its tile pointers from the block's start (pointer tensors
+carried across steps made ptxas wait for every wgmma before issuing the next: at head dim 64,
+16 waits a step in the forward and 20 in dQ, against one a product now); blocks wholly inside
+the sequences and below the diagonal load and score with no test (head dims that are powers
+of two need no column mask: EVEN_D); the scale folds into one FFMA a score (the row max is
+taken before scaling where scale > 0); offsets within a head are int32 unless a head passes
+2**31 elements (WIDE).
 """
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ MAX_HEAD_DIM = 128          # head dims above it run the composite (autodiff/att
 MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 MASK_WIDE = 4   # added to MASK_KIND where a head's mask offsets need int64 (_scores reads 4)
 MASK_INT32_LIMIT = 2 ** 31   # (tests lower it to take the int64 path on small masks)
+ROW_INT32_LIMIT = 2 ** 31    # the same for offsets within a head of q, k, v, O (WIDE)
 # the interpreter's (BLOCK_M, BLOCK_N, warps, stages) of the forward, dK/dV and dQ kernels: the
 # smallest tiles tl.dot takes (tests set others; plans do not see this: clear them after)
 INTERPRET_BLOCKS = ((16, 16, 1, 1), (16, 16, 1, 1), (16, 16, 1, 1))
@@ -106,49 +116,68 @@ def _dropout_keep(row0, qi, kj, S, seed_lo, seed_hi, offset, p):
 
 
 # ------------------------------------------------------------------------------------ forward
-# Per query row i, over key blocks j (online softmax, base 2):
-#   m' = max(m, max_j s_ij);  l' = l * 2^(m - m') + sum_j 2^(s_ij - m')
-#   acc' = acc * 2^(m - m') + sum_j drop_ij 2^(s_ij - m') v_j       (drop = keep / (1 - p))
-#   O_i = acc / l,  lse_i = m + log2(l)
-# Memory traffic: Q and O once, K and V once per query block (L / BLOCK_M times), the
-# log-sum-exp 4 bytes a row; nothing of L x S (a mask, when given, is read once).
+# Per query row i, over key blocks j (online softmax, base 2, c = scale * log2(e)):
+#   m' = max(m, c max_j qk_ij);  p_ij = 2^(c qk_ij - m')   (one FFMA and one exp2 an element)
+#   l' = l 2^(m - m') + sum_j p_ij,  acc' = acc 2^(m - m') + sum_j drop_ij p_ij v_j
+#   O_i = acc / l,  lse_i = m + log2(l)                     (drop = keep / (1 - p))
+# Memory traffic: Q and O once (2 x L x E x bytes), K and V once per query block
+# (L / BLOCK_M times, from L2 while the programs of one head run together), the log-sum-exp
+# 4 bytes a row; nothing of L x S (a mask, when given, is read once: L x S x its bytes).
+# The key blocks split into those wholly inside [0, S) and below the causal diagonal (no test
+# on a score) and the rest (the diagonal band and a partial last block: tested).
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
-                start, end, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale,
-                dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
-                HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
-                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                DOT: tl.constexpr, UPCAST: tl.constexpr):
-    """The online softmax over key blocks [start, end) (K^T and V pointers at start; returned
-    advanced to end)."""
+def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv,
+                lo, hi, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml,
+                stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
+                HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
+                EVEN_D: tl.constexpr, BOUND: tl.constexpr, CAUSAL: tl.constexpr,
+                MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr, POS_SCALE: tl.constexpr,
+                WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """The online softmax over the key blocks [lo, hi). Tile pointers are recomputed from the
+    block's start each step (a loop-carried tensor of pointers would hold registers)."""
     inv_keep = 1.0 / (1.0 - dropout_p)
-    for start_n in range(start, end, BLOCK_N):
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
         kj = start_n + offs_n
+        rows = kj
+        if WIDE:
+            rows = kj.to(tl.int64)
+        kt_ptrs = k_base + offs_d[:, None] * stride_kd + rows[None, :] * stride_ks
+        v_ptrs = v_base + rows[:, None] * stride_vs + offs_dv[None, :] * stride_vd
         if BOUND:
             kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
-            v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V),
-                        other=0)
+        elif EVEN_D:
+            kt = tl.load(kt_ptrs)
         else:
             kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
-            v = tl.load(v_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
         qk = _dot(q, kt, DOT, UPCAST)
-        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
-                    qk_scale, BOUND, CAUSAL, MASK_KIND)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing seen yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
+        if BOUND or CAUSAL or MASK_KIND != 0 or not POS_SCALE:
+            s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                        qk_scale, BOUND, CAUSAL, MASK_KIND)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            if MASK_KIND != 0:  # a row that has met only masked keys so far
+                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_new[:, None])
+        else:  # (scale > 0: the max of the scaled scores is the scaled max)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         if DROPOUT:
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
                                  offset, dropout_p)
             p = tl.where(keep, p * inv_keep, 0.0)
+        if BOUND:
+            v = tl.load(v_ptrs, mask=(kj[:, None] < S) & (offs_dv[None, :] < HEAD_DIM_V),
+                        other=0)
+        elif EVEN_D:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
         acc = _dot_acc(p.to(v.dtype), v, acc * alpha[:, None], DOT, UPCAST)
         m_i = m_new
-        kt_ptrs += BLOCK_N * stride_ks
-        v_ptrs += BLOCK_N * stride_vs
-    return acc, l_i, m_i, kt_ptrs, v_ptrs
+    return acc, l_i, m_i
 
 
 @triton.jit(do_not_specialize=["qk_scale", "dropout_p", "seed_lo", "seed_hi", "offset"])
@@ -162,10 +191,12 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr, base_ptr,
                      qk_scale: tl.float32, dropout_p: tl.float32, seed_lo: tl.int64,
                      seed_hi: tl.int64, offset: tl.int64,
                      HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
-                     DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+                     DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                     DROPOUT: tl.constexpr, POS_SCALE: tl.constexpr, WIDE: tl.constexpr,
                      DOT: tl.constexpr, UPCAST: tl.constexpr, BASE: tl.constexpr):
-    # One program: BLOCK_M query rows of one (batch, head), every key block they see.
+    # One program: BLOCK_M query rows of one (batch, head), every key block they see. The
+    # query blocks of one head are neighbouring programs (axis 0), so that K and V stay in L2.
     if BASE:  # inside a captured graph the counters start at a device value
         offset = offset + tl.load(base_ptr)
     pid_m = tl.program_id(0)
@@ -180,44 +211,42 @@ def _attn_fwd_kernel(o_ptr, lse_ptr, q_ptr, k_ptr, v_ptr, mask_ptr, base_ptr,
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     row_ok = offs_m < L
+    rows = offs_m
+    if WIDE:
+        rows = offs_m.to(tl.int64)
 
-    q_base = q_ptr + b * stride_qb + h * stride_qh
-    q = tl.load(q_base + offs_m[:, None].to(tl.int64) * stride_ql + offs_d[None, :] * stride_qd,
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql +
+                offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
-    # K read as K^T tiles [D_PAD, BLOCK_N], V as [BLOCK_N, DV_PAD]; pointers step by a block
-    kt_ptrs = k_ptr + b * stride_kb + hk * stride_kh + offs_d[:, None] * stride_kd + \
-        offs_n[None, :].to(tl.int64) * stride_ks
-    v_ptrs = v_ptr + b * stride_vb + hk * stride_vh + offs_n[:, None].to(tl.int64) * stride_vs + \
-        offs_dv[None, :] * stride_vd
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
     mask_base = mask_ptr + b * stride_mb + h * stride_mh
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
-    # key blocks wholly inside [0, S) and below the diagonal need no bound or causal test:
-    # [0, full) without, [full, hi) with
+    # [0, full): key blocks inside [0, S) and below the diagonal; [full, hi): the others
     hi = S
     full = S
     if CAUSAL:
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
         full = tl.minimum(S, pid_m * BLOCK_M)
     full = full // BLOCK_N * BLOCK_N
-    acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
-        acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0, full,
-        L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
-        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND, DROPOUT, DOT,
-        UPCAST)
-    acc, l_i, m_i, kt_ptrs, v_ptrs = _fwd_blocks(
-        acc, l_i, m_i, q, kt_ptrs, v_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, full, hi,
-        L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo,
-        seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND, DROPOUT, DOT,
-        UPCAST)
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, 0, full,
+        L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms, qk_scale,
+        dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D, False,
+        False, MASK_KIND, DROPOUT, POS_SCALE, WIDE, DOT, UPCAST)
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, full, hi,
+        L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms, qk_scale,
+        dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D, True,
+        CAUSAL, MASK_KIND, DROPOUT, POS_SCALE, WIDE, DOT, UPCAST)
 
     seen = l_i > 0.0   # NOTE: a row with every key masked out gives 0, as torch's CPU SDPA
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-    o_base = o_ptr + b * stride_ob + h * stride_oh
-    tl.store(o_base + offs_m[:, None].to(tl.int64) * stride_ol + offs_dv[None, :] * stride_od,
-             o.to(o_ptr.dtype.element_ty),
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_ol +
+             offs_dv[None, :] * stride_od, o.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V))
     lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("inf"))
     tl.store(lse_ptr + bh * L + offs_m, lse, mask=row_ok)
@@ -253,31 +282,54 @@ def _attn_delta_kernel(delta_ptr, o_ptr, do_ptr, L, H,
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
-                 offs_d, offs_dv, start, end, L, S, bh, stride_ql, stride_gl, stride_ml,
-                 stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_M: tl.constexpr,
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n,
+                 offs_m0, offs_d, offs_dv, lo, hi, L, S, bh, stride_ql, stride_qd, stride_gl,
+                 stride_gd, stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi,
+                 offset, HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                 BLOCK_M: tl.constexpr, EVEN_D: tl.constexpr, BOUND: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                 DOT: tl.constexpr, UPCAST: tl.constexpr):
-    """dK and dV of one key block summed over the query blocks [start, end) of head bh.
-    Keys past S need no test: their rows of dK and dV are never stored. Rows past L load
-    lse = +inf, so that their P is 0."""
+                 WIDE: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """dK and dV of one key block summed over the query blocks [lo, hi) of head bh (tiles
+    transposed, [keys, queries], so that no product needs a transpose of P). Keys past S need
+    no test: their rows of dK and dV are never stored. Rows past L (BOUND) load lse = +inf,
+    so that their P is 0."""
     inv_keep = 1.0 / (1.0 - dropout_p)
-    for start_m in range(start, end, BLOCK_M):
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
         qi = start_m + offs_m0
-        q_ok = qi < L
-        rows = qi.to(tl.int64)
-        qt = tl.load(qt_base + rows[None, :] * stride_ql,
-                     mask=(offs_d[:, None] < HEAD_DIM) & q_ok[None, :], other=0)
-        do = tl.load(do_base + rows[:, None] * stride_gl,
-                     mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
-        lse = tl.load(lse_ptr + bh * L + qi, mask=q_ok, other=float("inf"))
-        delta = tl.load(delta_ptr + bh * L + qi, mask=q_ok, other=0)
+        rows = qi
+        if WIDE:
+            rows = qi.to(tl.int64)
+        qt_ptrs = q_base + offs_d[:, None] * stride_qd + rows[None, :] * stride_ql
+        do_ptrs = do_base + rows[:, None] * stride_gl + offs_dv[None, :] * stride_gd
+        if BOUND:
+            q_ok = qi < L
+            qt = tl.load(qt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & q_ok[None, :], other=0)
+            lse = tl.load(lse_base + qi, mask=q_ok, other=float("inf"))
+        elif EVEN_D:
+            qt = tl.load(qt_ptrs)
+            lse = tl.load(lse_base + qi)
+        else:
+            qt = tl.load(qt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
+            lse = tl.load(lse_base + qi)
         qkt = _dot(k, qt, DOT, UPCAST)
-        st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml, stride_ms,
-                     qk_scale, False, CAUSAL, MASK_KIND)
-        pt = tl.exp2(st - lse[None, :])                                  # P^T [keys, queries]
-        dpt = _dot(v, tl.trans(do), DOT, UPCAST).to(tl.float32)  # (dO V^T)^T
+        if CAUSAL or MASK_KIND != 0:
+            st = _scores(qkt, qi[None, :], offs_n[:, None], L, S, mask_base, stride_ml,
+                         stride_ms, qk_scale, False, CAUSAL, MASK_KIND)
+            pt = tl.exp2(st - lse[None, :])                          # P^T [keys, queries]
+        else:
+            pt = tl.exp2(qkt * qk_scale - lse[None, :])
+        if BOUND:
+            do = tl.load(do_ptrs, mask=q_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V),
+                         other=0)
+            delta = tl.load(delta_base + qi, mask=q_ok, other=0)
+        elif EVEN_D:
+            do = tl.load(do_ptrs)
+            delta = tl.load(delta_base + qi)
+        else:
+            do = tl.load(do_ptrs, mask=offs_dv[None, :] < HEAD_DIM_V, other=0)
+            delta = tl.load(delta_base + qi)
+        dpt = _dot(v, tl.trans(do), DOT, UPCAST).to(tl.float32)      # (dO V^T)^T
         if DROPOUT:
             keep = _dropout_keep(bh * L, qi[None, :], offs_n[:, None], S, seed_lo, seed_hi,
                                  offset, dropout_p)
@@ -304,12 +356,12 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
                       qk_scale: tl.float32, sm_scale: tl.float32, dropout_p: tl.float32,
                       seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
                       HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
-                      DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                      DOT: tl.constexpr, UPCAST: tl.constexpr, BASE: tl.constexpr):
+                      DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                      DROPOUT: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+                      UPCAST: tl.constexpr, BASE: tl.constexpr):
     # One program: dK, dV of BLOCK_N keys of one (batch, key head), summed over the GROUP query
-    # heads that share it and every query block that sees them. Tiles are transposed
-    # ([keys, queries]) so that no product needs a transpose of P.
+    # heads that share it and every query block that sees them.
     if BASE:  # inside a captured graph the counters start at a device value
         offset = offset + tl.load(base_ptr)
     pid_n = tl.program_id(0)
@@ -321,73 +373,97 @@ def _attn_dkdv_kernel(dk_ptr, dv_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delt
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     key_ok = offs_n < S
-    keys = offs_n[:, None].to(tl.int64)
-    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + keys * stride_ks +
+    keys = offs_n
+    if WIDE:
+        keys = offs_n.to(tl.int64)
+    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + keys[:, None] * stride_ks +
                 offs_d[None, :] * stride_kd,
                 mask=key_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
-    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + keys * stride_vs +
+    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + keys[:, None] * stride_vs +
                 offs_dv[None, :] * stride_vd,
                 mask=key_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
     dk = tl.zeros([BLOCK_N, D_PAD], tl.float32)
     dv = tl.zeros([BLOCK_N, DV_PAD], tl.float32)
+    # query blocks: [lo, diag) meet the causal diagonal (queries before this key block's
+    # first key see none of it), [diag, full) need no test, [full, L) run past L
+    lo = 0
+    diag = 0
+    if CAUSAL:
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+        diag = tl.minimum(L, tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M)
+    full = tl.maximum(diag, L // BLOCK_M * BLOCK_M)
     for g in range(0, GROUP):
         h = hk * GROUP + g
         bh = b * H + h
-        qt_base = q_ptr + b * stride_qb + h * stride_qh + offs_d[:, None] * stride_qd
-        do_base = do_ptr + b * stride_gb + h * stride_gh + offs_dv[None, :] * stride_gd
+        q_base = q_ptr + b * stride_qb + h * stride_qh
+        do_base = do_ptr + b * stride_gb + h * stride_gh
         mask_base = mask_ptr + b * stride_mb + h * stride_mh
+        lse_base = lse_ptr + bh * L
+        delta_base = delta_ptr + bh * L
         if CAUSAL:
-            # queries before this key block's first key see none of it; the query blocks
-            # before its last key meet the diagonal, the later ones see every key
-            lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
-            diag = tl.minimum(L, tl.cdiv((pid_n + 1) * BLOCK_N, BLOCK_M) * BLOCK_M)
             dk, dv = _dkdv_blocks(
-                dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
-                offs_d, offs_dv, lo, diag, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
-                qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
-                True, MASK_KIND, DROPOUT, DOT, UPCAST)
-        else:
-            diag = 0
+                dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n, offs_m0,
+                offs_d, offs_dv, lo, diag, L, S, bh, stride_ql, stride_qd, stride_gl, stride_gd,
+                stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM,
+                HEAD_DIM_V, BLOCK_M, EVEN_D, True, True, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
         dk, dv = _dkdv_blocks(
-            dk, dv, k, v, qt_base, do_base, mask_base, lse_ptr, delta_ptr, offs_n, offs_m0,
-            offs_d, offs_dv, diag, L, L, S, bh, stride_ql, stride_gl, stride_ml, stride_ms,
-            qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_M,
-            False, MASK_KIND, DROPOUT, DOT, UPCAST)
+            dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n, offs_m0,
+            offs_d, offs_dv, diag, full, L, S, bh, stride_ql, stride_qd, stride_gl, stride_gd,
+            stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM,
+            HEAD_DIM_V, BLOCK_M, EVEN_D, False, False, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
+        dk, dv = _dkdv_blocks(
+            dk, dv, k, v, q_base, do_base, mask_base, lse_base, delta_base, offs_n, offs_m0,
+            offs_d, offs_dv, full, L, L, S, bh, stride_ql, stride_qd, stride_gl, stride_gd,
+            stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM,
+            HEAD_DIM_V, BLOCK_M, EVEN_D, True, False, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
     dk *= sm_scale
     # dK, dV: contiguous [B, HK, S, E] and [B, HK, S, Ev]
-    tl.store(dk_ptr + (bhk * S + keys) * stride_dks + offs_d[None, :],
+    out = bhk * S + offs_n.to(tl.int64)
+    tl.store(dk_ptr + out[:, None] * stride_dks + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty),
              mask=key_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
-    tl.store(dv_ptr + (bhk * S + keys) * stride_dvs + offs_dv[None, :],
+    tl.store(dv_ptr + out[:, None] * stride_dvs + offs_dv[None, :],
              dv.to(dv_ptr.dtype.element_ty),
              mask=key_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V))
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d,
-               offs_dv, start, end, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms,
-               qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM: tl.constexpr,
-               HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr, BOUND: tl.constexpr,
-               CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
+def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n, offs_d,
+               offs_dv, lo, hi, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd,
+               stride_ml, stride_ms, qk_scale, dropout_p, seed_lo, seed_hi, offset,
+               HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_N: tl.constexpr,
+               EVEN_D: tl.constexpr, BOUND: tl.constexpr, CAUSAL: tl.constexpr,
+               MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr, WIDE: tl.constexpr,
                DOT: tl.constexpr, UPCAST: tl.constexpr):
-    """dQ of one query block summed over the key blocks [start, end) (K^T and V^T pointers
-    at start; returned advanced to end). NOTE: keys past S must be masked here (BOUND): their
-    zero rows give scores 0, and 2^(0 - lse) may overflow, whose infinity times a zero key
-    would be NaN."""
+    """dQ of one query block summed over the key blocks [lo, hi). NOTE: keys past S must be
+    masked here (BOUND): their zero rows give scores 0, and 2^(0 - lse) may overflow, whose
+    infinity times a zero key would be NaN."""
     inv_keep = 1.0 / (1.0 - dropout_p)
-    for start_n in range(start, end, BLOCK_N):
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
         kj = start_n + offs_n
+        rows = kj
+        if WIDE:
+            rows = kj.to(tl.int64)
+        kt_ptrs = k_base + offs_d[:, None] * stride_kd + rows[None, :] * stride_ks
+        vt_ptrs = v_base + offs_dv[:, None] * stride_vd + rows[None, :] * stride_vs
         if BOUND:
             kt = tl.load(kt_ptrs, mask=(offs_d[:, None] < HEAD_DIM) & (kj[None, :] < S), other=0)
             vt = tl.load(vt_ptrs, mask=(offs_dv[:, None] < HEAD_DIM_V) & (kj[None, :] < S),
                          other=0)
+        elif EVEN_D:
+            kt = tl.load(kt_ptrs)
+            vt = tl.load(vt_ptrs)
         else:
             kt = tl.load(kt_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0)
             vt = tl.load(vt_ptrs, mask=offs_dv[:, None] < HEAD_DIM_V, other=0)
         qk = _dot(q, kt, DOT, UPCAST)
-        s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
-                    qk_scale, BOUND, CAUSAL, MASK_KIND)
-        p = tl.exp2(s - lse[:, None])
+        if BOUND or CAUSAL or MASK_KIND != 0:
+            s = _scores(qk, offs_m[:, None], kj[None, :], L, S, mask_base, stride_ml, stride_ms,
+                        qk_scale, BOUND, CAUSAL, MASK_KIND)
+            p = tl.exp2(s - lse[:, None])
+        else:
+            p = tl.exp2(qk * qk_scale - lse[:, None])
         dp = _dot(do, vt, DOT, UPCAST).to(tl.float32)
         if DROPOUT:
             keep = _dropout_keep(bh * L, offs_m[:, None], kj[None, :], S, seed_lo, seed_hi,
@@ -395,9 +471,7 @@ def _dq_blocks(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_
             dp = tl.where(keep, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])
         dq = _dot_acc(ds.to(kt.dtype), tl.trans(kt), dq, DOT, UPCAST)
-        kt_ptrs += BLOCK_N * stride_ks
-        vt_ptrs += BLOCK_N * stride_vs
-    return dq, kt_ptrs, vt_ptrs
+    return dq
 
 
 @triton.jit(do_not_specialize=["qk_scale", "sm_scale", "dropout_p", "seed_lo", "seed_hi",
@@ -412,9 +486,10 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
                     qk_scale: tl.float32, sm_scale: tl.float32, dropout_p: tl.float32,
                     seed_lo: tl.int64, seed_hi: tl.int64, offset: tl.int64,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, D_PAD: tl.constexpr,
-                    DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DROPOUT: tl.constexpr,
-                    DOT: tl.constexpr, UPCAST: tl.constexpr, BASE: tl.constexpr):
+                    DV_PAD: tl.constexpr, EVEN_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                    DROPOUT: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+                    UPCAST: tl.constexpr, BASE: tl.constexpr):
     # One program: dQ of BLOCK_M query rows of one (batch, head), over the key blocks they see.
     if BASE:  # inside a captured graph the counters start at a device value
         offset = offset + tl.load(base_ptr)
@@ -430,19 +505,19 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
     offs_d = tl.arange(0, D_PAD)
     offs_dv = tl.arange(0, DV_PAD)
     row_ok = offs_m < L
-    rows = offs_m[:, None].to(tl.int64)
-    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows * stride_ql +
+    rows = offs_m
+    if WIDE:
+        rows = offs_m.to(tl.int64)
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_ql +
                 offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0)
-    do = tl.load(do_ptr + b * stride_gb + h * stride_gh + rows * stride_gl +
+    do = tl.load(do_ptr + b * stride_gb + h * stride_gh + rows[:, None] * stride_gl +
                  offs_dv[None, :] * stride_gd,
                  mask=row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V), other=0)
     lse = tl.load(lse_ptr + bh * L + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(delta_ptr + bh * L + offs_m, mask=row_ok, other=0)
-    kt_ptrs = k_ptr + b * stride_kb + hk * stride_kh + offs_d[:, None] * stride_kd + \
-        offs_n[None, :].to(tl.int64) * stride_ks
-    vt_ptrs = v_ptr + b * stride_vb + hk * stride_vh + offs_dv[:, None] * stride_vd + \
-        offs_n[None, :].to(tl.int64) * stride_vs
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
     mask_base = mask_ptr + b * stride_mb + h * stride_mh
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     # as the forward: [0, full) needs no bound or causal test, [full, hi) does
@@ -452,19 +527,19 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
         hi = tl.minimum(S, (pid_m + 1) * BLOCK_M)
         full = tl.minimum(S, pid_m * BLOCK_M)
     full = full // BLOCK_N * BLOCK_N
-    dq, kt_ptrs, vt_ptrs = _dq_blocks(
-        dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv, 0,
-        full, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
-        seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, False, False, MASK_KIND,
-        DROPOUT, DOT, UPCAST)
-    dq, kt_ptrs, vt_ptrs = _dq_blocks(
-        dq, q, do, lse, delta, kt_ptrs, vt_ptrs, mask_base, offs_m, offs_n, offs_d, offs_dv,
-        full, hi, L, S, bh, stride_ks, stride_vs, stride_ml, stride_ms, qk_scale, dropout_p,
-        seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, True, CAUSAL, MASK_KIND,
-        DROPOUT, DOT, UPCAST)
+    dq = _dq_blocks(
+        dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, 0,
+        full, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms,
+        qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D,
+        False, False, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
+    dq = _dq_blocks(
+        dq, q, do, lse, delta, k_base, v_base, mask_base, offs_m, offs_n, offs_d, offs_dv, full,
+        hi, L, S, bh, stride_ks, stride_kd, stride_vs, stride_vd, stride_ml, stride_ms,
+        qk_scale, dropout_p, seed_lo, seed_hi, offset, HEAD_DIM, HEAD_DIM_V, BLOCK_N, EVEN_D,
+        True, CAUSAL, MASK_KIND, DROPOUT, WIDE, DOT, UPCAST)
     dq *= sm_scale
     # dQ: contiguous [B, H, L, E]
-    tl.store(dq_ptr + (bh * L + rows) * stride_dql + offs_d[None, :],
+    tl.store(dq_ptr + (bh * L + offs_m.to(tl.int64))[:, None] * stride_dql + offs_d[None, :],
              dq.to(dq_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
@@ -472,13 +547,21 @@ def _attn_dq_kernel(dq_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, mas
 # ------------------------------------------------------------------------------------ launchers
 
 
-def _blocks(head_dim, dtype):
+def _blocks(head_dim, dtype, dropout=False):
     """(forward (BLOCK_M, BLOCK_N, warps, stages), dK/dV (BLOCK_M, BLOCK_N, ...), dQ (...)).
-    Under the interpreter INTERPRET_BLOCKS. On the GPU the tiles of Triton's fused-attention
-    tutorial (forward 128 x 64, dK/dV 32 queries x 128 keys, dQ 128 x 32), float32 tiles half
-    as large, and the warps and queries a dK/dV step that keep its accumulators in registers
-    at sm_90 (no spills in ptxas's resource usage, Triton 3.9, 2026-12-02); not yet timed:
-    `bench attention --sweep` times the alternatives on a GPU."""
+    Under the interpreter INTERPRET_BLOCKS; GPU_BLOCKS where set (bench attention --sweep).
+
+    Half types: the largest tiles whose accumulators stay in registers at sm_90 (ptxas's
+    resource usage of the compiled kernels, Triton 3.9, no spills, 2026-12-02), which give the
+    fewest instructions a score: forward 128 x 128 at 8 warps for head dims up to 64 (0.23
+    SASS instructions a score and warp against 0.26 at 128 x 64 and 4 warps, whose 255
+    registers leave no margin), 128 x 64 at 8 warps above; dK/dV 64 queries x 128 keys (32
+    above 64: 64 spills), dQ 128 x 64, both at 8 warps and 3 stages (a program an SM: the
+    shared memory of a third stage is free, and at head dim 128 the causal dK/dV spills 8
+    bytes at 2 stages, none at 3). Dropout's Philox draws take registers: half as many
+    queries a dK/dV step, and 128 x 64 forward and 128 x 32 dQ tiles where those spill (288
+    and 112 bytes otherwise). float32 tiles are half as large. Not yet timed on a GPU:
+    `bench attention --sweep` times the alternatives."""
     if INTERPRET:
         return INTERPRET_BLOCKS
     if GPU_BLOCKS is not None:
@@ -487,8 +570,11 @@ def _blocks(head_dim, dtype):
     if dtype == torch.float32:
         return ((64, 32, 4, 2), (32, 64, 4 if not wide else 8, 2),
                 (64, 32, 4 if not wide else 8, 2))
-    return ((128, 64, 8 if wide else 4, 3), (16 if wide else 32, 128, 8, 2),
-            (128, 32, 8 if wide else 4, 2 if wide else 3))
+    if dropout:
+        return ((128, 64, 8, 3), (16 if wide else 32, 128, 8, 3),
+                (128, 32 if wide else 64, 8, 3))
+    return ((128, 64, 8, 3) if wide else (128, 128, 8, 3), (32 if wide else 64, 128, 8, 3),
+            (128, 64, 8, 3))
 
 
 def _dot_precision(dtype):
@@ -502,6 +588,13 @@ def _dot_precision(dtype):
 
 def _pad(n):
     return max(16, next_power_of_2(n))
+
+
+def _wide(*arrays):
+    """Whether an offset within one head of q, k, v, O (length x dim, strided) may pass 2**31:
+    the kernels then index rows in int64 (an int32 offset a tile otherwise)."""
+    return any((a.shape[2] - 1 + 256) * abs(a.stride(2)) + (a.shape[3] - 1) * abs(a.stride(3))
+               >= ROW_INT32_LIMIT for a in arrays)
 
 
 def _check(op, q, k, v, mask):
@@ -545,17 +638,19 @@ def _forward(q, k, v, mask, scale, causal, dropout_p, seed, offset):
     if o.numel() == 0:
         return o, lse
     m, m_strides, kind = _mask_args(mask, q)
-    (bm, bn, warps, stages), _, _ = _blocks(max(E, Ev), q.dtype)
+    (bm, bn, warps, stages), _, _ = _blocks(max(E, Ev), q.dtype, dropout_p > 0)
     base = generator.device_base() if dropout_p > 0 else None  # (q stands in when none)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     run(_attn_fwd_kernel, (cdiv(L, bm), B * H),
         o, lse, q, k, v, m, q if base is None else base, L, S, H, H // Hk, *q.stride(),
         *k.stride(), *v.stride(), *o.stride(),
         *m_strides, float(scale) * LOG2E, float(dropout_p), seed & 0xFFFFFFFF, seed >> 32,
-        int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), BLOCK_M=bm,
+        int(offset), HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev),
+        EVEN_D=_pad(E) == E and _pad(Ev) == Ev, BLOCK_M=bm,
         BLOCK_N=bn, CAUSAL=bool(causal), MASK_KIND=kind, DROPOUT=dropout_p > 0,
-        DOT=_dot_precision(q.dtype), UPCAST=INTERPRET and q.dtype != torch.float32,
-        BASE=base is not None, num_warps=warps, num_stages=stages)
+        POS_SCALE=scale > 0, WIDE=_wide(q, k, v, o), DOT=_dot_precision(q.dtype),
+        UPCAST=INTERPRET and q.dtype != torch.float32, BASE=base is not None,
+        num_warps=warps, num_stages=stages)
     return o, lse
 
 
@@ -573,14 +668,16 @@ def _backward(do, q, k, v, o, lse, mask, scale, causal, dropout_p, seed, offset)
     if q.numel() == 0 and k.numel() == 0:
         return dq, dk, dv
     m, m_strides, kind = _mask_args(mask, q)
-    _, (bm1, bn1, w1, s1), (bm2, bn2, w2, s2) = _blocks(max(E, Ev), q.dtype)
+    _, (bm1, bn1, w1, s1), (bm2, bn2, w2, s2) = _blocks(max(E, Ev), q.dtype, dropout_p > 0)
     base = generator.device_base() if dropout_p > 0 else None  # (q stands in when none)
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     numbers = (float(scale) * LOG2E, float(scale), float(dropout_p), seed & 0xFFFFFFFF,
                seed >> 32, int(offset))
-    meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev), CAUSAL=bool(causal),
-                MASK_KIND=kind, DROPOUT=dropout_p > 0, DOT=_dot_precision(q.dtype),
-                UPCAST=INTERPRET and q.dtype != torch.float32, BASE=base is not None)
+    meta = dict(HEAD_DIM=E, HEAD_DIM_V=Ev, D_PAD=_pad(E), DV_PAD=_pad(Ev),
+                EVEN_D=_pad(E) == E and _pad(Ev) == Ev, CAUSAL=bool(causal),
+                MASK_KIND=kind, DROPOUT=dropout_p > 0, WIDE=_wide(q, k, v, do),
+                DOT=_dot_precision(q.dtype), UPCAST=INTERPRET and q.dtype != torch.float32,
+                BASE=base is not None)
     delta = empty((B, H, L), torch.float32, q.device)
     block = 16 if INTERPRET else 64
     run(_attn_delta_kernel, (cdiv(L, block), B * H), delta, o, do, L, H, *o.stride(),
