@@ -424,7 +424,7 @@ EVAL_AND_PREDICT_MISTAKES = [
     (["predict", "--checkpoint", "{ckpt}", "{tmp}"], ["no such image file"]),
     (["predict", "--checkpoint", "{ckpt}", "x.png", "--device", "cuda:1"], ["--device cuda:1"]),
     (["predict", "--checkpoint", "{ckpt}", "x.png", "--backend", "torch"], ["--backend"]),
-    (["bench", "resnet"], ["invalid choice: 'resnet'"]),
+    (["bench", "vgg"], ["invalid choice: 'vgg'"]),
     (["bench", "matmul", "--out", "{tmp}/plain.td"], ["--out", "is a file, not a folder"]),
     (["launch"], ["invalid choice: 'launch'"]),
     ([], ["the following arguments are required: command"]),

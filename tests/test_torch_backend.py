@@ -154,7 +154,12 @@ def test_views_and_allocation_are_neither_counted_nor_refused():
         v = x.t().reshape(6, 4)[1:, :2].unsqueeze(0).squeeze(0).expand(5, 2).detach()
         e = torch.empty_like(x)
         n = x[0, 0].item()
+        w = x.detach()
+        w.as_strided_((2, 3), (6, 1))   # in-place views change metadata only (a BatchNorm's
+        w.t_()                          # weight reshaped by autograd, in a resnet step)
+        w.unsqueeze_(0)
     assert v.shape == (5, 2) and e.shape == x.shape and n == x[0, 0].item()
+    assert w.shape == (1, 3, 2)
     assert tb.coverage() == {}
 
 

@@ -13,8 +13,8 @@ its own kernel after a fallback) reads what it expects. tritonad keeps the log-s
 
 Dropout on the attention weights draws its keep mask from tritonad's Philox stream
 (td.manual_seed; the same law as PyTorch's, not the same bits). aten hands the forward's random
-state to the backward as the tensors the forward returned (flash: rng_state; memory-efficient:
-philox_seed), so a forward with dropout returns a small device tensor of its own there and keeps
+state to the backward as the tensors the forward returned (flash: rng_state; memory-efficient
+and cuDNN: philox_seed), so a forward with dropout returns a small device tensor of its own there and keeps
 (seed, offset) in a table under that tensor's address; the backward reads the table, not the
 device (no host synchronisation). The CPU flash form has no such tensor (PyTorch runs dropout on
 a CPU through its math path) and falls back with dropout, as do a bias that needs a gradient and
@@ -198,22 +198,24 @@ def efficient_backward(do, q, k, v, attn_bias, out, lse, philox_seed, philox_off
 @handler("aten::_scaled_dot_product_cudnn_attention.default")
 def cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
           return_debug_mask=False, *, scale=None):
-    mask = _check("sdpa_cudnn", q, k, v, attn_bias, dropout_p, dropout_ok=False)
+    mask = _check("sdpa_cudnn", q, k, v, attn_bias, dropout_p)
     if attn_bias is not None and attn_bias.requires_grad:
         raise Fallback("sdpa_cudnn: a bias that needs a gradient")
     if return_debug_mask:
         raise Fallback("sdpa_cudnn: return_debug_mask")
-    o, lse = _forward(q, k, v, mask, scale, is_causal, _blhe(_out_shape(q, v), q.dtype,
-                                                            q.device))
+    seed, offset, rng = _draw(q, k, dropout_p)
+    o, lse = _forward(q, k, v, mask, scale, is_causal,
+                      _blhe(_out_shape(q, v), q.dtype, q.device), (float(dropout_p), seed, offset))
     lse = lse.unsqueeze(-1)  # cuDNN's softmax statistics: [B, H, L, 1]
     return (o, lse, _empty(q.device, torch.int32), _empty(q.device, torch.int32), q.shape[2],
-            k.shape[2], _empty(q.device), _empty(q.device), _empty(q.device, q.dtype))
+            k.shape[2], rng, _empty(q.device), _empty(q.device, q.dtype))
 
 
 @handler("aten::_scaled_dot_product_cudnn_attention_backward.default")
 def cudnn_backward(do, q, k, v, out, lse, philox_seed, philox_offset, attn_bias, cum_seq_q,
                    cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale=None):
     mask = _check("sdpa_cudnn_backward", q, k, v,
-                  attn_bias if attn_bias is not None and attn_bias.numel() else None, dropout_p,
-                  dropout_ok=False)
-    return _backward(do, q, k, v, out, lse, mask, scale, is_causal)
+                  attn_bias if attn_bias is not None and attn_bias.numel() else None, dropout_p)
+    seed, offset = _drawn("sdpa_cudnn_backward", philox_seed, dropout_p)
+    return _backward(do, q, k, v, out, lse, mask, scale, is_causal,
+                     (float(dropout_p), seed, offset))

@@ -87,7 +87,11 @@ _NOT_KERNELS = ("_unsafe_view.default", "empty.memory_format", "empty_like.defau
                 "sym_storage_offset.default", "dim.default", "size.int", "stride.int",
                 "_nested_tensor_size.default", "_make_dep_token.default",
                 "_record_function_enter.default", "_record_function_enter_new.default",
-                "_record_function_exit.default", "_record_function_exit._RecordFunction")
+                "_record_function_exit.default", "_record_function_exit._RecordFunction",
+                # in-place views: they change a tensor's metadata, not its memory
+                "as_strided_.default", "squeeze_.default", "squeeze_.dim", "squeeze_.dims",
+                "unsqueeze_.default", "transpose_.default", "t_.default", "swapdims_.default",
+                "detach_.default")
 NOT_KERNELS: set = set()
 for _name in _NOT_KERNELS:
     try:
