@@ -18,11 +18,6 @@ included, synchronised once per 20 calls) and the peak memory of fwd+bwd above t
 recomputed), fwd+bwd 3.5x. Ratio = torch time / tritonad time: above 1, tritonad is faster.
 By default every row is --dtype (bfloat16) and one more row runs float16 at T = 1024.
 
---variant picks the kernels timed against torch in each row, all in the same run: new (today's
-kernels/attention.py), old (the kernels before the sm_90 rework, benchmarks/attention_v0.py,
-with their tiles), new-oldtiles (today's kernels at the old tile choices), both (new and old),
-all (the three). Default: both with --quick, new otherwise.
-
 --sweep times the kernels' tile choices instead (kernels/attention.py GPU_BLOCKS): forward
 candidates, then dK/dV and dQ candidates (each with the other at its default), at T = 1024
 and 4096, head dims 64 and 128, causal and not, and prints each candidate's milliseconds.
@@ -59,38 +54,14 @@ def _torch_flash(dtype):
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
 
 
-VARIANTS = ("new", "old", "new-oldtiles")
-_NEW_LAUNCHERS = []   # today's (_forward, _backward), saved before the first swap
-
-
-def use_variant(name, D, dtype):
-    """Route tritonad's flash attention to the kernels of variant `name` (module globals of
-    kernels/attention.py: its launchers' _forward and _backward, and GPU_BLOCKS), plans
-    cleared so that no launch of another variant is replayed."""
-    import attention_v0
-
-    from tritonad.kernels import attention as kernels
-    from tritonad.kernels.plans import clear_plans
-
-    if not _NEW_LAUNCHERS:
-        _NEW_LAUNCHERS.extend((kernels._forward, kernels._backward))
-    if name == "old":
-        kernels._forward, kernels._backward = attention_v0._forward, attention_v0._backward
-    else:
-        kernels._forward, kernels._backward = _NEW_LAUNCHERS
-    kernels.GPU_BLOCKS = attention_v0._blocks(D, dtype) if name == "new-oldtiles" else None
-    clear_plans()
-
-
-def measure(T, D, causal, dtype, tokens, heads, variant="new"):
-    use_variant(variant, D, dtype)
+def measure(T, D, causal, dtype, tokens, heads):
     B = max(1, tokens // T)
     H = heads
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     q, k, v, dout = (torch.randn(B, H, T, D, device=DEVICE, generator=gen).to(dtype)
                      for _ in range(4))
     row = {"shape": f"{B}x{H}x{T}x{D}", "T": T, "D": D, "causal": causal,
-           "dtype": str(dtype)[6:], "variant": variant,
+           "dtype": str(dtype)[6:],
            "curve": f"D={D}{' causal' if causal else ''}"}
     flops = 4 * B * H * T * T * D * (0.5 if causal else 1.0)
 
@@ -154,13 +125,11 @@ def measure(T, D, causal, dtype, tokens, heads, variant="new"):
     tq.grad = tk.grad = tv.grad = None
     row["torch_peak_mib"] = common.peak_memory(torch_fb) / 2**20
     torch.cuda.empty_cache()
-    use_variant("new", D, dtype)
     return row
 
 
 COLUMNS = [
     ("shape", "B x H x T x D", "{}"), ("dtype", "dtype", "{}"), ("causal", "causal", "{}"),
-    ("variant", "kernels", "{}"),
     ("td_fwd_ms", "fwd ms", "{:.3f}"), ("torch_fwd_ms", "torch", "{:.3f}"),
     ("fwd_ratio", "ratio", "{:.2f}x"), ("td_fwd_tflops", "TFLOP/s", "{:.0f}"),
     ("td_bwd_ms", "bwd ms", "{:.3f}"), ("torch_bwd_ms", "torch", "{:.3f}"),
@@ -255,9 +224,6 @@ def _extra(parser):
     parser.add_argument("--tokens", type=int, default=16384,
                         help="batch x length of every row (B = tokens / T)")
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--variant", choices=VARIANTS + ("both", "all"), default=None,
-                        help="the kernels timed (see the docstring); default: both with "
-                             "--quick, new otherwise")
     parser.add_argument("--sweep", action="store_true",
                         help="time the kernels' tile candidates instead (see the docstring)")
 
@@ -278,25 +244,19 @@ def main(argv=None):
             for D in HEAD_DIMS for causal in (False, True)]
     if args.dtype == "bfloat16":
         plan.append((1024, 64, True, torch.float16))
-    variant = args.variant or ("both" if args.quick else "new")
-    variants = {"both": ("new", "old"), "all": VARIANTS}.get(variant, (variant,))
     rows = []
     for T, D, causal, dt in plan:
-        for name in variants:
-            print(f"measuring attention T={T} D={D} causal={causal} {str(dt)[6:]} {name} ...",
-                  flush=True)
-            rows.append(measure(T, D, causal, dt, args.tokens, args.heads, name))
+        print(f"measuring attention T={T} D={D} causal={causal} {str(dt)[6:]} ...", flush=True)
+        rows.append(measure(T, D, causal, dt, args.tokens, args.heads))
     common.print_table("scaled_dot_product_attention, forward and backward (ratio = torch flash "
                        "ms / tritonad ms; TFLOP/s: fwd 4 B H T^2 D, halved when causal; bwd "
                        "2.5x, fwd+bwd 3.5x; peak: fwd+bwd above the inputs)", rows, COLUMNS)
     meta = {"tokens": args.tokens, "heads": args.heads, "dtype": args.dtype,
-            "variants": list(variants),
             "flops": "fwd 4 B H T^2 D (x0.5 causal), bwd 2.5x, fwd+bwd 3.5x",
             "torch_backend": "flash (torch.nn.attention.sdpa_kernel)"}
     name = f"attention_{args.dtype}"
     path = common.save(args.out, name, rows, meta=meta)
-    common.plot(args.out, name, [r for r in rows if r["dtype"] == args.dtype and
-                                 r["variant"] == variants[0]], x="T",
+    common.plot(args.out, name, [r for r in rows if r["dtype"] == args.dtype], x="T",
                 series=[("td_fb_tflops", "tritonad fwd+bwd"),
                         ("torch_fb_tflops", "torch fwd+bwd")],
                 xlabel="sequence length T", ylabel="TFLOP/s", group="curve",
