@@ -45,7 +45,10 @@ def backend_name(request):
 
 @pytest.fixture(autouse=True)
 def _fresh_state():
-    """Every test starts from the default backend and seed 0."""
+    """Every test starts from the default backend and seed 0, with torch.backends' flags
+    settable (importing PyTorch's op_db, as the torch_backend tests do, runs
+    torch.testing._internal.common_utils, which freezes them for the rest of the process)."""
+    torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
     td.manual_seed(0)
     yield
     from tritonad.kernels import errors

@@ -431,14 +431,14 @@ def cmd_train(args):
         f"data: {run['dataset']}, {images} | batch {batch}"
         f"{f' ({batch // world} per process)' if world > 1 else ''}, "
         f"{run['optimizer']} lr {lr} ({run['schedule']}) | {steps} steps")
-    clock = time.perf_counter()
+    clock, spent = time.perf_counter(), startup_times.counters()  # (tune, capture: from here)
     startup["kernels_compiled_ahead"] = trainer.precompile(test_loader)
     startup["compile"] = time.perf_counter() - clock
     began = time.perf_counter()
     for epoch in range(start_epoch, epochs + 1):
         stats = trainer.train_epoch(epoch, epochs, progress=not args.quiet and rank == 0)
         if epoch == start_epoch:
-            startup.update(startup_times.after_first_epoch(stats["seconds"]))
+            startup.update(startup_times.after_first_epoch(stats["seconds"], spent))
         test_loss, test_acc = train.evaluate(model, test_loader, precision=run["precision"])
         stats.update(epoch=epoch, test_loss=test_loss, test_accuracy=test_acc,
                      lr=optimizer.param_groups[0]["lr"])

@@ -17,14 +17,21 @@ def process_seconds():
         return None
 
 
-def after_first_epoch(seconds):
-    """Tuning and capture time spent so far (they happen in the first epoch), and the first
-    epoch's own time without them."""
+def counters():
+    """(tuning seconds, capture seconds) spent in this process so far."""
     from .capture import CapturedStep
     from .kernels.tuning import Tuner
 
-    tune = sum(t.seconds for t in Tuner.ALL)
-    capture = CapturedStep.capture_seconds
+    return sum(t.seconds for t in Tuner.ALL), CapturedStep.capture_seconds
+
+
+def after_first_epoch(seconds, since=(0.0, 0.0)):
+    """Tuning and capture time spent since `since` (counters() before the run; they happen in
+    the first epoch), and the first epoch's own time without them."""
+    from .kernels.tuning import Tuner
+
+    now = counters()
+    tune, capture = now[0] - since[0], now[1] - since[1]
     sources = {}
     for t in Tuner.ALL:
         for source, count in t.counts().items():

@@ -226,5 +226,7 @@ def native_dropout(x, p, train):
 @register("aten::native_dropout_backward.default")
 def native_dropout_backward(dy, mask, scale):
     # dx = dy * mask * scale (scale = 1 / (1 - p))
+    if not dy.dtype.is_floating_point:  # (PyTorch promotes an integer dy to float here)
+        raise Fallback(f"native_dropout_backward: a {dy.dtype} gradient")
     dx = B.where(mask, B.mul(dy, float(scale)), 0.0)
     return dx if dx.dtype == dy.dtype else B.cast(dx, dtype_of(dy.dtype))
