@@ -552,7 +552,7 @@ def _train_gpt(args):
     say(f"corpus: {text.path} ({len(text)} characters, {text.vocab_size} distinct)")
     precision = args.precision or "bf16"
     say(f"model: gpt | precision {precision} | "
-        f"{'captured CUDA graph' if _recipe_captures(args, device) else 'eager'} steps")
+        f"{'captured CUDA graph' if _recipe_graph(args, device) else 'eager'} steps")
     model, history = gpt.train(
         text, device, steps=args.steps, batch=args.batch_size, precision=precision,
         seed=args.seed or 0, graph=_recipe_graph(args, device), startup=startup,
@@ -594,7 +594,7 @@ def _train_resnet(args):
         say(note)
     precision = args.precision or "bf16"
     say(f"model: resnet | precision {precision} | "
-        f"{'captured CUDA graph' if _recipe_captures(args, device) else 'eager'} steps")
+        f"{'captured CUDA graph' if _recipe_graph(args, device) else 'eager'} steps")
     seen = []
     model, history = resnet.train(
         device, epochs=args.epochs, batch=args.batch_size, precision=precision,
@@ -614,16 +614,11 @@ def _train_resnet(args):
 
 
 def _recipe_graph(args, device):
-    """gpt and resnet: capture the step (None: the recipe's default, on a GPU) or not."""
-    return False if args.no_graph or not device.startswith("cuda") else None
-
-
-def _recipe_captures(args, device):
-    """Whether the gpt or resnet step will run as a captured graph (for the log line)."""
+    """gpt and resnet: whether the step runs as a captured graph (the default on a GPU with
+    the triton backend; --no-graph: eager)."""
     from tritonad.capture import capture_default
 
-    graph = _recipe_graph(args, device)
-    return capture_default(device) if graph is None else graph
+    return not args.no_graph and capture_default(device)
 
 
 def cmd_generate(args):
