@@ -1,7 +1,7 @@
 """The kernel autotuning benchmark: tritonad's matmul against torch.matmul (cuBLAS), same run.
 
     python benchmarks/bench_matmul.py --out DIR [--quick] [--precisions fp32,tf32,bf16,fp16]
-                                      [--sections squares,mnist] [--sizes 4096,8192]
+                                      [--sections squares,mnist,gpt] [--sizes 4096,8192]
 
 Throughput: TFLOP/s = 2 * M * N * K / t (t the median time of one call); ratio = t_torch /
 t_tritonad (above 1: tritonad is faster).
@@ -13,11 +13,13 @@ torch.backends.cuda.matmul.allow_tf32):
   median of three rounds that alternate whether tritonad or torch is timed first, since the GPU
   slows under its power cap within milliseconds (common.bench_pair). The plan column names the
   path that ran.
-- mnist: the products of one training step of the MLP 784-256-100-10 at batch 128 and of the
+- mnist and gpt: the products of one training step of the MLP 784-256-100-10 at batch 128 and of the
   CNN's classifier 3136-512-10 at batch 100: the fused linear forward act(x @ W^T + b) against
   torch.addmm followed by torch.relu, and the backward products dX = dY @ W and dW = dY^T @ X
   against torch.matmul, all in the strided layouts the autodiff passes. These are tiny and
-  launch-bound, so they are also timed replayed from a CUDA graph (GPU time only).
+  launch-bound, so they are also timed replayed from a CUDA graph (GPU time only). gpt: the
+  gpt recipe's products at its 16384 rows (qkv, attention projection, MLP, tied head), the
+  weight gradients' K that long.
 
 Every case is called once before timing: that call autotunes (or reads the tuning cache of an
 earlier run) and compiles; its duration is reported as tune_s and summed at the end.
@@ -47,11 +49,21 @@ QUICK_SQUARES = [1024, 4096]
 MNIST_LAYERS = [("mlp.fc1", 128, 784, 256, "relu"), ("mlp.fc2", 128, 256, 100, "relu"),
                 ("mlp.fc3", 128, 100, 10, None), ("cnn.fc1", 100, 3136, 512, "relu"),
                 ("cnn.fc2", 100, 512, 10, None)]
+# the gpt recipe's products at its 64 x 256 = 16384 rows, width 384 (tritonad/gpt.py): the
+# attention's qkv and output projections, the MLP's two layers, the head tied to the 84-character
+# token embedding (no bias)
+GPT_LAYERS = [("gpt.qkv", 16384, 384, 1152, "bias"), ("gpt.proj", 16384, 384, 384, "bias"),
+              ("gpt.fc", 16384, 384, 1536, "bias"), ("gpt.mlp_proj", 16384, 1536, 384, "bias"),
+              ("gpt.head", 16384, 384, 84, None)]
+LAYER_SECTIONS = {"mnist": MNIST_LAYERS, "gpt": GPT_LAYERS}
 # targets of the issue: (section, precision or None for all, what, minimum ratio)
 # (issue 16: TF32, bf16 and fp16 at 4096^3 and 8192^3 >= 0.95 of cuBLAS)
 TARGETS = [("squares", "fp32", "4096^3", 0.85)] + [
     ("squares", p, size, 0.95) for p in ("tf32", "bf16", "fp16") for size in ("4096^3", "8192^3")
-] + [("mnist", None, "fused forward", 1.0), ("mnist", None, "backward products", 0.8)]
+] + [("mnist", None, "fused forward", 1.0), ("mnist", None, "backward products", 0.8)] + [
+    # (issue 45: the recipes' products at bf16 and TF32 >= 1.0x cuBLAS in CUDA graphs)
+    ("gpt", p, what, 1.0) for p in ("tf32", "bf16") for what in ("fused forward",
+                                                                "backward products")]
 
 
 def set_precision(name):
@@ -98,17 +110,23 @@ def squares(precision, sizes, rows):
         print_progress(rows[-1])
 
 
-def mnist(precision, rows):
-    """Forward with its fused epilogue, then dX and dW, per layer, as autodiff computes them."""
+def layers(section, precision, rows):
+    """Forward with its fused epilogue, then dX and dW, per layer of LAYER_SECTIONS[section],
+    as autodiff computes them ("bias": a bias and no activation, None: neither)."""
     dtype = set_precision(precision)
-    for layer, batch, n_in, n_out, activation in MNIST_LAYERS:
+    for layer, batch, n_in, n_out, epilogue in LAYER_SECTIONS[section]:
+        activation = epilogue if epilogue == "relu" else None
+        has_bias = epilogue is not None
         x = torch.randn(batch, n_in, device=DEVICE, dtype=dtype)
         w = torch.randn(n_out, n_in, device=DEVICE, dtype=dtype) / n_in ** 0.5
         bias = torch.randn(n_out, device=DEVICE, dtype=dtype)
         dy = torch.randn(batch, n_out, device=DEVICE, dtype=dtype)
 
+        if not has_bias:
+            bias = None
+
         def torch_forward(x=x, w=w, bias=bias, activation=activation):
-            y = torch.addmm(bias, x, w.t())
+            y = torch.addmm(bias, x, w.t()) if bias is not None else torch.matmul(x, w.t())
             return torch.relu(y) if activation else y
 
         products = [  # (what, a, b, ours, theirs)
@@ -122,9 +140,9 @@ def mnist(precision, rows):
         ]
         for what, a, b, ours, theirs in products:
             M, K, N = a.shape[0], a.shape[1], b.shape[1]
-            name = f"{layer} {what}" + (f" +bias{'+relu' if activation else ''}"
+            name = f"{layer} {what}" + ("+bias" * has_bias + "+relu" * bool(activation)
                                         if what == "forward" else "")
-            case = dict(section="mnist", precision=precision, name=name, M=M, N=N, K=K,
+            case = dict(section=section, precision=precision, name=name, M=M, N=N, K=K,
                         kind="forward" if what == "forward" else "backward")
             rows.append(measure(case, ours, theirs, 2.0 * M * N * K, graph=True))
             print_progress(rows[-1])
@@ -151,7 +169,7 @@ def check_targets(rows):
                                                        else "backward")]
             if not sub:
                 continue
-            for key in (["ratio"] + (["graph_ratio"] if section == "mnist" else [])):
+            for key in (["ratio"] + (["graph_ratio"] if section != "squares" else [])):
                 worst = min(sub, key=lambda r: r[key])
                 results.append(dict(target=f"{section} {p} {what} ({key})", minimum=minimum,
                                     worst=worst[key], case=worst["name"],
@@ -163,8 +181,8 @@ def main(argv=None):
     def extra(parser):
         parser.add_argument("--precisions", default=",".join(PRECISIONS),
                             help="comma-separated subset of fp32,tf32,bf16,fp16")
-        parser.add_argument("--sections", default="squares,mnist",
-                            help="comma-separated subset of squares,mnist")
+        parser.add_argument("--sections", default="squares,mnist,gpt",
+                            help="comma-separated subset of squares,mnist,gpt")
         parser.add_argument("--sizes", default="",
                             help="comma-separated square sizes (default: all, or --quick's)")
 
@@ -172,7 +190,7 @@ def main(argv=None):
     common.require_gpu("bench_matmul")
     precisions = [p for p in args.precisions.split(",") if p]
     sections = [s for s in args.sections.split(",") if s]
-    unknown = set(precisions) - set(PRECISIONS) | set(sections) - {"squares", "mnist"}
+    unknown = set(precisions) - set(PRECISIONS) | set(sections) - {"squares", *LAYER_SECTIONS}
     if unknown:
         raise SystemExit(f"bench_matmul: unknown precision or section {sorted(unknown)}")
     td.set_backend("triton")
@@ -187,8 +205,11 @@ def main(argv=None):
                 sizes = [int(v) for v in args.sizes.split(",") if v] or \
                     (QUICK_SQUARES if args.quick else SQUARES)
                 squares(precision, sizes, rows)
-            if "mnist" in sections:
-                mnist(precision, rows)
+            for section in LAYER_SECTIONS:
+                # (--quick: the gpt products at the recipe's precisions, bf16 and TF32)
+                if section in sections and not (args.quick and section == "gpt" and
+                                                precision not in ("bf16", "tf32")):
+                    layers(section, precision, rows)
     finally:
         set_precision("fp32")
 

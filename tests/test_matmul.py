@@ -455,6 +455,25 @@ def test_candidate_plans(kind, shape):
         assert plans[0]["x3"] and plans[0]["stage_b"]    # the GPU (b N-major: staged)
     if shape == MNIST["cnn1"] and kind != "fp64":
         assert any(p["split"] > 1 for p in plans), "skinny long-K products should try split-K"
+    if kind != "fp64" and shape in MNIST.values():  # below MEDIUM_MACS: small tiles first
+        assert plans[0]["BM"] * plans[0]["BN"] <= 2048
+
+
+@pytest.mark.parametrize("kind", ["half", "tf32", "ieee"])
+@pytest.mark.parametrize("shape", [(1152, 384, 16384), (384, 384, 16384), (84, 384, 16384),
+                                   (16384, 84, 384)], ids=["qkv.dw", "proj.dw", "head.dw", "head"])
+def test_long_k_products_start_on_tensor_core_tiles(kind, shape):
+    """The gpt recipe's weight gradients (K = its 16384 rows) and its narrow head: output tiles
+    too few to fill 132 SMs, but 2^28 multiply-adds or more. The first guess is a 64-row tile
+    or more (wgmma's minimum), split along K where the tiles alone leave SMs idle."""
+    m, n, k = shape
+    plans = mm.candidate_plans(1, m, n, k, kind, False, False, 132)
+    first = plans[0]
+    assert first["BM"] >= 64 and first["BN"] >= 64 and first["x3"] == (kind == "ieee")
+    tiles = -(-m // first["BM"]) * -(-n // first["BN"])
+    assert tiles * first["split"] <= 132
+    assert tiles * first["split"] * 2 > 132 or first["split"] == 16 or k < 4096
+    assert any(p["BM"] * p["BN"] <= 2048 for p in plans)  # the small menu still follows
 
 
 def test_autotuner_caches_on_disk(tmp_path, monkeypatch):
@@ -505,6 +524,9 @@ def test_every_candidate_plan(dtype, precision, monkeypatch):
         kind = mm._kind(dtype.torch, precision)
         plans = mm.candidate_plans(1, 8192, 8192, 512, kind, True, False, 132)
         plans += mm.candidate_plans(1, 100, 512, 3136, kind, True, False, 132)
+        if kind != "fp64":  # the tensor-core split-K tiles of long-K weight gradients
+            plans += [p for p in mm.candidate_plans(1, 384, 384, 16384, kind, True, False, 132)
+                      if p not in plans]
         m, k, n = shape
         a, b = random_array((m, k), dtype, seed=43), random_array((k, n), dtype, seed=44)
         bias = random_array((n,), dtype, seed=45)

@@ -33,6 +33,20 @@ _SMALL_BK = {"half": 64, "tf32": 32, "ieee": 32, "fp64": 8}
 # where 16x32 and 32x64 tiles beat 64x64 by 1.3-2x on every fp32 MNIST product.
 _SMALL_TILES = [(16, 32), (32, 64), (64, 32), (16, 64), (32, 32), (64, 64), (64, 128),
                 (128, 64)]
+# Problems whose output does not fill the GPU with 128x128 tiles but whose K is long: the weight
+# gradients dW = dY^T @ X of a layer over many rows (the gpt recipe's [1152, 16384] @ [16384,
+# 384]: 27 output tiles, K = 16384) and narrow heads ([16384, 384] @ [384, 84]). The small tiles
+# above run such a product on CUDA cores in effect (a 16x32 tile is below wgmma's 64-row
+# minimum) and took 0.3-0.8 ms each for the recipe's bf16 products on an H200 (its eager step:
+# 32 of 40 ms in _matmul_kernel, benchmarks/profile_gpt.py, 2026-12-02); tensor-core tiles with
+# split-K over the long axis come first from MEDIUM_MACS multiply-adds on (the MNIST products
+# stay below it: the largest, cnn fc1, is 100 x 512 x 3136 = 1.6e8).
+_MEDIUM_TILES = {
+    "half": [(128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4)],
+    "tf32": [(128, 128, 32, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4)],
+    "ieee": [(128, 128, 32, 4, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4)],
+}
+MEDIUM_MACS = 2 ** 28
 # Exact fp32 may also run as 3xTF32 (input_precision "tf32x3": each operand split into a TF32
 # head and a TF32 tail, three tensor-core products, the tail x tail term dropped). Its error
 # stays at fp32 level: relative 4e-8 to 3e-7 of |a| @ |b| on the MNIST products, against 1e-7 to
@@ -131,6 +145,8 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
             staged_x3 = [{**p, **staged} for p in x3] if not (a_kmajor and b_kmajor) else []
             plans = staged_x3 + x3 + plans
     else:
+        if batch * M * N * K >= MEDIUM_MACS:
+            plans = _medium_plans(batch, M, N, K, kind, sms)
         tiles = [(bm, bn) for bm, bn in _SMALL_TILES
                  if bm <= max(16, next_power_of_2(M)) and bn <= max(32, next_power_of_2(N))]
         for bm, bn in tiles:
@@ -177,6 +193,22 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
             # H200, 2026-11-25: 0.83-0.93 of cuBLAS at 4096^3, 0.88-0.94 at 8192^3, against
             # 0.71-0.85 for the staged plans (bench matmul and scratch kernels, Triton 3.6)
             plans.insert(0, _rs_plan())
+    return plans
+
+
+def _medium_plans(batch, M, N, K, kind, sms):
+    """Tensor-core tiles for a product too narrow to fill the GPU but with MEDIUM_MACS or more
+    multiply-adds: each tile with split_k_heuristic's slices (and without, if that differs),
+    the tile that wastes least of the output first. 3xTF32 first for exact fp32."""
+    def waste(tile):
+        bm, bn = tile[:2]
+        return cdiv(M, bm) * bm * cdiv(N, bn) * bn / (M * N)
+
+    plans = []
+    for t in sorted(_MEDIUM_TILES[kind], key=waste):
+        base = _plan(*t, x3=kind == "ieee")
+        split = split_k_heuristic(batch, M, N, K, t[0], t[1], t[2], sms)
+        plans += [{**base, "split": s} for s in dict.fromkeys((split, 1))]
     return plans
 
 
