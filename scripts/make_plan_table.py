@@ -2,6 +2,8 @@
 
     python scripts/make_plan_table.py --out plans-h100.json [--quick]     # on the GPU: tune
     python scripts/make_plan_table.py --merge plans-h100.json              # add to the table
+    python scripts/make_plan_table.py --out recipes.json --recipes         # on the GPU: tune
+    python scripts/make_plan_table.py --add recipes.json                   # add, keep the rest
 
 On a GPU this tunes (td.autotune(True), into a fresh cache) every matmul and convolution the
 MNIST recipes run (the three models' training steps at their batch sizes and last partial
@@ -11,6 +13,10 @@ and fp16, square products of every dtype; --quick leaves out the largest product
 3x3 layers' 3xTF32 and fp16), writing the tuned choices under this GPU's key
 (tuning.gpu_key: name, compute capability, Triton version) after each group. --merge adds
 such a file to the shipped table, replacing that GPU's entries.
+
+--recipes tunes the gpt and resnet recipes' problems instead (a few eager steps of each, bf16
+and fp32, their evaluation included), and --add adds such a file's plans to the GPU's entries,
+keeping the others.
 """
 from __future__ import annotations
 
@@ -32,17 +38,13 @@ def _write(out, tuners, gpu):
     return ", ".join(f"{k} {len(v)}" for k, v in table.items())
 
 
-def tune(out, quick):
-    """Tune every problem, writing the table after each group (a time limit keeps what was
-    done)."""
+def _tuning(out):
+    """Start tuning every problem afresh into a fresh cache; returns done(what), which writes
+    the plans tuned so far to `out` and says so."""
     os.environ["TRITONAD_AUTOTUNE_DIR"] = tempfile.mkdtemp(prefix="tritonad-tune-")
     import time
 
-    import torch
-
     import tritonad as td
-    import tritonad.nn.functional as F
-    from tritonad import models, optim
     from tritonad.kernels import conv, conv_pool, matmul, tuning
     from tritonad.kernels.tuning import gpu_key
 
@@ -56,6 +58,36 @@ def tune(out, quick):
         print(f"{time.perf_counter() - start:6.1f} s  {what}: {_write(out, tuners, gpu)}",
               flush=True)
 
+    return done
+
+
+def tune_recipes(out):
+    """The gpt and resnet recipes' problems: three eager steps and an evaluation of each at bf16
+    and fp32 (TF32), at the recipes' batch sizes and resnet's last partial batch (60000 % 512)."""
+    from tritonad import corpus, gpt, resnet
+
+    done = _tuning(out)
+    text = corpus.Shakespeare()
+    for precision in ("bf16", "fp32"):
+        gpt.train(text, "cuda", steps=3, precision=precision, eval_every=3, eval_batches=1,
+                  graph=False)
+        done(f"gpt {precision}")
+        batch = resnet.RECIPE["batch"]
+        resnet.train("cuda", epochs=1, precision=precision, limit=2 * batch + 60000 % batch,
+                     graph=False)
+        done(f"resnet {precision}")
+
+
+def tune(out, quick):
+    """Tune every problem, writing the table after each group (a time limit keeps what was
+    done)."""
+    import torch
+
+    import tritonad as td
+    import tritonad.nn.functional as F
+    from tritonad import models, optim
+
+    done = _tuning(out)
     for name, batches in (("mlp", (128, 96)), ("cnn", (100,)), ("logreg", (128, 96))):
         model = models.build(name).to("cuda")
         opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -103,7 +135,9 @@ def tune(out, quick):
     td.set_matmul_precision("highest")
 
 
-def merge(path):
+def merge(path, keep=False):
+    """Add the plans of `path` to the table: replacing its GPUs' entries, or with keep, beside
+    the entries there (a key in both takes the new plan)."""
     with open(path) as f:
         new = json.load(f)
     try:
@@ -111,7 +145,12 @@ def merge(path):
             table = json.load(f)
     except (OSError, ValueError):
         table = {}
-    table.update(new)
+    for gpu, tuners in new.items():
+        if keep and gpu in table:
+            for name, plans in tuners.items():
+                table[gpu].setdefault(name, {}).update(plans)
+        else:
+            table[gpu] = tuners
     tmp = TABLE + ".tmp"
     with open(tmp, "w") as f:
         json.dump(table, f, indent=1, sort_keys=True)
@@ -125,12 +164,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="tune on this GPU and write the plans here")
     parser.add_argument("--quick", action="store_true", help="the benchmarks' quick sizes only")
-    parser.add_argument("--merge", help="add a file written by --out to the shipped table")
+    parser.add_argument("--recipes", action="store_true",
+                        help="tune the gpt and resnet recipes' problems instead")
+    parser.add_argument("--merge", help="add a file written by --out to the shipped table, "
+                                        "replacing its GPU's entries")
+    parser.add_argument("--add", help="add a file written by --out to the shipped table, "
+                                      "keeping its GPU's other entries")
     args = parser.parse_args()
-    if args.merge:
-        merge(args.merge)
+    if args.merge or args.add:
+        merge(args.merge or args.add, keep=bool(args.add))
     elif args.out:
-        tune(args.out, args.quick)
+        tune_recipes(args.out) if args.recipes else tune(args.out, args.quick)
     else:
         parser.error("give --out (on a GPU) or --merge")
 
