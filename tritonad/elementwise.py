@@ -111,9 +111,21 @@ class Derivative:
         if self.arity > 4:
             raise ValueError(f"{self.name}: a derivative reads at most 4 values")
         self.condition = op.condition and self.reads[0] == op.operands[0]
+        # `return dy` (add's operands, sub's first): the gradient is dy itself, handed on
+        # without a kernel, as PyTorch's AddBackward does (the engine then sums it to the
+        # operand's shape and casts it to its dtype, as any gradient)
+        self.identity = self.reads == ("dy",) and _returns_its_argument(fn)
 
     def __repr__(self):
         return f"<derivative {self.name}({', '.join(self.reads)})>"
+
+
+def _returns_its_argument(fn):
+    marker = object()
+    try:
+        return fn(marker) is marker
+    except Exception:  # (any arithmetic on the marker: not the identity)
+        return False
 
 
 def elementwise(fn=None, *, result="float", module=None, method=True, condition=False):

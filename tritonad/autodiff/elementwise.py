@@ -67,6 +67,9 @@ class ElementwiseFunction(Function):
                 grads.append(None)
                 continue
             derivative = op.derivatives[name]
+            if derivative.identity:
+                grads.append(dy)
+                continue
             args = [values[n] for n in derivative.reads]
             if graph:
                 grads.append(tensor_form(derivative)(*args))

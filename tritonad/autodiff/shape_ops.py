@@ -237,6 +237,12 @@ class Cast(Function):
 
     @staticmethod
     def backward(ctx, dy):
+        # a leaf whose gradient buffer the engine lends (a weight that autocast casts to bf16):
+        # the gradient cast straight into it, one kernel where the engine's cast and its copy
+        # into .grad would take two
+        buffer = ctx.gradient_buffer(0)
+        if buffer is not None and buffer.shape == dy._data.shape:
+            return Tensor._wrap(get_backend().copy_(buffer, dy._data)), None
         return dy, None
 
 
