@@ -30,6 +30,10 @@ def main(argv=None):
     text = corpus.Shakespeare()
     _, history = gpt.train(text, "cuda", steps=args.steps, precision=args.precision,
                            eval_every=100, eval_batches=2, graph=not args.no_graph)
+    from tritonad.kernels import matmul
+    print(f"matmul plans by source: {matmul.tuner.counts()}")
+    for key, plan in sorted(matmul.tuner.memory.items()):
+        print(f"  {key:48} {matmul.tuner.sources.get(key, '?'):9} {matmul.describe(plan)}")
     batch, context = gpt.RECIPE["batch"], gpt.RECIPE["context"]
     for entry in history:
         ms = batch * context / entry["tokens_per_s"] * 1e3

@@ -56,6 +56,13 @@ for step in "$@"; do
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
         gpt-steps=*)  run "$step" 200 python3 -m tritonad train --model gpt --steps "${step#gpt-steps=}" ;;
         resnet-epochs=*) run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-epochs=}" ;;
+        tb-gpu)       run tb-gpu "${TB_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 250 --durations=20 tests/test_torch_backend.py tests/test_torch_backend_nn.py tests/test_torch_backend_programs.py ;;
+        recipe-table) run recipe-table 400 python3 scripts/make_plan_table.py --recipes --out "$OUT/recipes.json"
+                      run recipe-table-add 30 python3 scripts/make_plan_table.py --add "$OUT/recipes.json" ;;
+        tuned-matmul-*) TRITONAD_AUTOTUNE=1 TRITONAD_AUTOTUNE_DIR=$(mktemp -d) run "$step" 400 python3 -m tritonad bench matmul --out "$OUT/bench/tuned" --sections "${step#tuned-matmul-}" --precisions bf16,tf32 ;;
+        profile-gpt2) run profile-gpt2 200 python3 benchmarks/profile_gpt.py ;;
+        profile-gpt-nopdl) TRITONAD_PDL=0 run profile-gpt-nopdl 200 python3 benchmarks/profile_gpt.py --steps 200 --top 40 ;;
+        gpu-tests-files=*) run gpu-tests-files "${GPU_FILES_LIMIT:-200}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 150 -x $(echo "${step#gpu-tests-files=}" | tr , ' ') ;;
         profile-gpt)  run profile-gpt 200 python3 benchmarks/profile_gpt.py ;;
         train-*)      run "$step" 300 python3 -m tritonad train --model "${step#train-}" --quiet --save "$OUT/bench/${step#train-}.tdckpt" ;;
         *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
@@ -63,7 +70,8 @@ for step in "$@"; do
 done
 tar czf "$OUT/logs.tgz" -C "$OUT" logs bench 2>/dev/null
 rm -rf "$OUT/logs" "$OUT/bench"
-tar czf "$OUT/cache.tgz" -C /root .triton/cache .cache/tritonad 2>/dev/null
+caches=$(cd /root && ls -d .triton/cache .cache/tritonad 2>/dev/null)
+tar czf "$OUT/cache.tgz" -C /root $caches 2>/dev/null
 size=$(stat -c %s "$OUT/cache.tgz" 2>/dev/null || echo 0)
 if [ "$size" -gt 15000000 ]; then tar czf "$OUT/cache.tgz" -C /root .cache/tritonad; fi
 echo "---- summary"; cat "$OUT/summary.txt"
