@@ -55,11 +55,15 @@ for step in "$@"; do
         sweep-mlp)    run sweep-mlp 300 python3 benchmarks/sweep_mlp.py ;;
         sweep-matmul) run sweep-matmul 420 python3 benchmarks/sweep_matmul.py --out "$OUT/bench" ;;
         gpt-steps=*)  run "$step" 200 python3 -m tritonad train --model gpt --steps "${step#gpt-steps=}" ;;
+        resnet-nopdl-epochs=*) TRITONAD_PDL=0 run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-nopdl-epochs=}" ;;
         resnet-epochs=*) run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-epochs=}" ;;
         tb-gpu)       run tb-gpu "${TB_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 250 --durations=20 tests/test_torch_backend.py tests/test_torch_backend_nn.py tests/test_torch_backend_programs.py ;;
         recipe-table) run recipe-table 400 python3 scripts/make_plan_table.py --recipes --out "$OUT/recipes.json"
                       run recipe-table-add 30 python3 scripts/make_plan_table.py --add "$OUT/recipes.json" ;;
         tuned-matmul-*) TRITONAD_AUTOTUNE=1 TRITONAD_AUTOTUNE_DIR=$(mktemp -d) run "$step" 400 python3 -m tritonad bench matmul --out "$OUT/bench/tuned" --sections "${step#tuned-matmul-}" --precisions bf16,tf32 ;;
+        torch-gpt-bf16) run torch-gpt-bf16 120 python3 benchmarks/torch_gpt.py --mode eager-bf16 --steps 300 --eval-every 100 --eval-batches 2 ;;
+        torch-resnet-bf16) run torch-resnet-bf16 120 python3 benchmarks/torch_resnet.py --mode eager-bf16 --epochs 3 ;;
+        cnn-epochs=*) run "$step" 100 python3 -m tritonad train --model cnn --epochs "${step#cnn-epochs=}" ;;
         profile-gpt2) run profile-gpt2 200 python3 benchmarks/profile_gpt.py ;;
         profile-gpt-nopdl) TRITONAD_PDL=0 run profile-gpt-nopdl 200 python3 benchmarks/profile_gpt.py --steps 200 --top 40 ;;
         gpu-tests-files=*) run gpu-tests-files "${GPU_FILES_LIMIT:-200}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 150 -x $(echo "${step#gpu-tests-files=}" | tr , ' ') ;;
@@ -73,5 +77,7 @@ rm -rf "$OUT/logs" "$OUT/bench"
 caches=$(cd /root && ls -d .triton/cache .cache/tritonad 2>/dev/null)
 tar czf "$OUT/cache.tgz" -C /root $caches 2>/dev/null
 size=$(stat -c %s "$OUT/cache.tgz" 2>/dev/null || echo 0)
-if [ "$size" -gt 15000000 ]; then tar czf "$OUT/cache.tgz" -C /root .cache/tritonad; fi
+if [ "$size" -gt 15000000 ]; then  # too large to come back: the tuning cache alone, if any
+    if [ -d /root/.cache/tritonad ]; then tar czf "$OUT/cache.tgz" -C /root .cache/tritonad; else rm -f "$OUT/cache.tgz"; fi
+fi
 echo "---- summary"; cat "$OUT/summary.txt"

@@ -46,7 +46,7 @@ from . import hopper
 from .launch import INTERPRET, PDL, cdiv, dtype_of
 from .matmul_menu import __file__ as _MENU_FILE
 from .matmul_menu import (  # noqa: F401  (the menu: tests and sweeps read it from here)
-    TMA_MIN_MACS, TMA_WS_MACS, _LARGE_TILES, _SMALL_BK, _SMALL_TILES, _SMALL_X3_TILES, _TMA_TILES,
+    MEDIUM_MACS, TMA_MIN_MACS, TMA_WS_MACS, _LARGE_TILES, _SMALL_BK, _SMALL_TILES, _SMALL_X3_TILES, _TMA_TILES,
     _kind, _plan, _rs_plan, _tma_plan, candidate_plans, describe, rs_problem, split_k_heuristic,
     tma_first, tma_problem)
 from .plans import empty, planned, run
@@ -430,6 +430,20 @@ def _stage(x: _Operand, B0, B1) -> _Operand:
     return _Operand(dst, s0, s1, x.rows, x.cols, x.cols, 1)
 
 
+# Programmatic dependent launch (launch.PDL) for products below MEDIUM_MACS only. A kernel
+# launched early lands its programs in whatever slots the kernel before it leaves free, so a
+# product of heavy tiles sized to about one wave runs some SMs two programs deep and leaves
+# others idle: the gpt recipe's captured bf16 step took 14.64 ms with PDL on every kernel and
+# 11.69 ms with none (H200, benchmarks/profile_gpt.py, 2026-12-02); notes/PERF.md's "PDL for
+# the conv and pool kernels" lost the same way. The MNIST products, bound by launch latency,
+# keep it.
+_NO_PDL = {"GDC": False}
+
+
+def _pdl(macs):
+    return PDL if macs < MEDIUM_MACS else _NO_PDL
+
+
 def _input_precision(plan, kind):
     """tl.dot's input_precision for a plan: "ieee" (FMA) or "tf32x3" for exact fp32, "tf32"
     otherwise (ignored for half and fp64)."""
@@ -507,7 +521,7 @@ def _launch_tma(plan, M, N, K, a, b, out, layout, bias, relu, kind):
         B_KMAJOR=b_kmajor, HAS_BIAS=bias is not None, RELU=relu,
         PRECISION=_input_precision(plan, kind), UPCAST=INTERPRET and kind == "half",
         FLATTEN=persistent, WARP_SPECIALIZE=bool(plan.get("ws")),
-        num_warps=plan["warps"], num_stages=plan["stages"], **PDL)
+        num_warps=plan["warps"], num_stages=plan["stages"], **_pdl(M * N * K))
 
 
 def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
@@ -561,7 +575,7 @@ def _launch(plan, B0, B1, a, b, out, bias, relu, kind, gate=None, rows=None):
         FP64=kind == "fp64", UPCAST=INTERPRET and kind == "half",
         INT64=INTERPRET or max(a.span(), b.span(), M * N) > _INT32_LIMIT,
         GATE=gate is not None, ROW_SUMS=rows is not None,
-        num_warps=plan["warps"], num_stages=plan["stages"], **PDL)
+        num_warps=plan["warps"], num_stages=plan["stages"], **_pdl(batch * M * N * K))
     if split > 1:
         # out of one group is one contiguous block [B0, B1, M, N] (out is contiguous)
         n = batch * M * N
