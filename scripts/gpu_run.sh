@@ -57,7 +57,9 @@ for step in "$@"; do
         gpt-steps=*)  run "$step" 200 python3 -m tritonad train --model gpt --steps "${step#gpt-steps=}" ;;
         resnet-nopdl-epochs=*) TRITONAD_PDL=0 run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-nopdl-epochs=}" ;;
         resnet-epochs=*) run "$step" 200 python3 -m tritonad train --model resnet --dataset fashion-mnist --epochs "${step#resnet-epochs=}" ;;
-        tb-gpu)       run tb-gpu "${TB_LIMIT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --timeout 250 --durations=20 tests/test_torch_backend.py tests/test_torch_backend_nn.py tests/test_torch_backend_programs.py ;;
+        # (-v --tb=line --maxfail: each failure named as it happens, the summary printed before
+        # the step's time limit cuts the log)
+        tb-gpu)       run tb-gpu "${TB_LIMIT:-300}" python3 -m pytest -m gpu -v -p no:cacheprovider -n 8 --timeout 120 --tb=line --maxfail=25 -rf tests/test_torch_backend.py tests/test_torch_backend_nn.py tests/test_torch_backend_programs.py ;;
         recipe-table) run recipe-table 400 python3 scripts/make_plan_table.py --recipes --out "$OUT/recipes.json"
                       run recipe-table-add 30 python3 scripts/make_plan_table.py --add "$OUT/recipes.json" ;;
         tuned-matmul-*) TRITONAD_AUTOTUNE=1 TRITONAD_AUTOTUNE_DIR=$(mktemp -d) run "$step" 400 python3 -m tritonad bench matmul --out "$OUT/bench/tuned" --sections "${step#tuned-matmul-}" --precisions bf16,tf32 ;;
