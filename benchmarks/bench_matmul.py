@@ -206,9 +206,10 @@ def main(argv=None):
                     (QUICK_SQUARES if args.quick else SQUARES)
                 squares(precision, sizes, rows)
             for section in LAYER_SECTIONS:
-                # (--quick: the gpt products at the recipe's precisions, bf16 and TF32)
+                # (--quick: the gpt products at the recipe's precision, bf16, only: the issue
+                # asks --quick to take 60 s or less on a fresh machine)
                 if section in sections and not (args.quick and section == "gpt" and
-                                                precision not in ("bf16", "tf32")):
+                                                precision != "bf16"):
                     layers(section, precision, rows)
     finally:
         set_precision("fp32")
