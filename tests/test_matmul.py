@@ -608,9 +608,18 @@ def test_tma_menu():
                     # TF32: wgmma reads K-major operands only, so an N-major b is staged
                     assert p["stage_b"] == (kind == "tf32" and not b_kmajor)
     for kind in ("half", "tf32", "ieee", "fp64"):
-        for m, n, k in list(MNIST.values()) + [(4096, 4096, 64), (2048, 2048, 2048)]:
+        for m, n, k in list(MNIST.values()) + [(4096, 4096, 32), (16384, 84, 384)]:
             assert mm.candidate_plans(1, m, n, k, kind, True, False, 132, tma=True) == \
                 mm.candidate_plans(1, m, n, k, kind, True, False, 132)
+    # from TMA_TRY_MACS to TMA_MIN_MACS (the gpt recipe's forward products): offered after the
+    # classic plans, which keep the first guess
+    for kind in ("half", "tf32"):
+        for m, n, k in [(2048, 2048, 2048), (16384, 1152, 384), (4096, 4096, 64)]:
+            for b_kmajor in (False, True):
+                classic = mm.candidate_plans(1, m, n, k, kind, True, b_kmajor, 132)
+                plans = mm.candidate_plans(1, m, n, k, kind, True, b_kmajor, 132, tma=True)
+                assert plans[:len(classic)] == classic
+                assert plans[len(classic):] and all(p.get("tma") for p in plans[len(classic):])
     assert not mm.tma_problem(1, 4096, 4096, 4096, "ieee", 132)
     assert mm.tma_problem(256, 512, 512, 512, "half", 132)  # 256 x 16 tiles, 2^35 MACs
     assert mm.describe(mm._tma_plan(128, 256, 64, 8, 3, True)) == \

@@ -46,8 +46,8 @@ from . import hopper
 from .launch import INTERPRET, PDL, cdiv, dtype_of
 from .matmul_menu import __file__ as _MENU_FILE
 from .matmul_menu import (  # noqa: F401  (the menu: tests and sweeps read it from here)
-    MEDIUM_MACS, TMA_MIN_MACS, TMA_WS_MACS, _LARGE_TILES, _SMALL_BK, _SMALL_TILES, _SMALL_X3_TILES, _TMA_TILES,
-    _kind, _plan, _rs_plan, _tma_plan, candidate_plans, describe, rs_problem, split_k_heuristic,
+    MEDIUM_MACS, TMA_MIN_MACS, TMA_TRY_MACS, TMA_WS_MACS, _LARGE_TILES, _SMALL_BK, _SMALL_TILES,
+    _SMALL_X3_TILES, _TMA_TILES, _kind, _plan, _rs_plan, _tma_plan, candidate_plans, describe, rs_problem, split_k_heuristic,
     tma_first, tma_problem)
 from .plans import empty, planned, run
 from .tuning import Tuner, measure_ms  # noqa: F401  (measure_ms: the sweeps use it from here)
@@ -709,8 +709,12 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
         key = f"{batch}x{M}x{N}x{K}:{dtype_of(a).name}:{kind}:{a_layout}{b_layout}"
         key += ":gate" * (a_gate is not None) + ":rows" * (a_row_sums is not None)
         sms = _sm_count(a.device)
-        tma = tma_problem(batch, M, N, K, kind, sms) and all(
+        # readable: TMA can read the operands of a problem whose menu offers TMA plans; tma:
+        # one where they may come first (the key's suffixes follow that, so that tables
+        # shipped before the menu offered them at TMA_TRY_MACS stay valid)
+        readable = tma_problem(batch, M, N, K, kind, sms, TMA_TRY_MACS) and all(
             _tma_operands(*g, kind, a_gate, a_row_sums) is not None for g in groups)
+        tma = readable and tma_problem(batch, M, N, K, kind, sms)
         # ":tma": a TMA plan is this problem's best guess, so a plan cached or shipped for the
         # key before TMA plans existed is stale (where the classic plans stay first, it stands)
         key += ":tma" * (tma and tma_first(batch, M, N, K, kind, a_layout == "k",
@@ -720,7 +724,7 @@ def matmul(a, b, bias=None, activation=None, out=None, precision=None, a_gate=No
                                          else torch.cuda.current_device())
         key += ":rs" * (rs and rs_problem(kind, a_layout == "k", b_layout == "k"))
         plan = tuner.choose(key, lambda: candidate_plans(
-            batch, M, N, K, kind, a_layout == "k", b_layout == "k", sms, tma, rs),
+            batch, M, N, K, kind, a_layout == "k", b_layout == "k", sms, readable, rs),
             run_plan, a.device)
     if FORCE_PLAN:
         plan = {**plan, **FORCE_PLAN}

@@ -78,6 +78,12 @@ _TMA_TILES = {
 # on (8192^3 measured, 4096^3 not), fp16/bf16 put the warp-specialized plan first.
 TMA_MIN_MACS = 2 ** 35  # 4096 x 4096 x 2048
 TMA_WS_MACS = 2 ** 38
+# From TMA_TRY_MACS on (below TMA_MIN_MACS) TMA plans follow the classic ones on the menu, so
+# that the tuner and the shipped table may take them where they win; the first guess stays
+# classic. The gpt recipe's forward products (2^31-2^33) ran at 0.71-0.77 of cuBLAS on classic
+# plans (bench matmul --sections gpt, H200, 2026-12-02), where the TMA kernel reached 0.98-1.02
+# against the classic 0.82-0.86 on x @ w.t() at 4096^3.
+TMA_TRY_MACS = 2 ** 30
 
 
 def _kind(dtype, precision) -> str:
@@ -128,7 +134,8 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
     when an operand's K stride is not 1. `tma`: TMA can read the operands (_tma_operands); large
     fp16/bf16/TF32 problems then also try TMA plans, first where tma_first() says so; TF32 ones
     staged K-major where an operand is not. `rs`: the GPU runs hopper.py's kernel; a TF32 TMA
-    problem with a K-major a and an N-major b then tries it first.
+    problem with a K-major a and an N-major b then tries it first (rs is only given where
+    the problem is one for TMA plans first, tma_problem at TMA_MIN_MACS).
     """
     if kind == "fp64":
         return [_plan(*t) for t in _LARGE_TILES["fp64"]]
@@ -177,7 +184,7 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
         # large: staged first (benchmarks/sweep_tma.py, H100, a @ b: 0.75 / 0.87 of cuBLAS at
         # 4096 / 8192 against 0.22 / 0.24 with wgmma reading an N-major TF32 b)
         plans = staged_plans + plans if large else plans + staged_plans
-    if tma and tma_problem(batch, M, N, K, kind, sms):
+    if tma and tma_problem(batch, M, N, K, kind, sms, TMA_TRY_MACS):
         tiles = _TMA_TILES[kind]
         if kind == "tf32":  # wgmma reads TF32 K-major only
             tma_plans = [_tma_plan(*t, **staged) for t in tiles]
@@ -187,7 +194,8 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
             tma_plans = [_tma_plan(*t) for t in tiles]
             if batch * M * N * K >= TMA_WS_MACS:
                 tma_plans.insert(0, _tma_plan(*tiles[0], ws=True))
-        first = tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor)
+        first = tma_problem(batch, M, N, K, kind, sms) and \
+            tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor)
         plans = tma_plans + plans if first else plans + tma_plans
         if rs and rs_problem(kind, a_kmajor, b_kmajor):
             # H200, 2026-11-25: 0.83-0.93 of cuBLAS at 4096^3, 0.88-0.94 at 8192^3, against
@@ -224,11 +232,12 @@ def tma_first(batch, M, N, K, kind, a_kmajor, b_kmajor):
     return a_kmajor and (b_kmajor or (kind == "half" and batch * M * N * K >= TMA_WS_MACS))
 
 
-def tma_problem(batch, M, N, K, kind, sms):
+def tma_problem(batch, M, N, K, kind, sms, minimum=TMA_MIN_MACS):
     """Whether a problem is one for TMA plans: fp16/bf16 or TF32, large enough to fill the GPU
-    with 128x128 tiles and to have TMA_MIN_MACS multiply-adds."""
+    with 128x128 tiles and to have `minimum` multiply-adds (TMA_MIN_MACS: where TMA plans may
+    be the first guess; TMA_TRY_MACS: where the menu offers them)."""
     return kind in _TMA_TILES and batch * cdiv(M, 128) * cdiv(N, 128) >= sms and \
-        batch * M * N * K >= TMA_MIN_MACS
+        batch * M * N * K >= minimum
 
 
 # ============================================================================== tuning
