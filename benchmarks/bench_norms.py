@@ -1,7 +1,7 @@
 """Normalisation: tritonad's fused kernels against PyTorch on the same GPU in the same run.
 
     python benchmarks/bench_norms.py --out bench-results [--quick] [--case ln|rms|bn|bn-gelu]
-        [--variant new|old|old,new|old,new,new/row_tile=8192/half_depth=1]
+        [--variant default|default,row_tile=8192/half_depth=1]
 
 Cases (each forward, and forward + backward of the input, weight and bias gradients):
 - ln:      F.layer_norm at [16384, 384] and [8192, 4096], fp32 and bf16, against torch's
@@ -18,11 +18,10 @@ the row says so). Eager: microseconds per call of the same call in a loop, host 
 GB/s at the minimum traffic: forward reads x and writes y (2 x numel x itemsize), forward +
 backward also reads x and dy and writes dx (5 x). Ratio = torch time / tritonad time.
 Targets (H200): ln, rms >= 1.5x torch (>= 2x its composite); bn >= 1.2x cuDNN; bn-gelu >= 1.5x.
---variant old,new times each variant of tritonad's kernels (kernels/norm_common.py: "old" the
-first kernels, "new" the streaming ones) in the same run, one row each; a variant may change
-settings after slashes (new/row_programs_per_sm=2/bn_tile=8192: NormSettings fields). Every
-tritonad row's ratios are against the torch rows of its case (rms: "vs composite" against the
-composite).
+--variant default,row_tile=8192 times tritonad's kernels under each settings variant
+(kernels/norm_common.py's NormSettings: "default", or fields changed with slashes between them,
+row_programs_per_sm=2/bn_tile=8192) in the same run, one row each. Every tritonad row's ratios
+are against the torch rows of its case (rms: "vs composite" against the composite).
 """
 from __future__ import annotations
 
@@ -143,15 +142,20 @@ def _time(fwd, fwd_bwd, nbytes, row):
 
 
 def _settings(variant):
-    """NormSettings changes of a --variant item: "new" or "old", then /key=value items."""
-    name, *items = variant.split("/")
+    """NormSettings changes of a --variant item: "default", or key=value items between
+    slashes."""
+    if variant == "default":
+        return {}
+    items = variant.split("/")
+    if not all("=" in item for item in items):
+        raise SystemExit(f"bench_norms: a --variant item is 'default' or key=value items "
+                         f"between slashes, got {variant!r}")
     changes = dict(item.split("=", 1) for item in items)
-    changes["variant"] = name
     norm_common.NormSettings.parse(",".join(f"{k}={v}" for k, v in changes.items()))
     return changes
 
 
-def measure(case, shape, dtype, layout="", variants=("new",)):
+def measure(case, shape, dtype, layout="", variants=("default",)):
     """Rows of one case: the torch sides, then tritonad under each settings variant (its ratios
     against torch's rows)."""
     if case in ("ln", "rms"):
@@ -194,9 +198,9 @@ COLUMNS = [
 
 def _extra(parser):
     parser.add_argument("--case", choices=CASES + ("all",), default="all")
-    parser.add_argument("--variant", default="new",
-                        help="tritonad kernel variants to time, comma-separated: new, old, "
-                             "new/key=value/... (NormSettings fields)")
+    parser.add_argument("--variant", default="default",
+                        help="tritonad settings variants to time, comma-separated: default, "
+                             "key=value/key=value (NormSettings fields)")
 
 
 def _plan(args):

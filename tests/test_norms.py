@@ -127,29 +127,19 @@ def test_fused_row_norms_match_the_composite_in_float64():
 
 @pytest.fixture
 def variant(request, monkeypatch):
-    """The kernels of one settings variant on small tiles and several programs, so that every
-    loop takes several steps, with a masked tail (and, in the streaming kernels, a fully masked
-    load past a program's last tile). Plans are cleared around it (their key does not see
-    the program count)."""
-    # "new2": two steps in flight for every dtype, elementwise batch-norm tiles of their own
-    name = getattr(request, "param", "new")
+    """The kernels on small tiles and several programs, so that every loop takes several steps,
+    with a masked tail and a fully masked load past a program's last tile. Plans are cleared
+    around it (their key does not see the program count)."""
+    # "deep": two steps in flight for every dtype, elementwise batch-norm tiles of their own
+    name = getattr(request, "param", "default")
     monkeypatch.setattr(norm_common, "programs_override", 3)
     monkeypatch.setattr(norm_stream, "INTERPRET_MIN_TILE", 0)
-    monkeypatch.setattr(kernels, "TILE", 64)  # the old kernels: 2 rows a step at 32 columns
     monkeypatch.setattr(norm_common, "SETTINGS", norm_common.NormSettings(
-        variant=name[:3], row_tile=64, bn_reduce_tile=32, bn_tile=64,
-        depth=2 if name == "new2" else 1, bn_l2_order=0 if name == "new2" else 1))
+        row_tile=64, bn_reduce_tile=32, bn_tile=64, depth=2 if name == "deep" else 1,
+        bn_l2_order=0 if name == "deep" else 1))
     clear_plans()
     yield name
     clear_plans()
-
-
-@pytest.mark.parametrize("variant", ["old"], indirect=True)
-def test_layer_norm_backward_sums_many_programs(variant):
-    x, w, b = arrays(4, (23, 29), (29,), (29,))
-    with td.use_backend("triton"):
-        compare(lambda x, w, b: F.layer_norm(x, (29,), w, b),
-                lambda x, w, b: TF.layer_norm(x, (29,), w, b), [x, w, b])
 
 
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
@@ -282,8 +272,7 @@ def test_batch_norm_half_channels_last():
                 [store(x), w, b], dtype=td.bfloat16, views=[view, None, None])
 
 
-@pytest.mark.parametrize("variant, layout", [("new2", "nchw"), ("new", "channels_last"),
-                                             ("old", "channels_last")],
+@pytest.mark.parametrize("variant, layout", [("deep", "nchw"), ("default", "channels_last")],
                          indirect=["variant"])
 def test_batch_norm_on_small_tiles(variant, layout):
     """Statistics, normalise and backward over several programs of several tiles (channel
@@ -305,12 +294,12 @@ def test_batch_norm_on_small_tiles(variant, layout):
 
 
 def test_norm_settings_parse():
-    s = norm_common.NormSettings.parse("variant=old, row_tile=8192")
-    assert (s.variant, s.row_tile, s.bn_tile) == ("old", 8192, 4096)
+    s = norm_common.NormSettings.parse("depth=2, row_tile=8192")
+    assert (s.depth, s.row_tile, s.bn_tile) == (2, 8192, 4096)
     with pytest.raises(ValueError, match="unknown setting"):
         norm_common.NormSettings.parse("tile=3")
-    with pytest.raises(ValueError, match="variant must be"):
-        norm_common.NormSettings.parse("variant=fast")
+    with pytest.raises(ValueError, match="depth and half_depth must be 1 or 2"):
+        norm_common.NormSettings.parse("half_depth=3")
 
 
 def test_fused_batch_norm_keeps_channels_last():
@@ -448,54 +437,48 @@ def test_layer_norm_rows_have_zero_mean_unit_variance(rows, cols, scale, shift):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
 @pytest.mark.parametrize("shape", [(4096, 384), (1024, 4096), (257, 16384), (16384, 384),
                                    (8192, 4096), (1000, 1000)])
-def test_gpu_row_norms_against_torch(dtype, shape, variant):
+def test_gpu_row_norms_against_torch(dtype, shape):
     """The bench shapes and odd ones (a stripe of rows that is not a multiple of the rows a
-    step; 1000 columns in a 1024 block), each variant of the kernels."""
+    step; 1000 columns in a 1024 block)."""
     rows, cols = shape
     x, w, b = arrays(50, shape, (cols,), (cols,))
     tol = (2e-2, 2e-2) if dtype is td.bfloat16 else (1e-4, 1e-4)
-    with norm_common.using(variant=variant):
-        compare(lambda x, w, b: F.layer_norm(x, (cols,), w, b),
-                lambda x, w, b: TF.layer_norm(x, (cols,), w, b), [x, w, b], dtype=dtype,
-                tol=tol)
-        compare(lambda x, w: F.rms_norm(x, (cols,), w), lambda x, w: TF.rms_norm(x, (cols,), w),
-                [x, w], dtype=dtype, tol=tol)
+    compare(lambda x, w, b: F.layer_norm(x, (cols,), w, b),
+            lambda x, w, b: TF.layer_norm(x, (cols,), w, b), [x, w, b], dtype=dtype,
+            tol=tol)
+    compare(lambda x, w: F.rms_norm(x, (cols,), w), lambda x, w: TF.rms_norm(x, (cols,), w),
+            [x, w], dtype=dtype, tol=tol)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("dtype", [td.float32, td.bfloat16])
 @pytest.mark.parametrize("activation", [None, "gelu"])
 @pytest.mark.parametrize("shape", [(64, 128, 14, 14), (512, 256, 7, 7), (3, 300, 5, 7),
                                    (100, 64, 17, 19)])
-def test_gpu_batch_norm_against_torch(layout, dtype, activation, shape, variant):
+def test_gpu_batch_norm_against_torch(layout, dtype, activation, shape):
     """The bench shapes; 300 channels (two channel blocks, a part-masked one) on an odd plane;
     an odd plane whose tiles do not split evenly over the programs (channels-last: 1010 tiles,
-    337 stripes of 3, the last of 2); each variant of the kernels."""
+    337 stripes of 3, the last of 2)."""
     store, view = LAYOUTS[layout]
     c = shape[1]
     x, w, b = arrays(51, shape, (c,), (c,), shift=1.0)
     act = {None: lambda y: y, "gelu": TF.gelu}[activation]
     tol = (3e-2, 3e-2) if dtype is td.bfloat16 else (1e-3, 1e-4)
-    with norm_common.using(variant=variant):
-        compare(lambda x, w, b: F.batch_norm_act(x, None, None, w, b, True,
-                                                 activation=activation),
-                lambda x, w, b: act(TF.batch_norm(x, None, None, w, b, training=True)),
-                [store(x), w, b], views=[view, None, None], dtype=dtype, tol=tol)
+    compare(lambda x, w, b: F.batch_norm_act(x, None, None, w, b, True,
+                                             activation=activation),
+            lambda x, w, b: act(TF.batch_norm(x, None, None, w, b, training=True)),
+            [store(x), w, b], views=[view, None, None], dtype=dtype, tol=tol)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["old", "new"])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_gpu_batch_norm_running_stats_under_cuda_graph(variant, channels_last):
+def test_gpu_batch_norm_running_stats_under_cuda_graph(channels_last):
     """A captured training step updates the running statistics at every replay."""
-    with norm_common.using(variant=variant):
-        _captured_running_stats(channels_last)
+    _captured_running_stats(channels_last)
 
 
 def _captured_running_stats(channels_last):

@@ -1,12 +1,11 @@
-"""What the normalisation kernels share: the settings that pick and size them, the program count
-of a pass over the whole tensor, and the @triton.jit helpers for tile offsets and the fused
-activations. kernels/norm.py (launchers, the row forward, the kernels measured first) and
-kernels/norm_stream.py (the streaming backward and batch-norm passes) import it.
+"""What the normalisation kernels share: the settings that size them, the program count of a
+pass over the whole tensor, and the @triton.jit helpers for tile offsets and the fused
+activations. kernels/norm.py (launchers, the row forward) and kernels/norm_stream.py (the
+streaming backward and batch-norm passes) import it.
 
-Settings come from TRITONAD_NORM, e.g. TRITONAD_NORM=variant=old or
-TRITONAD_NORM=variant=new,row_tile=8192,bn_programs_per_sm=4 (read at import; tests and
-benchmarks call use()). variant=old runs the kernels measured in bench norms on 2026-12-02, so
-that one GPU run can time both (bench norms --variant old,new).
+Settings come from TRITONAD_NORM, e.g. TRITONAD_NORM=row_tile=8192,bn_programs_per_sm=4 (read
+at import; tests and benchmarks call use()), so that one GPU run can time several
+(bench norms --variant default,row_tile=8192).
 """
 from __future__ import annotations
 
@@ -27,17 +26,15 @@ _sm_count = {}
 
 @dataclasses.dataclass(frozen=True)
 class NormSettings:
-    """How the norm kernels run. variant: "new" (kernels/norm_stream.py) or "old" (the first
-    kernels, kept for A/B timing). *_tile: elements of one input a program takes a step, 8 a
+    """How the norm kernels run. *_tile: elements of one input a program takes a step, 8 a
     thread (the registers a thread needs follow from it, whatever the dtype): row_tile for the
     row backward, bn_reduce_tile for the batch-norm statistics and gradient sums, bn_tile for
     its normalise and dx passes (one tile a program) unless bn_l2_order (1: those passes take
     the reduction's tiles, the last read first; 0: bn_tile tiles in order); depth, half_depth:
     steps of loads in flight ahead of the one being reduced (1 or 2) for 4- and 8-byte dtypes,
     and for 2-byte ones (2: bf16 keeps as many bytes in flight as float32 for a few registers
-    more); *_programs_per_sm: programs of a pass over the whole tensor per SM (the stripes of the row backward, the
-    splits of the batch-norm reductions)."""
-    variant: str = "new"
+    more); *_programs_per_sm: programs of a pass over the whole tensor per SM (the stripes of
+    the row backward, the splits of the batch-norm reductions)."""
     row_tile: int = 4096
     row_programs_per_sm: int = 1
     bn_reduce_tile: int = 2048
@@ -58,14 +55,11 @@ class NormSettings:
             if key not in fields:
                 raise ValueError(f"TRITONAD_NORM: unknown setting {key!r} (known: "
                                  f"{', '.join(fields)})")
-            values[key] = value if key == "variant" else int(value)
+            values[key] = int(value)
         settings = cls(**values)
         if {settings.depth, settings.half_depth} - {1, 2}:
             raise ValueError(f"TRITONAD_NORM: depth and half_depth must be 1 or 2, got "
                              f"{settings.depth}, {settings.half_depth}")
-        if settings.variant not in ("old", "new"):
-            raise ValueError(f"TRITONAD_NORM: variant must be old or new, got "
-                             f"{settings.variant!r}")
         return settings
 
 
@@ -78,7 +72,7 @@ def settings():
 
 
 def use(**changes):
-    """Change the settings (variant="old", row_tile=8192, ...); returns the previous ones."""
+    """Change the settings (row_tile=8192, ...); returns the previous ones."""
     global SETTINGS
     previous = SETTINGS
     SETTINGS = NormSettings.parse(",".join(f"{k}={v}" for k, v in

@@ -1,8 +1,8 @@
-"""Streaming normalisation passes (settings variant "new", kernels/norm_common.py): the row-norm
-backward and the batch-norm forward and backward, each a pass over the data at full bandwidth.
-kernels/norm.py's launchers call these; the forward row kernel is norm.py's (both variants).
+"""Streaming normalisation passes: the row-norm backward and the batch-norm forward and backward,
+each a pass over the data at full bandwidth (settings: kernels/norm_common.py). kernels/norm.py's
+launchers call these; the forward row kernel is norm.py's.
 
-Why the first kernels (variant "old") were slow (bench norms, H200, 2026-12-02): each program
+Why the first kernels (since removed) were slow (bench norms, H200, 2026-12-02): each program
 loaded a tile of 4096 elements, reduced it across warps, then loaded the next: one tile in
 flight per program and one program per SM (88-120 registers a thread at 16 warps), so a bf16
 tile put half the bytes in flight of an fp32 one and the bf16 passes gained nothing from
