@@ -45,7 +45,7 @@ from .. import dtypes
 from .elementwise import contiguous as _contiguous
 from .elementwise import fill_ as _fill
 from . import radix_sort, scan_lookback, topk_select
-from .sort_network import _bitonic_sort, _key_kind, _order_key
+from .sort_network import _bitonic_sort, _key_kind, _load_tile
 from .launch import INTERPRET, cdiv, next_power_of_2, num_warps_for
 from .plans import empty, planned, run
 
@@ -330,24 +330,9 @@ def _sort_tile_kernel(vals_ptr, ind_ptr, keys_out, idx_out, x_ptr, keys_in, idx_
     # In: x's columns (FROM_X) or (key, index) pairs of rows width_in long. Out: the first KEEP
     # of the sorted tile, at t * KEEP on: values gathered from x and int64 indices (FINAL, the
     # first n_out positions of a row) or pairs in rows width_out long.
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < n_rows
-    r64 = rows.to(tl.int64)
-    t = tl.program_id(1).to(tl.int64)
-    pos = t * (1 << LOG) + tl.arange(0, 1 << LOG)
-    x_base = (r64 // n_inner) * n_cols * n_inner + r64 % n_inner
-    if FROM_X:
-        ok = row_ok[:, None] & (pos < n_cols)[None, :]
-        x = tl.load(x_ptr + x_base[:, None] + pos[None, :] * n_inner, mask=ok, other=0)
-        k = _order_key(x, DESCENDING, KIND)
-        i = tl.broadcast_to(pos.to(tl.int32)[None, :], [ROWS, 1 << LOG])
-    else:
-        ok = row_ok[:, None] & (pos < width_in)[None, :]
-        at = r64[:, None] * width_in + pos[None, :]
-        k = tl.load(keys_in + at, mask=ok, other=0)
-        i = tl.load(idx_in + at, mask=ok, other=0)
-    k = tl.where(ok, k, MAX_KEY)          # padding sorts after everything real
-    i = tl.where(ok, i, 2147483647)
+    row_ok, r64, t, x_base, k, i = _load_tile(x_ptr, keys_in, idx_in, n_rows, n_cols, n_inner,
+                                              width_in, FROM_X, DESCENDING, KIND, MAX_KEY, LOG,
+                                              ROWS)
     k, i = _bitonic_sort(k, i, LOG, ROWS)
     rank = tl.arange(0, 1 << LOG)
     out_pos = t * KEEP + rank

@@ -38,6 +38,36 @@ def _order_key(x, DESCENDING: tl.constexpr, KIND: tl.constexpr):
 
 
 @triton.jit
+def _load_tile(x_ptr, keys_in, idx_in, n_rows, n_cols, n_inner, width_in, FROM_X: tl.constexpr,
+               DESCENDING: tl.constexpr, KIND: tl.constexpr, MAX_KEY: tl.constexpr,
+               LOG: tl.constexpr, ROWS: tl.constexpr):
+    # The tile of the sort and topk kernels' program (program_id(0), program_id(1)): ROWS rows
+    # by tile t's 2**LOG positions, as (rows in range, rows as int64, t, x's row offsets, keys,
+    # indices). In: x's columns as order keys (FROM_X; x viewed as [outer, n_cols, n_inner],
+    # a row one (outer, inner) pair) or (key, index) pairs of rows width_in long. Positions
+    # past a row pad with MAX_KEY and index 2**31 - 1, which sort after everything real.
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    r64 = rows.to(tl.int64)
+    t = tl.program_id(1).to(tl.int64)
+    pos = t * (1 << LOG) + tl.arange(0, 1 << LOG)
+    x_base = (r64 // n_inner) * n_cols * n_inner + r64 % n_inner
+    if FROM_X:
+        ok = row_ok[:, None] & (pos < n_cols)[None, :]
+        x = tl.load(x_ptr + x_base[:, None] + pos[None, :] * n_inner, mask=ok, other=0)
+        k = _order_key(x, DESCENDING, KIND)
+        i = tl.broadcast_to(pos.to(tl.int32)[None, :], [ROWS, 1 << LOG])
+    else:
+        ok = row_ok[:, None] & (pos < width_in)[None, :]
+        at = r64[:, None] * width_in + pos[None, :]
+        k = tl.load(keys_in + at, mask=ok, other=0)
+        i = tl.load(idx_in + at, mask=ok, other=0)
+    k = tl.where(ok, k, MAX_KEY)
+    i = tl.where(ok, i, 2147483647)
+    return row_ok, r64, t, x_base, k, i
+
+
+@triton.jit
 def _bitonic_sort(k, i, LOG: tl.constexpr, ROWS: tl.constexpr):
     # each row of k [ROWS, 2**LOG] ascending by (key, index), i carried along. A step
     # compare-exchanges the pairs 2**(LOG - level - 1) apart: the smaller (key, index) pair

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .launch import cdiv, next_power_of_2, num_warps_for
 from .plans import empty, run
-from .sort_network import _bitonic_sort, _half_clean, _key_kind, _order_key
+from .sort_network import _bitonic_sort, _half_clean, _key_kind, _load_tile
 
 
 # Memory per pass: the tile read once (x's elements, or 8 bytes a candidate pair) and K pairs
@@ -38,24 +38,9 @@ def _topk_halving_kernel(vals_ptr, ind_ptr, keys_out, idx_out, x_ptr, keys_in, i
     # descending). Out: the tile's best 2**LOG_KEEP, ascending: the first n_out as values and
     # int64 indices (FINAL), or pairs at t * 2**LOG_KEEP in rows width_out long, descending
     # when t is odd.
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < n_rows
-    r64 = rows.to(tl.int64)
-    t = tl.program_id(1).to(tl.int64)
-    pos = t * (1 << LOG) + tl.arange(0, 1 << LOG)
-    x_base = (r64 // n_inner) * n_cols * n_inner + r64 % n_inner
-    if FROM_X:
-        ok = row_ok[:, None] & (pos < n_cols)[None, :]
-        x = tl.load(x_ptr + x_base[:, None] + pos[None, :] * n_inner, mask=ok, other=0)
-        k = _order_key(x, DESCENDING, KIND)
-        i = tl.broadcast_to(pos.to(tl.int32)[None, :], [ROWS, 1 << LOG])
-    else:
-        ok = row_ok[:, None] & (pos < width_in)[None, :]
-        at = r64[:, None] * width_in + pos[None, :]
-        k = tl.load(keys_in + at, mask=ok, other=0)
-        i = tl.load(idx_in + at, mask=ok, other=0)
-    k = tl.where(ok, k, MAX_KEY)          # padding sorts after everything real
-    i = tl.where(ok, i, 2147483647)
+    row_ok, r64, t, x_base, k, i = _load_tile(x_ptr, keys_in, idx_in, n_rows, n_cols, n_inner,
+                                              width_in, FROM_X, DESCENDING, KIND, MAX_KEY, LOG,
+                                              ROWS)
     k = tl.reshape(k, [ROWS << (LOG - LOG_KEEP), 1 << LOG_KEEP])
     i = tl.reshape(i, [ROWS << (LOG - LOG_KEEP), 1 << LOG_KEEP])
     if FROM_X:
