@@ -120,6 +120,17 @@ class Derivative:
         return f"<derivative {self.name}({', '.join(self.reads)})>"
 
 
+def formula(name):
+    """The entry or derivative of the table called `name` ("gelu", "gelu_backward_x")."""
+    if name in OPS:
+        return OPS[name]
+    op, _, wrt = name.partition("_backward_")
+    try:
+        return OPS[op].derivatives[wrt]
+    except KeyError:
+        raise KeyError(f"no elementwise entry or derivative {name!r}") from None
+
+
 def _returns_its_argument(fn):
     marker = object()
     try:

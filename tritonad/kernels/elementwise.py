@@ -628,6 +628,8 @@ class _Form:
         code = formula.fn.__code__
         fn = types.FunctionType(code, _NAMESPACE, code.co_name, formula.fn.__defaults__)
         self.fn = triton.jit(fn)
+        # (named so that a noted launch can be compiled again elsewhere: scripts/compile_check)
+        self.fn.tritonad_formula = formula.name
 
     def __repr__(self):
         return f"<kernel form {self.name}>"

@@ -529,6 +529,8 @@ def _note_kernel(kernel, args, meta):
             value = value.value
         if isinstance(value, tl.dtype):
             value = {"dtype": str(value)}
+        elif getattr(value, "tritonad_formula", None):  # an elementwise table formula
+            value = {"formula": value.tritonad_formula}
         elif not isinstance(value, (int, float, str, bool, type(None))):
             value = {"repr": repr(value)}
         constexprs[name] = value
