@@ -22,6 +22,7 @@ import tritonad as td
 import tritonad.nn.functional as F
 from helpers import as_numpy, assert_close, check_op, random_array, reference_inputs
 from tritonad.kernels import matmul as mm
+from tritonad.kernels import matmul_menu
 from tritonad.kernels.tuning import Tuner
 from tritonad.reference import NumpyBackend
 
@@ -465,15 +466,20 @@ def test_candidate_plans(kind, shape):
 def test_long_k_products_start_on_tensor_core_tiles(kind, shape):
     """The gpt recipe's weight gradients (K = its 16384 rows) and its narrow head: output tiles
     too few to fill 132 SMs, but 2^28 multiply-adds or more. The first guess is a 64-row tile
-    or more (wgmma's minimum), split along K where the tiles alone leave SMs idle."""
+    or more (wgmma's minimum), split along K where the tiles alone leave SMs idle (exact
+    fp32: such tiles are on the menu, after the small ones)."""
     m, n, k = shape
-    plans = mm.candidate_plans(1, m, n, k, kind, False, False, 132)
+    menu = plans = mm.candidate_plans(1, m, n, k, kind, False, False, 132)
+    if kind == "ieee":  # exact fp32: after the small 3xTF32 tiles (tuned: those won)
+        assert plans[0]["BM"] * plans[0]["BN"] <= 2048
+        medium = matmul_menu._medium_plans(1, m, n, k, kind, 132)
+        plans = [p for p in plans if p in medium]
     first = plans[0]
     assert first["BM"] >= 64 and first["BN"] >= 64 and first["x3"] == (kind == "ieee")
     tiles = -(-m // first["BM"]) * -(-n // first["BN"])
     assert tiles * first["split"] <= 132
     assert tiles * first["split"] * 2 > 132 or first["split"] == 16 or k < 4096
-    assert any(p["BM"] * p["BN"] <= 2048 for p in plans)  # the small menu still follows
+    assert any(p["BM"] * p["BN"] <= 2048 for p in menu)  # the small menu is there too
 
 
 def test_autotuner_caches_on_disk(tmp_path, monkeypatch):

@@ -47,8 +47,8 @@ from .launch import INTERPRET, PDL, cdiv, dtype_of
 from .matmul_menu import __file__ as _MENU_FILE
 from .matmul_menu import (  # noqa: F401  (the menu: tests and sweeps read it from here)
     MEDIUM_MACS, TMA_MIN_MACS, TMA_TRY_MACS, TMA_WS_MACS, _LARGE_TILES, _SMALL_BK, _SMALL_TILES,
-    _SMALL_X3_TILES, _TMA_TILES, _kind, _plan, _rs_plan, _tma_plan, candidate_plans, describe, rs_problem, split_k_heuristic,
-    tma_first, tma_problem)
+    _SMALL_X3_TILES, _TMA_TILES, _kind, _plan, _rs_plan, _tma_plan, candidate_plans, describe,
+    rs_problem, split_k_heuristic, tma_first, tma_problem)
 from .plans import empty, planned, run
 from .tuning import Tuner, measure_ms  # noqa: F401  (measure_ms: the sweeps use it from here)
 

@@ -40,7 +40,8 @@ _SMALL_TILES = [(16, 32), (32, 64), (64, 32), (16, 64), (32, 32), (64, 64), (64,
 # minimum) and took 0.3-0.8 ms each for the recipe's bf16 products on an H200 (its eager step:
 # 32 of 40 ms in _matmul_kernel, benchmarks/profile_gpt.py, 2026-12-02); tensor-core tiles with
 # split-K over the long axis come first from MEDIUM_MACS multiply-adds on (the MNIST products
-# stay below it: the largest, cnn fc1, is 100 x 512 x 3136 = 1.6e8).
+# stay below it: the largest, cnn fc1, is 100 x 512 x 3136 = 1.6e8), for exact fp32 after the
+# small tiles (see candidate_plans).
 _MEDIUM_TILES = {
     "half": [(128, 128, 64, 8, 3), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4)],
     "tf32": [(128, 128, 32, 8, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4)],
@@ -152,8 +153,8 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
             staged_x3 = [{**p, **staged} for p in x3] if not (a_kmajor and b_kmajor) else []
             plans = staged_x3 + x3 + plans
     else:
-        if batch * M * N * K >= MEDIUM_MACS:
-            plans = _medium_plans(batch, M, N, K, kind, sms)
+        medium = _medium_plans(batch, M, N, K, kind, sms) if batch * M * N * K >= MEDIUM_MACS \
+            else []
         tiles = [(bm, bn) for bm, bn in _SMALL_TILES
                  if bm <= max(16, next_power_of_2(M)) and bn <= max(32, next_power_of_2(N))]
         for bm, bn in tiles:
@@ -179,6 +180,10 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
                         splits.append(2 * split)
                 for s in dict.fromkeys(splits):
                     plans.append({**base, "split": s})
+        # exact fp32 keeps its small 3xTF32 tiles first: tuned on an H200 (2026-12-02), the
+        # gpt recipe's fp32 dW [1152, 16384] @ [16384, 384] took 16x64 3xTF32 over every
+        # medium tile
+        plans = plans + medium if kind == "ieee" else medium + plans
     if kind == "tf32" and not (a_kmajor and b_kmajor):
         staged_plans = [{**p, **staged} for p in plans[:3]]
         # large: staged first (benchmarks/sweep_tma.py, H100, a @ b: 0.75 / 0.87 of cuBLAS at
@@ -207,7 +212,7 @@ def candidate_plans(batch, M, N, K, kind, a_kmajor, b_kmajor, sms, tma=False, rs
 def _medium_plans(batch, M, N, K, kind, sms):
     """Tensor-core tiles for a product too narrow to fill the GPU but with MEDIUM_MACS or more
     multiply-adds: each tile with split_k_heuristic's slices (and without, if that differs),
-    the tile that wastes least of the output first. 3xTF32 first for exact fp32."""
+    the tile that wastes least of the output first; 3xTF32 for exact fp32."""
     def waste(tile):
         bm, bn = tile[:2]
         return cdiv(M, bm) * bm * cdiv(N, bn) * bn / (M * N)
