@@ -34,11 +34,15 @@ DOMAINS = {
     "clamp_tensor": {"min": (-3.0, -0.5), "max": (0.5, 3.0)},  # (min > max: max wins)
 }
 # number parameters used in the tests (the defaults otherwise)
-PARAMS = {"softplus": (1.5, 2.0), "leaky_relu": (0.2,), "elu": (0.7,), "hardtanh": (-0.5, 1.5)}
+PARAMS = {"softplus": (1.5, 2.0), "leaky_relu": (0.2,), "elu": (0.7,), "hardtanh": (-0.5, 1.5),
+          "addcmul": (-0.75,), "addcdiv": (1.25,)}
 
 # PyTorch's counterpart of an entry: torch.<name> or F.<name> by default; the others here
 TORCH_NAMED = {
     "clamp_tensor": torch.clamp, "gelu_tanh": lambda x: TF.gelu(x, approximate="tanh"),
+    # (value is keyword-only in PyTorch)
+    "addcmul": lambda x, a, b, value: torch.addcmul(x, a, b, value=value),
+    "addcdiv": lambda x, a, b, value: torch.addcdiv(x, a, b, value=value),
 }
 
 

@@ -143,7 +143,7 @@ METHOD_HINTS = {
     "uniform_": "use td.rand(shape) * (high - low) + low (or nn.init.uniform_ on a parameter)",
     "normal_": "use td.randn(shape) * std + mean (or nn.init.normal_ on a parameter)",
     **dict.fromkeys(_names("""
-        H acos acos_ acosh acosh_ addbmm addbmm_ addcdiv addcdiv_ addcmul addcmul_ addmm
+        H acos acos_ acosh acosh_ addbmm addbmm_ addcdiv_ addcmul_ addmm
         addmm_ addmv addmv_ addr addr_ adjoint aminmax angle apply_ arccos arccos_ arccosh
         arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2 arctan2_ arctan_ arctanh
         arctanh_ argsort argwhere as_strided as_strided_ as_strided_scatter as_subclass asin

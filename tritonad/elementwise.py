@@ -351,6 +351,48 @@ def _(input, end, dy):
     return dy * (end - input)
 
 
+@elementwise(result="same")
+def addcmul(input, tensor1, tensor2, value=1.0):
+    "input + value * tensor1 * tensor2, rounded once (half types compute in float32)."
+    return input + value * tensor1 * tensor2
+
+
+@addcmul.derivative(wrt="input")
+def _(dy):
+    return dy
+
+
+@addcmul.derivative(wrt="tensor1")
+def _(tensor2, value, dy):
+    return dy * value * tensor2
+
+
+@addcmul.derivative(wrt="tensor2")
+def _(tensor1, value, dy):
+    return dy * value * tensor1
+
+
+@elementwise
+def addcdiv(input, tensor1, tensor2, value=1.0):
+    "input + value * (tensor1 / tensor2), rounded once (integers divide truly)."
+    return input + value * div(tensor1, tensor2)
+
+
+@addcdiv.derivative(wrt="input")
+def _(dy):
+    return dy
+
+
+@addcdiv.derivative(wrt="tensor1")
+def _(tensor2, value, dy):
+    return dy * value / tensor2
+
+
+@addcdiv.derivative(wrt="tensor2")
+def _(tensor1, tensor2, value, dy):
+    return -dy * value * tensor1 / (tensor2 * tensor2)
+
+
 @elementwise
 def atan2(input, other):
     "The angle of the point (other, input), in (-pi, pi], with C99's signed zeros."

@@ -433,20 +433,21 @@ family("lerp", _lerp, suffix="Scalar")
 family("lerp", _lerp, suffix="Tensor")
 
 
-def _addc(combine):
-    """self + value * combine(t1, t2): value * t1 first, as PyTorch's kernels order it."""
+def _addc(entry):
+    """self + value * t1 * t2 (or / t2): the table's entry, one kernel rounding once, as
+    PyTorch's (half types computed in float32)."""
     def fn(self, t1, t2, *, value=1, out=None):
         if _is_bool(self) or _is_bool(t1) or _is_bool(t2):
-            raise Fallback("addcmul/addcdiv of bools")
-        if combine is B.div and dtypes.result_type(t1, t2).category < 2:
-            raise Fallback("addcdiv of integers")  # PyTorch's error
-        scaled = t1 if value == 1 else B.mul(t1, value)
-        return B.add(self, combine(scaled, t2), out=out)
+            raise Fallback(f"{entry.name} of bools")
+        integers = dtypes.result_type(self, t1, t2).category < 2
+        if integers and (entry is table.addcdiv or not isinstance(value, int)):
+            raise Fallback(f"{entry.name} of integers")  # PyTorch's error
+        return getattr(B, entry.name)(self, t1, t2, value, out=out)
     return fn
 
 
-family("addcmul", _addc(B.mul))
-family("addcdiv", _addc(B.div))
+family("addcmul", _addc(table.addcmul), typing=table.addcmul)
+family("addcdiv", _addc(table.addcdiv), typing=table.addcdiv)
 
 
 # ------------------------------------------------------------------------------ clamp

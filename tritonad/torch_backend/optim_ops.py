@@ -136,16 +136,16 @@ register("aten::_foreach_lerp.Scalar", "aten::_foreach_lerp.List",
     lambda selfs, ends, weight: _lerp(selfs, ends, weight, False))
 
 
-def _addc(op, combine):
-    """_foreach_addcmul / addcdiv: self + value * combine(t1, t2)."""
+def _addc(op, entry):
+    """_foreach_addcmul / addcdiv: self + value * t1 * t2 (or / t2), the table's entry: one
+    kernel a tensor, rounded once."""
     def run(selfs, t1, t2, value, inplace):
         if isinstance(value, torch.Tensor):  # (the .Tensor overload: a 1-d tensor of values)
             raise Fallback(f"{op}: values in a tensor (read on the host)")
         _check_lists(op, selfs, t1, t2, value)
-        outs = []
-        for i, s in enumerate(selfs):
-            term = B.mul(combine(t1[i], t2[i]), _at(value, i))
-            outs.append(B.add(s, term, out=s if inplace else None))
+        fn = getattr(B, entry)
+        outs = [fn(s, t1[i], t2[i], _at(value, i), out=s if inplace else None)
+                for i, s in enumerate(selfs)]
         return None if inplace else outs
     names = [f"aten::{op}_.Scalar", f"aten::{op}_.ScalarList", f"aten::{op}_.Tensor"]
     register(*names)(lambda selfs, t1, t2, value=1: run(selfs, t1, t2, value, True))
@@ -153,8 +153,8 @@ def _addc(op, combine):
         lambda selfs, t1, t2, value=1: run(selfs, t1, t2, value, False))
 
 
-_addc("_foreach_addcmul", B.mul)
-_addc("_foreach_addcdiv", B.div)
+_addc("_foreach_addcmul", "addcmul")
+_addc("_foreach_addcdiv", "addcdiv")
 
 
 @register("aten::_foreach_norm.Scalar")
