@@ -95,6 +95,33 @@ def test_opinfo_full(target):
     _check(target, [(d, FULL_SAMPLES, True) for d in dtypes])
 
 
+def test_scatter_add_of_uint8():
+    """uint8 (which atomics do not take) sums in int32 and wraps on the way back, as
+    PyTorch's own uint8 sums do."""
+    x = torch.full((2, 3), 120, dtype=torch.uint8, device=DEVICE)
+    src = torch.full((2, 5), 70, dtype=torch.uint8, device=DEVICE)
+    index = torch.tensor([[0, 1, 0, 2, 0], [2, 2, 2, 1, 0]], device=DEVICE)
+    tb.reset_coverage()
+    with tb.use(strict=True):
+        got = torch.scatter_add(x, 1, index, src)
+    assert torch.equal(got, torch.scatter_add(x, 1, index, src))
+    assert tb.coverage()["aten::scatter_add.default"]["tritonad"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_var_with_a_fractional_correction(dtype):
+    """PyTorch takes any number as the correction; the kernel divides by an integer count, so
+    a fractional one divides the float32 sum of squares once after it."""
+    x = torch.randn(4, 6, device=DEVICE).to(dtype)
+    tb.reset_coverage()
+    with tb.use(strict=True):
+        got = torch.var(x, dim=1, correction=0.5), torch.std(x, correction=2.5)
+    want = torch.var(x, dim=1, correction=0.5), torch.std(x, correction=2.5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **({} if dtype is torch.float32 else
+                                            dict(atol=1e-2, rtol=1.6e-2)))
+
+
 def test_sort_small():
     """sort, topk, cummax on a tiny row with ties (stable: ties keep their order, as PyTorch's
     stable sort)."""

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes
-from .elementwise import INT32_LIMIT, cast_for_store, collapse, copy_
+from .elementwise import INT32_LIMIT, cast_for_store, collapse, copy_, div
 from .launch import INTERPRET, cdiv, dtype_of, next_power_of_2
 from .plans import empty, planned, run
 
@@ -403,8 +403,15 @@ def var(x, dims=None, correction=1, keepdim=False):
     centre = empty(shape, _torch_type(acc), x.device)
     _reduce("sum", x, dims, centre, acc, divisor=count)
     out = empty(shape, dtype.torch, x.device)
-    _reduce("sumsq", x, dims, out, acc, mean=centre, divisor=_max(count - correction, 0))
-    return out
+    divisor = _max(count - correction, 0)
+    if divisor == int(divisor):
+        _reduce("sumsq", x, dims, out, acc, mean=centre, divisor=int(divisor))
+        return out
+    # a fractional correction (PyTorch takes any number): the kernel divides by an integer
+    # count, so the sum of squares stays in the accumulator type and one division follows
+    total = empty(shape, _torch_type(acc), x.device)
+    _reduce("sumsq", x, dims, total, acc, mean=centre)
+    return div(total, float(divisor), out=out)
 
 
 

@@ -541,18 +541,22 @@ def gather_along(x, index, dim):
     return out
 
 
+_WIDENED = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.uint8: torch.int32}
+
+
 @planned(arrays=2)
 def scatter_add_along(src, index, dim, size):
     """The adjoint of gather_along: out of src's shape with `size` along dim, zeros, then
     out[..., index[..., j, ...], ...] += src[..., j, ...]. Accumulates in float32 for half
-    types; repeated indices add up in no fixed order (float atomics)."""
+    types and in int32 for uint8 (atomics take neither; the cast back wraps as uint8 sums
+    would); repeated indices add up in no fixed order (float atomics)."""
     inner = _along_geometry("scatter_add_along", src, index, dim)
     src = src if src.is_contiguous() else _contiguous(src)
     index = index if index.is_contiguous() else _contiguous(index)
     shape = list(src.shape)
     shape[dim] = size
-    wide = src.dtype in (torch.float16, torch.bfloat16)
-    out = empty(shape, torch.float32 if wide else src.dtype, src.device)
+    wide = src.dtype in _WIDENED
+    out = empty(shape, _WIDENED.get(src.dtype, src.dtype), src.device)
     _fill(out, 0)
     n = index.numel()
     if n:
