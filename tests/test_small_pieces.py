@@ -256,6 +256,19 @@ def test_norms_against_torch(backend_name):
             assert_close(mine.grad, spec.grad, 1e-9, 1e-12, name="gradient")
 
 
+@pytest.mark.parametrize("dtype", [td.float16, td.bfloat16])
+def test_half_norms_compute_in_float32(backend_name, dtype):
+    """A float16 square overflows from 256 on and |x|^6 underflows below 0.2: powers and sums
+    run in float32, the result in the input's type, as PyTorch's."""
+    x = td.tensor([300.0, -400.0], dtype=dtype, requires_grad=True)
+    n = td.linalg.vector_norm(x)
+    n.backward()
+    assert n.dtype is dtype and n.item() == 500.0
+    assert_close(x.grad.float(), np.array([0.6, -0.8]), 1e-2, 1e-2, name="gradient")
+    small = td.tensor([0.0674], dtype=dtype)
+    assert abs(td.linalg.vector_norm(small, 6).item() - small.float().item()) < 1e-3
+
+
 def test_norm_errors():
     with pytest.raises(NotImplementedError, match="singular values"):
         td.linalg.norm(td.ones(2, 2), "nuc")

@@ -122,6 +122,16 @@ def test_var_with_a_fractional_correction(dtype):
                                             dict(atol=1e-2, rtol=1.6e-2)))
 
 
+def test_half_vector_norm_in_float32():
+    """float16 squares overflow from 256 on: the handler computes in float32, as PyTorch."""
+    x = torch.tensor([300.0, -400.0, 0.0674], device=DEVICE).half()
+    with tb.use(strict=True):
+        got = torch.linalg.vector_norm(x), torch.linalg.vector_norm(x[2:], 6)
+    want = torch.linalg.vector_norm(x), torch.linalg.vector_norm(x[2:], 6)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
 def test_sort_small():
     """sort, topk, cummax on a tiny row with ties (stable: ties keep their order, as PyTorch's
     stable sort)."""

@@ -407,6 +407,9 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
                         f"{x.shape}")
     if isinstance(ord, bool) or not isinstance(ord, numbers.Real):
         raise TypeError(f"{op}: ord must be a number, got {ord!r}")
+    if x.dtype.itemsize == 2:  # half types: powers and sums in float32, as PyTorch (a float16
+        # square overflows from 256 on, and |x|^6 underflows below 0.2)
+        return vector_norm(x.float(), ord, dim, keepdim).to(x.dtype)
     dims = normalize_dims(op, dim, x.ndim)
     if math.isinf(ord):
         empty = x.numel() == 0 if dims is None else any(x.shape[d] == 0 for d in dims)

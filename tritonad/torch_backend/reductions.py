@@ -190,6 +190,11 @@ def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=Non
         x = B.cast(x, dtypes.get_dtype(dtype))
     if x.dtype not in FLOATS:
         raise Fallback(f"norm of {x.dtype}")
+    if x.dtype in (torch.float16, torch.bfloat16) and ord not in (0, math.inf, -math.inf):
+        # powers and sums in float32, as PyTorch's (a float16 square overflows from 256 on)
+        half = dtypes.get_dtype(x.dtype)
+        return _finish(B.cast(linalg_vector_norm(B.cast(x, dtypes.float32), ord, dim,
+                                                 keepdim), half), out)
     dims = _dims(x, dim)
     if ord == 2:
         result = B.sqrt(B.sum(B.mul(x, x), dims, keepdim))
