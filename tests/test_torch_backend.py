@@ -89,6 +89,23 @@ def test_opinfo_ci(target):
 @pytest.mark.parametrize("target", TARGETS, ids=str)
 def test_opinfo_full(target):
     """Every sample of every supported dtype tritonad holds, on CUDA tensors."""
+    _full(target)
+
+
+@pytest.mark.skipif(HAS_GPU or not os.environ.get("TRITONAD_OPINFO_FULL_CPU"),
+                    reason="opt in with TRITONAD_OPINFO_FULL_CPU=1 (~20 min on 2 cores)")
+@pytest.mark.parametrize("target", TARGETS, ids=str)
+def test_opinfo_full_cpu(target):
+    """test_opinfo_full on cpu tensors under the interpreter (the sorts excepted): every
+    sample of every dtype, for a machine without a GPU. Opt in: it takes ~20 minutes on two
+    cores (2026-12-02: it found var with a fractional correction, uint8 scatter_add and half
+    vector norms wrong)."""
+    if target.op.name in CI_SLOW:
+        pytest.skip("too slow under the interpreter")
+    _full(target)
+
+
+def _full(target):
     dtypes = all_dtypes(target.op, DEVICE)
     if target.op.name in TIE_ORDER:
         dtypes = [d for d in dtypes if d.is_floating_point]
