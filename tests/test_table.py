@@ -339,3 +339,16 @@ def test_logsumexp_as_pytorch(backend):
         yt.sum().backward()
         np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_number_parameters_on_integers_as_pytorch(backend):
+    """A float number parameter on integer operands is taken in their type, by the kernel and
+    the numpy oracle alike, as PyTorch's addcmul does (value 0.5 on int64 adds 0, -2.5 -2)."""
+    x, a, b = ([1, 2, 3], [2, 2, 2], [3, -3, 3])
+    for value in (0.5, -2.5, 2):
+        want = torch.addcmul(torch.tensor(x), torch.tensor(a), torch.tensor(b), value=value)
+        with td.use_backend(backend):
+            got = td.addcmul(td.tensor(x), td.tensor(a), td.tensor(b), value=value)
+        assert got.dtype is td.int64 and got.numpy().tolist() == want.tolist(), value
+

@@ -51,6 +51,11 @@ class ElementwiseOps:
             if isinstance(x, torch.Tensor):
                 v = np.asarray(to_numpy(x))
                 v = v.astype(bool if i == 0 and formula.condition else numpy_type, copy=False)
+            elif isinstance(x, float) and not compute.is_floating_point and \
+                    compute is not dtypes.bool_:
+                # a number parameter on integers: in their type, as the kernel takes it and
+                # PyTorch does (addcmul of ints with value=0.5 adds 0)
+                v = np.dtype(numpy_type).type(x)
             else:
                 v = x
             values.append(v)
